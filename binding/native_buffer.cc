@@ -1,0 +1,152 @@
+#include "native_buffer.h"
+
+#include <cstring>
+
+#include "cuda_api.h"
+#include "napi_util.h"
+
+namespace flashsample {
+namespace binding {
+
+static Napi::FunctionReference* g_constructor = nullptr;
+
+Napi::Function NativeBuffer::Define(Napi::Env env) {
+  Napi::Function cls = DefineClass(
+      env, "NativeBuffer",
+      {StaticMethod<&NativeBuffer::Wrap>("wrap"),
+       InstanceMethod<&NativeBuffer::Upload>("upload"),
+       InstanceMethod<&NativeBuffer::Download>("download"),
+       InstanceMethod<&NativeBuffer::Dispose>("dispose"),
+       InstanceAccessor<&NativeBuffer::Pointer>("pointer"),
+       InstanceAccessor<&NativeBuffer::Bytes>("bytes"),
+       InstanceAccessor<&NativeBuffer::Disposed>("disposed")});
+  g_constructor = new Napi::FunctionReference(Napi::Persistent(cls));
+  env.SetInstanceData<Napi::FunctionReference>(g_constructor);
+  return cls;
+}
+
+StorageRef NativeBuffer::storage_of(const Napi::Value& value, const char* what) {
+  Napi::Env env = value.Env();
+  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(g_constructor->Value())) {
+    throw_error(env, std::string(what) + ": expected a tensor's native buffer");
+  }
+  NativeBuffer* self = Unwrap(value.As<Napi::Object>());
+  if (!self->storage_) throw_error(env, std::string(what) + ": the tensor has been disposed");
+  return self->storage_;
+}
+
+// new NativeBuffer(kind: 0 host | 1 device, ordinal, bytes)
+NativeBuffer::NativeBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeBuffer>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() == 1 && info[0].IsExternal()) return;  // created by wrap(), filled there
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber()) {
+    throw_error(env, "NativeBuffer(kind, ordinal, bytes): expected three numbers");
+  }
+  const auto kind = static_cast<MemoryKind>(info[0].As<Napi::Number>().Int32Value());
+  const int ordinal = info[1].As<Napi::Number>().Int32Value();
+  const double bytes = info[2].As<Napi::Number>().DoubleValue();
+  if (!(bytes >= 0) || bytes > 9.0e15) throw_error(env, "bytes: expected a size >= 0");
+  std::string error;
+  storage_ = Storage::allocate(kind, ordinal, static_cast<size_t>(bytes), &error);
+  if (!storage_) throw_error(env, error);
+  reported_bytes_ = static_cast<int64_t>(bytes);
+  Napi::MemoryManagement::AdjustExternalMemory(env, reported_bytes_);
+}
+
+NativeBuffer::~NativeBuffer() {
+  // Finalizer path (the FinalizationRegistry fallback of lib/): the Storage itself frees the
+  // memory once no in-flight call holds it. External memory accounting needs the env, which a
+  // finalizer may not use for JS calls but may for this adjustment.
+  if (storage_ && reported_bytes_) {
+    Napi::MemoryManagement::AdjustExternalMemory(Env(), -reported_bytes_);
+  }
+}
+
+void NativeBuffer::release(Napi::Env env) {
+  if (!storage_) return;
+  storage_.reset();
+  if (reported_bytes_) Napi::MemoryManagement::AdjustExternalMemory(env, -reported_bytes_);
+  reported_bytes_ = 0;
+}
+
+// NativeBuffer.wrap(ordinal, pointer: bigint, bytes): device memory owned by someone else.
+Napi::Value NativeBuffer::Wrap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsBigInt() || !info[2].IsNumber()) {
+    throw_error(env, "wrap(ordinal, pointer, bytes): expected (number, bigint, number)");
+  }
+  const int ordinal = info[0].As<Napi::Number>().Int32Value();
+  bool lossless = false;
+  const uint64_t address = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless || address == 0) throw_error(env, "ptr: expected a non-null 64-bit device address");
+  std::string error = gpu_check_pointer(ordinal, reinterpret_cast<void*>(address));
+  if (!error.empty()) throw_error(env, "ptr: " + error);
+  Napi::Object object = g_constructor->New({Napi::External<void>::New(env, nullptr)});
+  NativeBuffer* self = Unwrap(object);
+  self->storage_ = Storage::wrap_external(ordinal, reinterpret_cast<void*>(address),
+                                          static_cast<size_t>(info[2].As<Napi::Number>().DoubleValue()));
+  return object;
+}
+
+// upload(view: ArrayBufferView): copies the bytes of `view` to the start of the buffer.
+Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!storage_) throw_error(env, "tensor: the tensor has been disposed");
+  if (info.Length() != 1 || !info[0].IsTypedArray()) throw_error(env, "upload: expected a typed array");
+  auto view = info[0].As<Napi::TypedArray>();
+  const size_t bytes = view.ByteLength();
+  if (bytes > storage_->bytes()) throw_error(env, "upload: more bytes than the tensor holds");
+  const uint8_t* src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  if (storage_->kind() == MemoryKind::kHost) {
+    if (bytes) std::memcpy(storage_->data(), src, bytes);
+  } else {
+    std::string error = gpu_upload(storage_->ordinal(), storage_->data(), src, bytes);
+    if (!error.empty()) throw_error(env, error);
+  }
+  return env.Undefined();
+}
+
+// download(): Promise<ArrayBuffer> with the buffer's bytes, copied on a worker thread.
+Napi::Value NativeBuffer::Download(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!storage_) return rejected(env, "tensor: the tensor has been disposed");
+  StorageRef storage = storage_;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(storage->bytes());
+  return PromiseWorker::Start(
+      env,
+      [storage, bytes]() -> std::string {
+        if (bytes->empty()) return "";
+        if (storage->kind() == MemoryKind::kHost) {
+          std::memcpy(bytes->data(), storage->data(), bytes->size());
+          return "";
+        }
+        return gpu_download(storage->ordinal(), bytes->data(), storage->data(), bytes->size());
+      },
+      [bytes](Napi::Env env) -> Napi::Value {
+        auto out = Napi::ArrayBuffer::New(env, bytes->size());
+        if (!bytes->empty()) std::memcpy(out.Data(), bytes->data(), bytes->size());
+        return out;
+      });
+}
+
+Napi::Value NativeBuffer::Dispose(const Napi::CallbackInfo& info) {
+  release(info.Env());
+  return info.Env().Undefined();
+}
+
+Napi::Value NativeBuffer::Pointer(const Napi::CallbackInfo& info) {
+  if (!storage_) throw_error(info.Env(), "tensor: the tensor has been disposed");
+  return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(
+                                           reinterpret_cast<uintptr_t>(storage_->data())));
+}
+
+Napi::Value NativeBuffer::Bytes(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), storage_ ? static_cast<double>(storage_->bytes()) : 0.0);
+}
+
+Napi::Value NativeBuffer::Disposed(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), !storage_);
+}
+
+}  // namespace binding
+}  // namespace flashsample

@@ -1,0 +1,316 @@
+// sample(spec) and the benchmark entry points: a validated JS spec -> SampleParams -> the CPU
+// backend on a worker thread, or the CUDA launchers on the JS thread (so stream order follows call
+// order) with a worker thread waiting for completion.
+#include <napi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "../cuda/cpu/cpu_sampler.h"
+#include "../cuda/noise.h"
+#include "cuda_api.h"
+#include "napi_util.h"
+#include "native_buffer.h"
+
+namespace flashsample {
+namespace binding {
+
+namespace {
+
+// Everything one call holds on to until it completes: the memory it reads and writes stays alive
+// even if the JS side disposes the tensors meanwhile.
+struct CallInputs {
+  SamplerKind kind = SamplerKind::kFused;
+  bool on_device = false;
+  int ordinal = 0;
+  SampleParams params;  // operand pointers and sizes; per-row pointers bound per backend
+  HostRowInputs rows;
+  bool want_logprobs = false;
+  uint64_t stream = 0;
+  std::vector<StorageRef> keep_alive;
+  int32_t* out_tokens = nullptr;  // the `out` tensor's memory, or nullptr
+};
+
+uint64_t get_stream(const Napi::Object& spec) {
+  Napi::Value v = spec.Get("stream");
+  if (v.IsUndefined() || v.IsNull()) return 0;
+  if (!v.IsBigInt()) throw_error(spec.Env(), "stream: expected a bigint cudaStream_t handle");
+  bool lossless = false;
+  const uint64_t handle = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw_error(spec.Env(), "stream: expected a 64-bit handle");
+  return handle;
+}
+
+// A per-row u64 array given either as BigUint64Array (host) or as a tensor's native buffer.
+void read_u64_rows(const Napi::Object& spec, const char* name, size_t batch, CallInputs* call,
+                   std::vector<uint64_t>* host, const uint64_t** device) {
+  Napi::Value v = spec.Get(name);
+  if (v.IsTypedArray()) {
+    *host = get_array<uint64_t, napi_biguint64_array>(spec, name, batch);
+    return;
+  }
+  StorageRef storage = NativeBuffer::storage_of(v, name);
+  if (storage->bytes() < batch * 8) throw_error(spec.Env(), std::string(name) + ": tensor too small");
+  call->keep_alive.push_back(storage);
+  if (storage->kind() == MemoryKind::kHost) {
+    const auto* data = static_cast<const uint64_t*>(storage->data());
+    host->assign(data, data + batch);
+  } else {
+    *device = static_cast<const uint64_t*>(storage->data());
+  }
+}
+
+std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
+  Napi::Env env = spec.Env();
+  auto call = std::make_unique<CallInputs>();
+  call->kind = static_cast<SamplerKind>(get_int(spec, "kind", 0, 2));
+  call->on_device = get_int(spec, "device", 0, 1) == 1;
+  call->ordinal = static_cast<int>(get_int(spec, "ordinal", 0, 63));
+  SampleParams& p = call->params;
+  p.dtype = static_cast<DType>(get_int(spec, "dtype", 0, 2));
+  p.batch = get_int(spec, "batch", 1, kMaxBatch);
+  p.vocab = get_int(spec, "vocab", 1, INT32_MAX - 1);
+  p.dim = get_int(spec, "dim", 1, INT32_MAX);
+  p.num_samples = static_cast<int32_t>(get_int(spec, "numSamples", 1, kMaxSamples));
+  p.per_row_seed = get_bool(spec, "perRowSeed");
+  p.softcap = static_cast<float>(get_number(spec, "softcap", 0.0));
+  p.top_logprobs = static_cast<int32_t>(get_int(spec, "topLogprobs", 0, 1 << 20));
+  call->want_logprobs = get_bool(spec, "logprobs");
+  call->stream = get_stream(spec);
+
+  const size_t B = static_cast<size_t>(p.batch);
+  const size_t elem = dtype_bytes(p.dtype);
+  auto operand = [&](const char* name, size_t elements) -> const void* {
+    StorageRef s = NativeBuffer::storage_of(spec.Get(name), name);
+    if (s->bytes() < elements * elem) {
+      throw_error(env, std::string(name) + ": the tensor holds " + std::to_string(s->bytes()) +
+                           " bytes, expected at least " + std::to_string(elements * elem));
+    }
+    if ((s->kind() == MemoryKind::kDevice) != call->on_device) {
+      throw_error(env, std::string(name) + ": the tensor lives on another device");
+    }
+    call->keep_alive.push_back(s);
+    return s->data();
+  };
+  p.hidden = operand("hidden", B * static_cast<size_t>(p.dim));
+  p.weight = operand("weight", static_cast<size_t>(p.vocab) * static_cast<size_t>(p.dim));
+  if (!spec.Get("bias").IsUndefined()) p.bias = operand("bias", static_cast<size_t>(p.vocab));
+
+  HostRowInputs& rows = call->rows;
+  rows.temperature = get_array<float, napi_float32_array>(spec, "temperature", B);
+  if (rows.temperature.empty()) throw_error(env, "temperature: expected a Float32Array");
+  read_u64_rows(spec, "seed", B, call.get(), &rows.seed, &rows.device_seed);
+  read_u64_rows(spec, "offset", B, call.get(), &rows.offset, &rows.device_offset);
+  rows.top_k = get_array<int32_t, napi_int32_array>(spec, "topK", B);
+  rows.top_p = get_array<float, napi_float32_array>(spec, "topP", B);
+  rows.min_p = get_array<float, napi_float32_array>(spec, "minP", B);
+  const size_t words = B * static_cast<size_t>((p.vocab + 31) / 32);
+  Napi::Value allowed = spec.Get("allowed");
+  if (allowed.IsTypedArray()) {
+    rows.allowed = get_array<uint32_t, napi_uint32_array>(spec, "allowed", words);
+  } else if (!allowed.IsUndefined()) {
+    StorageRef s = NativeBuffer::storage_of(allowed, "allowedTokens");
+    if (s->bytes() < words * 4) throw_error(env, "allowedTokens: tensor too small");
+    call->keep_alive.push_back(s);
+    if (s->kind() == MemoryKind::kHost) {
+      const auto* data = static_cast<const uint32_t*>(s->data());
+      rows.allowed.assign(data, data + words);
+    } else {
+      rows.device_allowed = static_cast<const uint32_t*>(s->data());
+    }
+  }
+  Napi::Value out = spec.Get("out");
+  if (!out.IsUndefined()) {
+    StorageRef s = NativeBuffer::storage_of(out, "out");
+    if (s->bytes() < B * static_cast<size_t>(p.num_samples) * 4) {
+      throw_error(env, "out: the tensor is smaller than batch * numSamples int32 tokens");
+    }
+    call->keep_alive.push_back(s);
+    call->out_tokens = static_cast<int32_t*>(s->data());
+  }
+  if (!call->on_device && (rows.device_seed || rows.device_offset || rows.device_allowed)) {
+    throw_error(env, "seed/offset/allowedTokens: device tensors cannot feed the CPU backend");
+  }
+  // Marks which outputs are wanted; the backends bind the real pointers.
+  static float logprobs_marker;
+  p.logprobs = call->want_logprobs ? &logprobs_marker : nullptr;
+  return call;
+}
+
+// Points the per-row fields of `p` at the host vectors of `rows` and the outputs at `out`.
+void bind_host(SampleParams* p, const HostRowInputs& rows, bool want_logprobs, int32_t* out_tokens,
+               GpuOutputs* out) {
+  const size_t B = static_cast<size_t>(p->batch), S = static_cast<size_t>(p->num_samples);
+  const size_t n = static_cast<size_t>(p->top_logprobs);
+  p->temperature = rows.temperature.data();
+  p->seed = rows.seed.data();
+  p->offset = rows.offset.data();
+  p->top_k = rows.top_k.empty() ? nullptr : rows.top_k.data();
+  p->top_p = rows.top_p.empty() ? nullptr : rows.top_p.data();
+  p->min_p = rows.min_p.empty() ? nullptr : rows.min_p.data();
+  p->allowed = rows.allowed.empty() ? nullptr : rows.allowed.data();
+  if (!out_tokens) out->tokens.assign(B * S, -1);
+  p->tokens = out_tokens ? out_tokens : out->tokens.data();
+  out->row_status.assign(B, kRowOk);
+  p->row_status = out->row_status.data();
+  if (want_logprobs) out->logprobs.assign(B * S, 0.0f);
+  p->logprobs = want_logprobs ? out->logprobs.data() : nullptr;
+  out->top_tokens.assign(B * n, -1);
+  out->top_logprobs.assign(B * n, 0.0f);
+  p->top_tokens = n ? out->top_tokens.data() : nullptr;
+  p->top_token_logprobs = n ? out->top_logprobs.data() : nullptr;
+  out->fallback_rows = 0;
+  p->fallback_rows = &out->fallback_rows;
+}
+
+std::string run_cpu(SamplerKind kind, const SampleParams& p) {
+  switch (kind) {
+    case SamplerKind::kFused:
+      return cpu::sample_fused(p, 0);
+    case SamplerKind::kReferenceGumbel:
+      return cpu::sample_reference(p, ReferenceMethod::kGumbel, 0);
+    case SamplerKind::kReferenceInverseCdf:
+      return cpu::sample_reference(p, ReferenceMethod::kInverseCdf, 0);
+  }
+  return "unknown sampler";
+}
+
+Napi::Value results_to_js(Napi::Env env, const GpuOutputs& out, bool tokens_on_output) {
+  Napi::Object result = Napi::Object::New(env);
+  if (!tokens_on_output) {
+    result.Set("tokens", to_typed_array<int32_t, napi_int32_array>(env, out.tokens));
+  }
+  result.Set("rowStatus", to_typed_array<int32_t, napi_int32_array>(env, out.row_status));
+  if (!out.logprobs.empty()) {
+    result.Set("logprobs", to_typed_array<float, napi_float32_array>(env, out.logprobs));
+  }
+  if (!out.top_tokens.empty()) {
+    result.Set("topTokens", to_typed_array<int32_t, napi_int32_array>(env, out.top_tokens));
+    result.Set("topLogprobs", to_typed_array<float, napi_float32_array>(env, out.top_logprobs));
+  }
+  result.Set("fallbackRows", Napi::Number::New(env, out.fallback_rows));
+  return result;
+}
+
+// sample(spec): Promise<{tokens?, rowStatus, logprobs?, topTokens?, topLogprobs?, fallbackRows}>
+Napi::Value Sample(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "sample(spec): expected an object");
+  std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>());
+  auto results = std::make_shared<GpuOutputs>();
+  const bool tokens_on_output = call->out_tokens != nullptr;
+
+  if (!call->on_device) {
+    return PromiseWorker::Start(
+        env,
+        [call, results]() -> std::string {
+          SampleParams p = call->params;
+          bind_host(&p, call->rows, call->want_logprobs, call->out_tokens, results.get());
+          return run_cpu(call->kind, p);
+        },
+        [results, tokens_on_output](Napi::Env env) {
+          return results_to_js(env, *results, tokens_on_output);
+        });
+  }
+
+  GpuCall* gpu_call = nullptr;
+  const std::string error =
+      gpu_launch_sample(call->ordinal, call->kind, call->params, call->rows, call->out_tokens,
+                        call->stream, &gpu_call);
+  if (!error.empty()) return rejected(env, error);
+  return PromiseWorker::Start(
+      env,
+      [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); },
+      [call, results, tokens_on_output](Napi::Env env) {
+        return results_to_js(env, *results, tokens_on_output);
+      });
+}
+
+// timeSampler(spec, inputs: {hidden, weight}[], warmup, iters): Promise<Float64Array> of
+// microseconds per call. CUDA: events around each launch. CPU: steady clock around each call.
+Napi::Value TimeSampler(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 4 || !info[0].IsObject() || !info[1].IsArray() || !info[2].IsNumber() ||
+      !info[3].IsNumber()) {
+    throw_error(env, "timeSampler(spec, inputs, warmup, iters): bad arguments");
+  }
+  std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>());
+  const int warmup = info[2].As<Napi::Number>().Int32Value();
+  const int iters = info[3].As<Napi::Number>().Int32Value();
+  if (iters < 1 || warmup < 0) throw_error(env, "iters: expected >= 1 (and warmup >= 0)");
+  auto inputs = info[1].As<Napi::Array>();
+  auto params = std::make_shared<std::vector<SampleParams>>();
+  const size_t elem = dtype_bytes(call->params.dtype);
+  for (uint32_t i = 0; i < inputs.Length(); ++i) {
+    Napi::Object pair = inputs.Get(i).As<Napi::Object>();
+    StorageRef h = NativeBuffer::storage_of(pair.Get("hidden"), "inputs[].hidden");
+    StorageRef w = NativeBuffer::storage_of(pair.Get("weight"), "inputs[].weight");
+    if (h->bytes() < static_cast<size_t>(call->params.batch * call->params.dim) * elem ||
+        w->bytes() < static_cast<size_t>(call->params.vocab * call->params.dim) * elem) {
+      throw_error(env, "inputs[" + std::to_string(i) + "]: tensors smaller than the shape");
+    }
+    call->keep_alive.push_back(h);
+    call->keep_alive.push_back(w);
+    SampleParams p = call->params;
+    p.hidden = h->data();
+    p.weight = w->data();
+    params->push_back(p);
+  }
+  if (params->empty()) throw_error(env, "inputs: expected at least one {hidden, weight} pair");
+  auto micros = std::make_shared<std::vector<double>>();
+  return PromiseWorker::Start(
+      env,
+      [call, params, micros, warmup, iters]() -> std::string {
+        if (call->on_device) {
+          return gpu_time_sampler(call->ordinal, call->kind, *params, call->rows, warmup, iters,
+                                  micros.get());
+        }
+        GpuOutputs scratch;
+        micros->clear();
+        for (int i = 0; i < warmup + iters; ++i) {
+          SampleParams p = (*params)[static_cast<size_t>(i) % params->size()];
+          bind_host(&p, call->rows, call->want_logprobs, nullptr, &scratch);
+          const auto start = std::chrono::steady_clock::now();
+          std::string error = run_cpu(call->kind, p);
+          const auto stop = std::chrono::steady_clock::now();
+          if (!error.empty()) return error;
+          if (i >= warmup) {
+            micros->push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+          }
+        }
+        return "";
+      },
+      [micros](Napi::Env env) -> Napi::Value {
+        auto out = Napi::Float64Array::New(env, micros->size());
+        std::copy(micros->begin(), micros->end(), out.Data());
+        return out;
+      });
+}
+
+// readBandwidth(ordinal, bytes, iters): Promise<number> bytes per second (CUDA only).
+Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber()) {
+    throw_error(env, "readBandwidth(ordinal, bytes, iters): expected three numbers");
+  }
+  const int ordinal = info[0].As<Napi::Number>().Int32Value();
+  const size_t bytes = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  const int iters = std::max(1, info[2].As<Napi::Number>().Int32Value());
+  auto result = std::make_shared<double>(0.0);
+  return PromiseWorker::Start(
+      env, [=]() { return gpu_read_bandwidth(ordinal, bytes, iters, result.get()); },
+      [result](Napi::Env env) -> Napi::Value { return Napi::Number::New(env, *result); });
+}
+
+}  // namespace
+
+void register_sample(Napi::Env env, Napi::Object exports) {
+  exports.Set("sample", Napi::Function::New<Sample>(env, "sample"));
+  exports.Set("timeSampler", Napi::Function::New<TimeSampler>(env, "timeSampler"));
+  exports.Set("readBandwidth", Napi::Function::New<ReadBandwidth>(env, "readBandwidth"));
+}
+
+}  // namespace binding
+}  // namespace flashsample

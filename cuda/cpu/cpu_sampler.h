@@ -1,0 +1,25 @@
+// The CPU backend: the same two samplers as the CUDA backend, on host pointers, with the same
+// SampleParams and the same noise header. Used by CI, laptops and GPU-less servers.
+#pragma once
+
+#include <string>
+
+#include "../params.h"
+
+namespace flashsample {
+namespace cpu {
+
+// Both return an empty string on success, else a message naming what is wrong. Per-row
+// conditions (a row with no drawable token) go to p.row_status, not to the message.
+// `num_threads` <= 0 means std::thread::hardware_concurrency().
+
+// Fused: walks the vocabulary tile by tile, keeps a running winner per (row, sample); never
+// allocates [batch, vocab].
+std::string sample_fused(const SampleParams& p, int num_threads);
+
+// Reference: materializes the logits [batch, vocab] (float64 accumulation) and then samples by
+// `method`.
+std::string sample_reference(const SampleParams& p, ReferenceMethod method, int num_threads);
+
+}  // namespace cpu
+}  // namespace flashsample

@@ -1,0 +1,67 @@
+// SampleParams: everything one sampling call needs, shared by every backend (CUDA and CPU).
+//
+// Pointers live in the backend's memory space: device pointers for the CUDA launchers, host
+// pointers for the CPU backend. The binding validates everything before filling this struct; the
+// launchers re-check only what would otherwise fault.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace flashsample {
+
+enum class DType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline size_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+enum class ReferenceMethod : int32_t {
+  kInverseCdf = 0,  // logits -> softmax -> cumulative sum -> one uniform per sample -> search
+  kGumbel = 1,      // logits -> argmax(logit / T + g) with the same noise as the fused path
+};
+
+// Row status codes written to SampleParams::row_status.
+enum RowStatus : int32_t {
+  kRowOk = 0,
+  kRowNoCandidate = 1,  // every logit of the row is NaN, -Inf or masked out: no token can be drawn
+};
+
+struct SampleParams {
+  // ---- operands --------------------------------------------------------------------------------
+  const void* hidden = nullptr;  // [batch, dim] row-major, `dtype`
+  const void* weight = nullptr;  // [vocab, dim] row-major, `dtype` (nn.Linear layout)
+  const void* bias = nullptr;    // [vocab] `dtype`, added to the logits; nullptr = none
+  DType dtype = DType::kBF16;
+  int64_t batch = 0;             // B, 1 .. kMaxBatch
+  int64_t vocab = 0;             // V
+  int64_t dim = 0;               // D
+  int32_t num_samples = 1;       // independent samples per row, 1 .. kMaxSamples
+
+  // ---- per-row parameters, each [batch] ----------------------------------------------------------
+  const float* temperature = nullptr;  // > 0, or 0 = greedy argmax (no noise)
+  const uint64_t* seed = nullptr;      // Philox key
+  const uint64_t* offset = nullptr;    // Philox counter words 2..3 (e.g. the decode step)
+  bool per_row_seed = false;           // noise stream = per_row_seed ? 0 : row
+
+  // ---- filters (issue 5); nullptr / 0 = off ---------------------------------------------------
+  const int32_t* top_k = nullptr;      // [batch]: keep the k largest logits, 0 = off
+  const float* top_p = nullptr;        // [batch]: nucleus mass in (0, 1], 1 = off
+  const float* min_p = nullptr;        // [batch]: keep p >= min_p * p_max, 0 = off
+  float softcap = 0.0f;                // logits -> softcap * tanh(logit / softcap) before T; 0 = off
+  const uint32_t* allowed = nullptr;   // [batch, ceil(vocab / 32)] bitmask, bit set = allowed
+
+  // ---- outputs -----------------------------------------------------------------------------------
+  int32_t* tokens = nullptr;           // [batch, num_samples]
+  int32_t* row_status = nullptr;       // [batch] RowStatus; nullptr = not reported
+  float* logprobs = nullptr;           // [batch, num_samples] log p(token); nullptr = not computed
+  int32_t top_logprobs = 0;            // n most likely tokens reported per row, 0 = off
+  int32_t* top_tokens = nullptr;       // [batch, top_logprobs]
+  float* top_token_logprobs = nullptr; // [batch, top_logprobs]
+  int32_t* fallback_rows = nullptr;    // [1]: rows that left the fused path for the materializing one
+};
+
+inline bool has_filters(const SampleParams& p) {
+  return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr || p.allowed != nullptr ||
+         p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0;
+}
+
+}  // namespace flashsample

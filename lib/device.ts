@@ -1,0 +1,132 @@
+// open('cpu' | 'cuda' | 'cuda:N' | 'auto') and Device.tensor(): where tensors live and samplers run.
+import { bytesPerElement, DType, encodeBF16, encodeF16 } from './dtype';
+import { rangeError, typeError } from './errors';
+import { native } from './native';
+import { checkDType, checkShape, elementCount, Tensor, TensorData } from './tensor';
+
+export type DeviceSpec = 'cpu' | 'cuda' | `cuda:${number}` | 'auto';
+export type DeviceKind = 'cpu' | 'cuda';
+
+export interface GpuStatus {
+  /** A CUDA device can be opened. */
+  usable: boolean;
+  /** Why not, when not usable ('' when usable). */
+  reason: string;
+  deviceCount: number;
+  /** The addon was compiled with the CUDA kernels (nvcc was found at install time). */
+  compiledWithCuda: boolean;
+  devices: { name: string; sm: number; multiprocessors: number; memory: number }[];
+}
+
+export function gpuStatus(): GpuStatus {
+  const s = native.gpuStatus();
+  return {
+    usable: s.usable,
+    reason: s.reason,
+    deviceCount: s.devices.length,
+    compiledWithCuda: s.compiledWithCuda,
+    devices: s.devices,
+  };
+}
+
+export class Device {
+  readonly kind: DeviceKind;
+  readonly ordinal: number;
+  readonly name: string;
+
+  /** @internal Use open(). */
+  constructor(kind: DeviceKind, ordinal: number, name: string) {
+    this.kind = kind;
+    this.ordinal = ordinal;
+    this.name = name;
+  }
+
+  /**
+   * A tensor holding `data`. Float dtypes take a Float32Array (converted, round to nearest even)
+   * or a Uint16Array of raw f16/bf16 bits; 'i32' takes an Int32Array, 'u64' a BigUint64Array.
+   */
+  tensor(data: TensorData, shape: number[], dtype: DType): Tensor {
+    const dims = checkShape('shape', shape);
+    const type = checkDType('dtype', dtype);
+    const count = elementCount(dims);
+    const payload = encodePayload(data, type);
+    if (payload.length !== count) {
+      throw rangeError(
+        'data',
+        `${count} elements for shape [${dims.join(', ')}]`,
+        data,
+      );
+    }
+    const t = this.empty(dims, type);
+    try {
+      t.handle('tensor').upload(payload);
+    } catch (e) {
+      t.dispose();
+      throw e;
+    }
+    return t;
+  }
+
+  /** An uninitialized tensor (e.g. the device output of sampleFusedInto). */
+  empty(shape: number[], dtype: DType): Tensor {
+    const dims = checkShape('shape', shape);
+    const type = checkDType('dtype', dtype);
+    const bytes = elementCount(dims) * bytesPerElement(type);
+    const handle = new native.NativeBuffer(this.kind === 'cuda' ? 1 : 0, this.ordinal, bytes);
+    return new Tensor(this, handle, dims, type, true);
+  }
+
+  sameAs(other: Device): boolean {
+    return this.kind === other.kind && this.ordinal === other.ordinal;
+  }
+
+  toString(): string {
+    return this.kind === 'cpu' ? 'cpu' : `cuda:${this.ordinal}`;
+  }
+}
+
+function encodePayload(data: unknown, dtype: DType): Float32Array | Uint16Array | Int32Array | BigUint64Array {
+  switch (dtype) {
+    case 'f32':
+      if (data instanceof Float32Array) return data;
+      throw typeError('data', "a Float32Array for dtype 'f32'", data);
+    case 'f16':
+    case 'bf16':
+      if (data instanceof Uint16Array) return data;
+      if (data instanceof Float32Array) return dtype === 'bf16' ? encodeBF16(data) : encodeF16(data);
+      throw typeError('data', `a Float32Array or a Uint16Array of raw bits for dtype '${dtype}'`, data);
+    case 'i32':
+      if (data instanceof Int32Array) return data;
+      throw typeError('data', "an Int32Array for dtype 'i32'", data);
+    case 'u64':
+      if (data instanceof BigUint64Array) return data;
+      throw typeError('data', "a BigUint64Array for dtype 'u64'", data);
+  }
+}
+
+const cpuDevice = new Device('cpu', 0, `cpu (${native.cpuThreads()} threads)`);
+const cudaDevices = new Map<number, Device>();
+
+/** Opens a device: 'auto' is CUDA device 0 when a GPU is usable, else the CPU. */
+export function open(spec: DeviceSpec = 'auto'): Device {
+  if (typeof spec !== 'string') throw typeError('device', "'cpu', 'cuda', 'cuda:N' or 'auto'", spec);
+  if (spec === 'cpu') return cpuDevice;
+  const status = native.gpuStatus();
+  if (spec === 'auto') return status.usable ? open('cuda:0') : cpuDevice;
+  const match = /^cuda(?::(\d+))?$/.exec(spec);
+  if (!match) throw typeError('device', "'cpu', 'cuda', 'cuda:N' or 'auto'", spec);
+  if (!status.usable) {
+    const reason = status.reason.startsWith('no usable GPU') ? status.reason : `no usable GPU: ${status.reason}`;
+    throw new Error(`device: cannot open '${spec}': ${reason}`);
+  }
+  const ordinal = match[1] === undefined ? 0 : Number(match[1]);
+  if (ordinal >= status.devices.length) {
+    throw rangeError('device', `a CUDA device index below ${status.devices.length}`, spec);
+  }
+  let device = cudaDevices.get(ordinal);
+  if (!device) {
+    device = new Device('cuda', ordinal, status.devices[ordinal].name);
+    cudaDevices.set(ordinal, device);
+  }
+  return device;
+}

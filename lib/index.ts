@@ -1,0 +1,12 @@
+// flashsample: exact next-token sampling fused into the LM-head matrix product.
+export { open, gpuStatus, Device } from './device';
+export type { DeviceSpec, DeviceKind, GpuStatus } from './device';
+export { Tensor } from './tensor';
+export type { TensorData } from './tensor';
+export { sampleFused, sampleFusedInto, sampleReference, timeSampler, measureReadBandwidth } from './sample';
+export type { SampleResult, SamplerKind } from './sample';
+export type { SampleOptions, ReferenceOptions } from './options';
+export { MAX_TOP_LOGPROBS } from './options';
+export { encodeBF16, decodeBF16, encodeF16, decodeF16 } from './dtype';
+export type { DType, FloatDType } from './dtype';
+export { philox4x32_10, gumbelFromBits } from './noise';

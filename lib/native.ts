@@ -1,0 +1,96 @@
+// The single typed require of the compiled addon (node-gyp-build finds build/Release or
+// prebuilds/). Nothing else in the package touches the .node file.
+import * as fs from 'fs';
+import * as path from 'path';
+
+export interface NativeBufferHandle {
+  upload(view: ArrayBufferView): void;
+  download(): Promise<ArrayBuffer>;
+  dispose(): void;
+  readonly pointer: bigint;
+  readonly bytes: number;
+  readonly disposed: boolean;
+}
+
+export interface NativeBufferClass {
+  new (kind: 0 | 1, ordinal: number, bytes: number): NativeBufferHandle;
+  wrap(ordinal: number, pointer: bigint, bytes: number): NativeBufferHandle;
+}
+
+/** What `sample` takes: everything validated and expanded to per-row arrays by options.ts. */
+export interface NativeSpec {
+  kind: 0 | 1 | 2; // fused, reference gumbel, reference inverse-cdf
+  device: 0 | 1; // cpu, cuda
+  ordinal: number;
+  hidden?: NativeBufferHandle;
+  weight?: NativeBufferHandle;
+  bias?: NativeBufferHandle;
+  dtype: 0 | 1 | 2; // f32, f16, bf16
+  batch: number;
+  vocab: number;
+  dim: number;
+  numSamples: number;
+  temperature: Float32Array;
+  seed: BigUint64Array | NativeBufferHandle;
+  offset: BigUint64Array | NativeBufferHandle;
+  perRowSeed: boolean;
+  topK?: Int32Array;
+  topP?: Float32Array;
+  minP?: Float32Array;
+  softcap: number;
+  allowed?: Uint32Array | NativeBufferHandle;
+  logprobs: boolean;
+  topLogprobs: number;
+  out?: NativeBufferHandle;
+  stream?: bigint;
+}
+
+export interface NativeResult {
+  tokens?: Int32Array;
+  rowStatus: Int32Array;
+  logprobs?: Float32Array;
+  topTokens?: Int32Array;
+  topLogprobs?: Float32Array;
+  fallbackRows: number;
+}
+
+export interface NativeGpuStatus {
+  compiledWithCuda: boolean;
+  usable: boolean;
+  reason: string;
+  devices: { name: string; sm: number; multiprocessors: number; memory: number }[];
+}
+
+export interface NativeAddon {
+  NativeBuffer: NativeBufferClass;
+  gpuStatus(): NativeGpuStatus;
+  cpuThreads(): number;
+  philox(c0: number, c1: number, c2: number, c3: number, k0: number, k1: number): number[];
+  gumbel(bits: number): number;
+  maxBatch: number;
+  maxSamples: number;
+  sample(spec: NativeSpec): Promise<NativeResult>;
+  timeSampler(
+    spec: NativeSpec,
+    inputs: { hidden: NativeBufferHandle; weight: NativeBufferHandle }[],
+    warmup: number,
+    iters: number,
+  ): Promise<Float64Array>;
+  readBandwidth(ordinal: number, bytes: number, iters: number): Promise<number>;
+}
+
+function packageRoot(): string {
+  // lib/native.ts runs from lib/ (ts-jest) or dist/lib/ (compiled): walk up to package.json.
+  let dir = __dirname;
+  while (!fs.existsSync(path.join(dir, 'package.json'))) {
+    const parent = path.dirname(dir);
+    if (parent === dir) return path.resolve(__dirname, '..');
+    dir = parent;
+  }
+  return dir;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const loadBinding: (dir: string) => unknown = require('node-gyp-build');
+
+export const native = loadBinding(packageRoot()) as NativeAddon;

@@ -1,0 +1,274 @@
+// Validates SampleOptions once, with uniform messages, into the plain spec the native side takes.
+import type { Device } from './device';
+import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
+import { checkKnownKeys, describe, rangeError, typeError } from './errors';
+import { native, NativeSpec } from './native';
+import { Tensor } from './tensor';
+
+export interface SampleOptions {
+  /** number or Float32Array(B); 0 = greedy argmax; default 1. */
+  temperature?: number | Float32Array;
+  /** One seed for the call (rows get independent streams), or one per row (BigUint64Array or a u64 device tensor). */
+  seed?: number | bigint | BigUint64Array | Tensor;
+  /** Philox counter offset, e.g. the decode step: one for the call or one per row; default 0. */
+  offset?: number | bigint | BigUint64Array | Tensor;
+  /** Independent samples per row, 1 .. 65536; default 1. */
+  numSamples?: number;
+  /** [V] tensor added to the logits (same dtype and device as W). */
+  bias?: Tensor;
+  /** Keep the k largest logits; 0 = off. */
+  topK?: number | Int32Array;
+  /** Nucleus mass in (0, 1]; 1 = off. */
+  topP?: number | Float32Array;
+  /** Keep tokens with p >= minP * p_max, minP in [0, 1); 0 = off. */
+  minP?: number | Float32Array;
+  /** Logits become softcap * tanh(logit / softcap) before the temperature; 0 = off. */
+  softcap?: number;
+  /** Per-row bitmask over the vocabulary, bit set = allowed: Uint32Array(B * ceil(V / 32)) or an i32 tensor of that size. */
+  allowedTokens?: Uint32Array | Tensor;
+  /** Also return log p(token) under the distribution it was drawn from. */
+  logprobs?: boolean;
+  /** Also return the n most probable tokens of each row with their log-probabilities. */
+  topLogprobs?: number;
+  /** cudaStream_t (as a bigint) to order the work after an engine's own; CUDA only. */
+  stream?: bigint;
+}
+
+export interface ReferenceOptions extends SampleOptions {
+  /** 'inverse-cdf' (default): softmax, cumulative sum, one uniform per sample. 'gumbel': argmax with the fused sampler's noise. */
+  method?: 'inverse-cdf' | 'gumbel';
+}
+
+const SAMPLE_KEYS = [
+  'temperature', 'seed', 'offset', 'numSamples', 'bias', 'topK', 'topP', 'minP', 'softcap',
+  'allowedTokens', 'logprobs', 'topLogprobs', 'stream',
+] as const;
+const REFERENCE_KEYS = [...SAMPLE_KEYS, 'method'] as const;
+
+export const MAX_TOP_LOGPROBS = 1024;
+const TWO_64 = 1n << 64n;
+
+export function checkTensor(name: string, value: unknown): Tensor {
+  if (!(value instanceof Tensor)) throw typeError(name, 'a Tensor (from Device.tensor)', value);
+  if (value.disposed) throw new TypeError(`${name}: the tensor has been disposed`);
+  return value;
+}
+
+interface Operands {
+  device: Device;
+  batch: number;
+  vocab: number;
+  dim: number;
+  dtype: FloatDType;
+}
+
+export function checkOperands(H: unknown, W: unknown): Operands {
+  const h = checkTensor('H', H);
+  const w = checkTensor('W', W);
+  if (!FLOAT_DTYPES.includes(h.dtype as FloatDType)) throw typeError('H', "dtype 'f32', 'f16' or 'bf16'", h.dtype);
+  if (h.dtype !== w.dtype) {
+    throw new TypeError(`W: expected the dtype of H ('${h.dtype}'), got '${w.dtype}'`);
+  }
+  if (!h.device.sameAs(w.device)) {
+    throw new TypeError(`W: expected a tensor on the device of H (${h.device}), got one on ${w.device}`);
+  }
+  if (h.shape.length !== 2) throw rangeError('H', 'shape [B, D]', `shape [${h.shape.join(', ')}]`);
+  if (w.shape.length !== 2) throw rangeError('W', 'shape [V, D]', `shape [${w.shape.join(', ')}]`);
+  const [batch, dim] = h.shape;
+  const [vocab, wdim] = w.shape;
+  if (wdim !== dim) {
+    throw new RangeError(`W: expected shape [V, ${dim}] (D of H), got [${w.shape.join(', ')}]`);
+  }
+  if (batch < 1 || batch > native.maxBatch) throw rangeError('H', `a batch size in [1, ${native.maxBatch}]`, batch);
+  if (vocab < 1 || vocab >= 2 ** 31 - 1) throw rangeError('W', 'a vocabulary size in [1, 2^31 - 2]', vocab);
+  if (dim < 1) throw rangeError('H', 'a hidden size D >= 1', dim);
+  return { device: h.device, batch, vocab, dim, dtype: h.dtype as FloatDType };
+}
+
+function perRowFloat(
+  name: string, value: unknown, batch: number, fallback: number,
+  ok: (x: number) => boolean, domain: string,
+): Float32Array {
+  if (value === undefined) return new Float32Array(batch).fill(fallback);
+  if (typeof value === 'number') {
+    if (!ok(value)) throw rangeError(name, domain, value);
+    return new Float32Array(batch).fill(value);
+  }
+  if (value instanceof Float32Array) {
+    if (value.length !== batch) throw rangeError(name, `a Float32Array of length ${batch} (one per row)`, value);
+    for (let i = 0; i < batch; i++) {
+      if (!ok(value[i])) throw rangeError(`${name}[${i}]`, domain, value[i]);
+    }
+    return value.slice();
+  }
+  throw typeError(name, `a number or a Float32Array of length ${batch}`, value);
+}
+
+function u64(name: string, value: number | bigint): bigint {
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value) || value < 0) {
+      throw rangeError(name, 'an integer in [0, 2^53) (use a bigint for larger values)', value);
+    }
+    return BigInt(value);
+  }
+  if (value < 0n || value >= TWO_64) throw rangeError(name, 'a bigint in [0, 2^64)', value);
+  return value;
+}
+
+function perRowU64(
+  name: string, value: unknown, batch: number, device: Device,
+): { rows: BigUint64Array | Tensor; perRow: boolean } {
+  if (value === undefined) return { rows: new BigUint64Array(batch), perRow: false };
+  if (typeof value === 'number' || typeof value === 'bigint') {
+    return { rows: new BigUint64Array(batch).fill(u64(name, value)), perRow: false };
+  }
+  if (value instanceof BigUint64Array) {
+    if (value.length !== batch) throw rangeError(name, `a BigUint64Array of length ${batch} (one per row)`, value);
+    return { rows: value.slice(), perRow: true };
+  }
+  if (value instanceof Tensor) {
+    checkTensor(name, value);
+    if (value.dtype !== 'u64' || value.size !== batch) {
+      throw typeError(name, `a u64 tensor of ${batch} elements`, `${value}`);
+    }
+    if (!value.device.sameAs(device)) throw typeError(name, `a tensor on ${device}`, `${value}`);
+    return { rows: value, perRow: true };
+  }
+  if (Array.isArray(value)) {
+    throw typeError(name, `a number, a bigint or a BigUint64Array of length ${batch}`, value);
+  }
+  throw typeError(name, `a number, a bigint, a BigUint64Array of length ${batch} or a u64 tensor`, value);
+}
+
+function perRowInt(name: string, value: unknown, batch: number, max: number): Int32Array {
+  const ok = (x: number) => Number.isInteger(x) && x >= 0 && x <= max;
+  const domain = `an integer in [0, ${max}]`;
+  if (typeof value === 'number') {
+    if (!ok(value)) throw rangeError(name, domain, value);
+    return new Int32Array(batch).fill(value);
+  }
+  if (value instanceof Int32Array) {
+    if (value.length !== batch) throw rangeError(name, `an Int32Array of length ${batch} (one per row)`, value);
+    for (let i = 0; i < batch; i++) if (!ok(value[i])) throw rangeError(`${name}[${i}]`, domain, value[i]);
+    return value.slice();
+  }
+  throw typeError(name, `an integer or an Int32Array of length ${batch}`, value);
+}
+
+export type SamplerCode = 0 | 1 | 2;
+
+/** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
+export function buildSpec(
+  H: unknown, W: unknown, options: unknown, sampler: 'fused' | 'reference',
+): { spec: NativeSpec; operands: Operands; numSamples: number } {
+  const o = checkOperands(H, W);
+  if (options === undefined) options = {};
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw typeError('options', 'an object', options);
+  }
+  checkKnownKeys('options', options, sampler === 'reference' ? REFERENCE_KEYS : SAMPLE_KEYS);
+  const opts = options as ReferenceOptions;
+  const { batch, vocab } = o;
+
+  const temperature = perRowFloat(
+    'temperature', opts.temperature, batch, 1, (x) => Number.isFinite(x) && x >= 0, 'a finite number >= 0',
+  );
+  const numSamples = opts.numSamples ?? 1;
+  if (typeof numSamples !== 'number' || !Number.isInteger(numSamples) || numSamples < 1 || numSamples > native.maxSamples) {
+    throw rangeError('numSamples', `an integer in [1, ${native.maxSamples}]`, numSamples);
+  }
+  if (batch * numSamples > 2 ** 31 - 1) {
+    throw rangeError('numSamples', `batch * numSamples below 2^31 (batch is ${batch})`, numSamples);
+  }
+  const seed = perRowU64('seed', opts.seed, batch, o.device);
+  const offset = perRowU64('offset', opts.offset, batch, o.device);
+
+  let kind: SamplerCode = 0;
+  if (sampler === 'reference') {
+    const method = opts.method ?? 'inverse-cdf';
+    if (method !== 'inverse-cdf' && method !== 'gumbel') throw typeError('method', "'inverse-cdf' or 'gumbel'", method);
+    kind = method === 'gumbel' ? 1 : 2;
+  }
+
+  const spec: NativeSpec = {
+    kind,
+    device: o.device.kind === 'cuda' ? 1 : 0,
+    ordinal: o.device.ordinal,
+    hidden: (H as Tensor).handle('H'),
+    weight: (W as Tensor).handle('W'),
+    dtype: dtypeCode(o.dtype),
+    batch,
+    vocab,
+    dim: o.dim,
+    numSamples,
+    temperature,
+    seed: seed.rows instanceof Tensor ? seed.rows.handle('seed') : seed.rows,
+    offset: offset.rows instanceof Tensor ? offset.rows.handle('offset') : offset.rows,
+    perRowSeed: seed.perRow,
+    softcap: 0,
+    logprobs: false,
+    topLogprobs: 0,
+  };
+
+  if (opts.bias !== undefined) {
+    const bias = checkTensor('bias', opts.bias);
+    if (bias.dtype !== o.dtype) throw typeError('bias', `dtype '${o.dtype}' (the dtype of W)`, bias.dtype);
+    if (!bias.device.sameAs(o.device)) throw typeError('bias', `a tensor on ${o.device}`, `${bias}`);
+    if (bias.size !== vocab || bias.shape.length !== 1) {
+      throw rangeError('bias', `shape [${vocab}]`, `shape [${bias.shape.join(', ')}]`);
+    }
+    spec.bias = bias.handle('bias');
+  }
+  if (opts.topK !== undefined) spec.topK = perRowInt('topK', opts.topK, batch, 2 ** 31 - 1);
+  if (opts.topP !== undefined) {
+    spec.topP = perRowFloat('topP', opts.topP, batch, 1, (x) => x > 0 && x <= 1, 'a number in (0, 1]');
+  }
+  if (opts.minP !== undefined) {
+    spec.minP = perRowFloat('minP', opts.minP, batch, 0, (x) => x >= 0 && x < 1, 'a number in [0, 1)');
+  }
+  if (opts.softcap !== undefined) {
+    if (typeof opts.softcap !== 'number' || !Number.isFinite(opts.softcap) || opts.softcap < 0) {
+      throw rangeError('softcap', 'a finite number >= 0', opts.softcap);
+    }
+    spec.softcap = opts.softcap;
+  }
+  if (opts.allowedTokens !== undefined) {
+    const words = batch * Math.ceil(vocab / 32);
+    const a = opts.allowedTokens;
+    if (a instanceof Uint32Array) {
+      if (a.length !== words) {
+        throw rangeError('allowedTokens', `a Uint32Array of ${words} words (B * ceil(V / 32))`, a);
+      }
+      spec.allowed = a.slice();
+    } else if (a instanceof Tensor) {
+      checkTensor('allowedTokens', a);
+      if (a.dtype !== 'i32' || a.size !== words) {
+        throw typeError('allowedTokens', `an i32 tensor of ${words} words (B * ceil(V / 32))`, `${a}`);
+      }
+      if (!a.device.sameAs(o.device)) throw typeError('allowedTokens', `a tensor on ${o.device}`, `${a}`);
+      spec.allowed = a.handle('allowedTokens');
+    } else {
+      throw typeError('allowedTokens', `a Uint32Array of ${words} words or an i32 tensor`, a);
+    }
+  }
+  if (opts.logprobs !== undefined) {
+    if (typeof opts.logprobs !== 'boolean') throw typeError('logprobs', 'a boolean', opts.logprobs);
+    spec.logprobs = opts.logprobs;
+  }
+  if (opts.topLogprobs !== undefined) {
+    const n = opts.topLogprobs;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
+      throw rangeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
+    }
+    spec.topLogprobs = n;
+  }
+  if (opts.stream !== undefined) {
+    if (typeof opts.stream !== 'bigint') throw typeError('stream', 'a bigint cudaStream_t handle', opts.stream);
+    if (o.device.kind !== 'cuda') throw typeError('stream', 'no stream on the cpu device', opts.stream);
+    if (opts.stream < 0n || opts.stream >= TWO_64) throw rangeError('stream', 'a 64-bit handle', opts.stream);
+    spec.stream = opts.stream;
+  }
+  return { spec, operands: o, numSamples };
+}
+
+export { describe };

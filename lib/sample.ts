@@ -1,0 +1,120 @@
+// The samplers: validate (options.ts), hand the spec to the native side, turn row statuses into
+// errors naming the row.
+import type { Device } from './device';
+import { rangeError, typeError } from './errors';
+import { native, NativeResult, NativeSpec } from './native';
+import { buildSpec, checkTensor, ReferenceOptions, SampleOptions } from './options';
+import { Tensor } from './tensor';
+
+export interface SampleResult {
+  /** Int32Array(B * numSamples), row-major. */
+  tokens: Int32Array;
+  /** With logprobs: true: log p(token) under the distribution it was drawn from. */
+  logprobs?: Float32Array;
+  /** With topLogprobs: n: the n most probable tokens of each row (B * n; -1 where fewer are kept). */
+  topTokens?: Int32Array;
+  /** Their log-probabilities (B * n; -Infinity where fewer are kept). */
+  topLogprobs?: Float32Array;
+  /** Rows that the fused path finished through the materializing path (top-p / min-p). */
+  fallbackRows: number;
+}
+
+const ROW_NO_CANDIDATE = 1;
+
+function checkRows(result: NativeResult): void {
+  for (let b = 0; b < result.rowStatus.length; b++) {
+    if (result.rowStatus[b] === ROW_NO_CANDIDATE) {
+      throw new RangeError(
+        `row ${b}: no token can be drawn: every logit of the row is NaN or -Infinity, or masked out by allowedTokens`,
+      );
+    }
+  }
+}
+
+function toResult(result: NativeResult): SampleResult {
+  checkRows(result);
+  const out: SampleResult = { tokens: result.tokens ?? new Int32Array(0), fallbackRows: result.fallbackRows };
+  if (result.logprobs) out.logprobs = result.logprobs;
+  if (result.topTokens) {
+    out.topTokens = result.topTokens;
+    out.topLogprobs = result.topLogprobs;
+  }
+  return out;
+}
+
+/**
+ * Samples tokens straight from the LM-head product H · Wᵀ, without materializing the logits.
+ * H: [B, D], W: [V, D] (nn.Linear layout), one float dtype, one device.
+ */
+export async function sampleFused(H: Tensor, W: Tensor, options?: SampleOptions): Promise<SampleResult> {
+  const { spec } = buildSpec(H, W, options, 'fused');
+  return toResult(await native.sample(spec));
+}
+
+/**
+ * sampleFused writing the tokens into `out`, an i32 tensor of B * numSamples elements on the same
+ * device: no copy back to the host, so an engine can feed the next step from device memory.
+ * Resolves once the work is done (the caller need not wait for it to enqueue more work on the same stream).
+ */
+export async function sampleFusedInto(out: Tensor, H: Tensor, W: Tensor, options?: SampleOptions): Promise<void> {
+  const { spec, operands, numSamples } = buildSpec(H, W, options, 'fused');
+  const target = checkTensor('out', out);
+  if (target.dtype !== 'i32') throw typeError('out', "an 'i32' tensor", target.dtype);
+  if (target.size !== operands.batch * numSamples) {
+    throw rangeError('out', `${operands.batch * numSamples} elements (B * numSamples)`, `${target}`);
+  }
+  if (!target.device.sameAs(operands.device)) throw typeError('out', `a tensor on ${operands.device}`, `${target}`);
+  spec.out = target.handle('out');
+  toResult(await native.sample(spec));
+}
+
+/**
+ * The materializing reference: logits [B, V] in memory, then 'inverse-cdf' (default) or 'gumbel'
+ * (the fused sampler's own noise, so the tokens agree with sampleFused).
+ */
+export async function sampleReference(H: Tensor, W: Tensor, options?: ReferenceOptions): Promise<SampleResult> {
+  const { spec } = buildSpec(H, W, options, 'reference');
+  return toResult(await native.sample(spec));
+}
+
+export type SamplerKind = 'fused' | 'reference-gumbel' | 'reference-inverse-cdf';
+
+/**
+ * Benchmark support: times `iters` calls after `warmup`, rotating over `inputs` (so the cache does
+ * not hold W across calls). Microseconds per call: CUDA events around each launch on the GPU
+ * (no host synchronization inside the loop), a steady clock around each call on the CPU.
+ */
+export async function timeSampler(
+  kind: SamplerKind,
+  inputs: { H: Tensor; W: Tensor }[],
+  options: SampleOptions,
+  timing: { warmup: number; iters: number },
+): Promise<Float64Array> {
+  if (!Array.isArray(inputs) || inputs.length === 0) throw typeError('inputs', 'a non-empty array of {H, W}', inputs);
+  if (kind !== 'fused' && kind !== 'reference-gumbel' && kind !== 'reference-inverse-cdf') {
+    throw typeError('kind', "'fused', 'reference-gumbel' or 'reference-inverse-cdf'", kind);
+  }
+  const method = kind === 'reference-gumbel' ? 'gumbel' : 'inverse-cdf';
+  const sampler = kind === 'fused' ? 'fused' : 'reference';
+  const opts = sampler === 'reference' ? { ...options, method } : options;
+  const { spec } = buildSpec(inputs[0].H, inputs[0].W, opts, sampler);
+  const pairs = inputs.map(({ H, W }, i) => {
+    const { spec: s } = buildSpec(H, W, opts, sampler);
+    if (s.batch !== spec.batch || s.vocab !== spec.vocab || s.dim !== spec.dim || s.dtype !== spec.dtype) {
+      throw rangeError(`inputs[${i}]`, 'the shape and dtype of inputs[0]', `[${s.batch}, ${s.dim}] x [${s.vocab}, ${s.dim}]`);
+    }
+    return { hidden: s.hidden!, weight: s.weight! };
+  });
+  const { warmup, iters } = timing;
+  if (!Number.isInteger(warmup) || warmup < 0) throw rangeError('warmup', 'an integer >= 0', warmup);
+  if (!Number.isInteger(iters) || iters < 1) throw rangeError('iters', 'an integer >= 1', iters);
+  return native.timeSampler(spec as NativeSpec, pairs, warmup, iters);
+}
+
+/** Read bandwidth of device memory in bytes per second (16-byte loads over `bytes`); CUDA only. */
+export async function measureReadBandwidth(device: Device, bytes: number, iters: number): Promise<number> {
+  if (device?.kind !== 'cuda') throw typeError('device', 'a CUDA device', device?.kind ?? device);
+  if (!Number.isSafeInteger(bytes) || bytes < 1 << 20) throw rangeError('bytes', 'an integer >= 1 MiB', bytes);
+  if (!Number.isInteger(iters) || iters < 1) throw rangeError('iters', 'an integer >= 1', iters);
+  return native.readBandwidth(device.ordinal, bytes, iters);
+}
