@@ -17,8 +17,9 @@ namespace cpu {
 // allocates [batch, vocab].
 std::string sample_fused(const SampleParams& p, int num_threads);
 
-// Reference: materializes the logits [batch, vocab] (float64 accumulation) and then samples by
-// `method`.
+// Reference: materializes the logits [batch, vocab] (the fused path's fp32 dot product, so on the
+// CPU both see bit-identical logits), applies the filters per row in float64, samples by `method`.
+// With kGumbel it draws exactly the fused path's tokens.
 std::string sample_reference(const SampleParams& p, ReferenceMethod method, int num_threads);
 
 }  // namespace cpu

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""PyTorch baselines and the matrix-rate ceiling for flashsample-bench.
+
+Spawned by bench/cli.ts (dist/bench/cli.js); can be run by hand too:
+
+    python3 bench/baselines/torch_baselines.py \
+        --shapes '[{"name": "llama3-8b", "vocab": 128256, "hidden": 4096}]' \
+        --batches 1,2,4,8,16,32,64,128,256 --dtype bf16 --iters 100 --warmup 10
+
+Prints exactly one JSON object on stdout (progress and diagnostics go to stderr). Without PyTorch,
+or with a PyTorch that has no CUDA, the object says {"available": false, "reason": "..."} and the
+exit code is 0: that is an answer, not a failure. Argument errors exit with code 2 (argparse).
+Each baseline is timed in its own try block; an exception becomes {"error": "..."} in its cell.
+
+Timing: torch.cuda.Event pairs around every call, after `warmup` untimed calls; the weights are
+rotated over enough distinct copies that they cannot all sit in L2 (total > 2 x 60 MB, at least
+two copies); median and p10/p90 over `iters` calls. Logits are computed in the weight dtype by
+cuBLAS (as a serving stack would) and cast to float32 before softmax / noise.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+
+L2_BYTES_DEFAULT = 60 * 1000 * 1000
+DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+
+# id -> description, in table order. topk / topp take their parameter from --top-k / --top-p.
+BASELINES = {
+    "matmul": "cuBLAS H @ W.T alone",
+    "multinomial": "matmul + softmax + torch.multinomial",
+    "gumbel": "matmul + Gumbel noise (-log(-log u)) + argmax",
+    "exp-race": "matmul + softmax + probs / q.exponential_() argmax (vLLM)",
+    "topk": "matmul + top-k + softmax + multinomial",
+    "topp": "matmul + sort + top-p (cumsum) + softmax + multinomial",
+}
+DEFAULT_BASELINES = ["matmul", "multinomial", "gumbel", "exp-race"]
+
+
+def log(msg):
+    sys.stderr.write("[torch_baselines] " + msg + "\n")
+    sys.stderr.flush()
+
+
+def finite(obj):
+    """JSON has no NaN or Infinity: they become null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(finite(obj), allow_nan=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def short_error(exc):
+    text = "%s: %s" % (type(exc).__name__, str(exc).strip())
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:300]
+
+
+def parse_shapes(text):
+    try:
+        shapes = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("expected a JSON list of {name, vocab, hidden}, got %r (%s)" % (text, exc))
+    if not isinstance(shapes, list) or not shapes:
+        raise argparse.ArgumentTypeError("expected a non-empty JSON list of {name, vocab, hidden}, got %r" % (text,))
+    out = []
+    for i, s in enumerate(shapes):
+        if not isinstance(s, dict):
+            raise argparse.ArgumentTypeError("shape %d: expected an object {name, vocab, hidden}, got %r" % (i, s))
+        v, d = s.get("vocab"), s.get("hidden")
+        for key, val in (("vocab", v), ("hidden", d)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise argparse.ArgumentTypeError("shape %d: %s: expected an integer >= 1, got %r" % (i, key, val))
+        name = s.get("name", "%dx%d" % (v, d))
+        if not isinstance(name, str):
+            raise argparse.ArgumentTypeError("shape %d: name: expected a string, got %r" % (i, name))
+        out.append({"name": name, "vocab": v, "hidden": d})
+    return out
+
+
+def parse_int_list(text):
+    try:
+        items = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % (text,))
+    if not items or any(x < 1 or x > 65535 for x in items):
+        raise argparse.ArgumentTypeError("expected integers from 1 to 65535, got %r" % (text,))
+    return sorted(set(items))
+
+
+def parse_baselines(text):
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in BASELINES]
+    if bad:
+        raise argparse.ArgumentTypeError("unknown baseline(s) %s; expected some of %s" % (", ".join(bad), ",".join(BASELINES)))
+    return items
+
+
+def positive_int(text):
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected an integer, got %r" % (text,))
+    if n < 1:
+        raise argparse.ArgumentTypeError("expected an integer >= 1, got %r" % (text,))
+    return n
+
+
+def nonneg_int(text):
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected an integer, got %r" % (text,))
+    if n < 0:
+        raise argparse.ArgumentTypeError("expected an integer >= 0, got %r" % (text,))
+    return n
+
+
+def positive_float(text):
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number, got %r" % (text,))
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError("expected a finite number > 0, got %r" % (text,))
+    return x
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description="PyTorch baselines and matrix-rate ceiling for flashsample-bench (JSON on stdout).")
+    p.add_argument("--shapes", type=parse_shapes, default=None, help='JSON list: [{"name": ..., "vocab": V, "hidden": D}]')
+    p.add_argument("--batches", type=parse_int_list, default=[1], help="comma-separated batch sizes")
+    p.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default="bf16")
+    p.add_argument("--iters", type=positive_int, default=100)
+    p.add_argument("--warmup", type=nonneg_int, default=10)
+    p.add_argument("--baselines", type=parse_baselines, default=list(DEFAULT_BASELINES),
+                   help="comma-separated, of " + ",".join(BASELINES))
+    p.add_argument("--top-k", type=positive_int, default=50)
+    p.add_argument("--top-p", type=positive_float, default=0.9)
+    p.add_argument("--temperature", type=positive_float, default=1.0)
+    p.add_argument("--logit-std", type=positive_float, default=4.0, help="standard deviation of the random logits")
+    p.add_argument("--no-matrix-rate", action="store_true", help="skip the 8192^3 matmul ceiling")
+    p.add_argument("--matrix-size", type=positive_int, default=8192)
+    p.add_argument("--l2-bytes", type=positive_int, default=L2_BYTES_DEFAULT)
+    p.add_argument("--device-index", type=nonneg_int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=1234)
+    p.add_argument("--check", action="store_true", help="only report whether torch + CUDA are usable")
+    return p
+
+
+def rotation_copies(w_bytes, l2_bytes):
+    """Enough distinct copies that their total exceeds 2 x L2; at least two."""
+    return max(2, (2 * l2_bytes) // max(1, w_bytes) + 1)
+
+
+def summarize(samples_us):
+    s = sorted(samples_us)
+    n = len(s)
+
+    def q(x):
+        pos = (n - 1) * x
+        lo = int(math.floor(pos))
+        hi = min(n - 1, lo + 1)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return {"median_us": q(0.5), "p10_us": q(0.1), "p90_us": q(0.9), "min_us": s[0], "max_us": s[-1],
+            "mean_us": sum(s) / n, "n": n}
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    report = {
+        "available": False,
+        "reason": None,
+        "python": platform.python_version(),
+        "torch": None,
+        "cuda": None,
+        "gpu": None,
+        "dtype": args.dtype,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "baselines": {k: BASELINES[k] for k in args.baselines},
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "matrix_rate": None,
+        "results": [],
+    }
+
+    try:
+        import torch
+    except Exception as exc:  # ImportError, or a broken install raising something else
+        report["reason"] = "python3 has no torch (%s)" % short_error(exc)
+        emit(report)
+        return 0
+    report["torch"] = getattr(torch, "__version__", "?")
+    report["cuda"] = getattr(torch.version, "cuda", None)
+    try:
+        usable = torch.cuda.is_available() and torch.cuda.device_count() > args.device_index
+    except Exception as exc:
+        usable = False
+        report["reason"] = "torch %s: no CUDA (%s)" % (report["torch"], short_error(exc))
+    if not usable:
+        if report["reason"] is None:
+            if report["cuda"] is None:
+                report["reason"] = "torch %s is built without CUDA (no CUDA)" % report["torch"]
+            else:
+                report["reason"] = "torch %s: no CUDA device %d visible (no CUDA)" % (report["torch"], args.device_index)
+        emit(report)
+        return 0
+
+    dev = torch.device("cuda", args.device_index)
+    torch.cuda.set_device(dev)
+    report["gpu"] = torch.cuda.get_device_name(dev)
+    report["available"] = True
+    if args.check:
+        emit(report)
+        return 0
+
+    torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+    # An honest fp32 matmul: TF32 would quietly use tensor cores at reduced precision.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(args.seed)
+
+    def time_calls(fn, copies, iters=args.iters, warmup=args.warmup):
+        for i in range(warmup):
+            fn(i % copies)
+        torch.cuda.synchronize(dev)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            fn(i % copies)
+            ends[i].record()
+        torch.cuda.synchronize(dev)
+        return summarize([s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)])
+
+    with torch.inference_mode():
+        # Ceiling: the matrix rate of cuBLAS on an N^3 product in bf16 (and in the run's dtype).
+        if not args.no_matrix_rate:
+            report["matrix_rate"] = {}
+            n = args.matrix_size
+            for name in sorted({"bf16", args.dtype}):
+                dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[name]
+                try:
+                    a = [torch.randn(n, n, device=dev, dtype=dt, generator=gen) for _ in range(2)]
+                    b = [torch.randn(n, n, device=dev, dtype=dt, generator=gen) for _ in range(2)]
+                    s = time_calls(lambda i: a[i] @ b[i].T, 2, iters=30 if name != "f32" else 10, warmup=5)
+                    flops = 2.0 * n * n * n
+                    report["matrix_rate"][name] = {
+                        "flops_per_s": flops / (s["median_us"] * 1e-6),
+                        "tflops": flops / (s["median_us"] * 1e-6) / 1e12,
+                        "size": n,
+                        "median_us": s["median_us"],
+                        "p10_us": s["p10_us"],
+                        "p90_us": s["p90_us"],
+                        "method": "torch.matmul (cuBLAS) A @ B.T, %d^3 %s, median of %d" % (n, name, s["n"]),
+                    }
+                    log("matrix rate %s %d^3: %.1f TFLOP/s" % (name, n, report["matrix_rate"][name]["tflops"]))
+                    del a, b
+                except Exception as exc:
+                    report["matrix_rate"][name] = {"error": short_error(exc)}
+                    log("matrix rate %s failed: %s" % (name, short_error(exc)))
+                torch.cuda.empty_cache()
+
+        shapes = args.shapes or []
+        temp = args.temperature
+        k, p = args.top_k, args.top_p
+
+        def logits_of(h, w):
+            return (h @ w.T).float()
+
+        def b_matmul(h, w):
+            return h @ w.T
+
+        def b_multinomial(h, w):
+            probs = torch.softmax(logits_of(h, w) / temp, dim=-1)
+            return torch.multinomial(probs, 1)
+
+        def b_gumbel(h, w):
+            logits = logits_of(h, w) / temp
+            u = torch.rand_like(logits)
+            return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+
+        def b_exp_race(h, w):
+            probs = torch.softmax(logits_of(h, w) / temp, dim=-1)
+            q = torch.empty_like(probs).exponential_()
+            return torch.argmax(probs / q, dim=-1)
+
+        def b_topk(h, w):
+            vals, idx = torch.topk(logits_of(h, w) / temp, min(k, w.shape[0]), dim=-1)
+            s = torch.multinomial(torch.softmax(vals, dim=-1), 1)
+            return idx.gather(-1, s)
+
+        def b_topp(h, w):
+            vals, idx = torch.sort(logits_of(h, w) / temp, descending=True, dim=-1)
+            probs = torch.softmax(vals, dim=-1)
+            drop = (probs.cumsum(dim=-1) - probs) > p
+            probs = torch.softmax(vals.masked_fill(drop, float("-inf")), dim=-1)
+            s = torch.multinomial(probs, 1)
+            return idx.gather(-1, s)
+
+        fns = {"matmul": b_matmul, "multinomial": b_multinomial, "gumbel": b_gumbel, "exp-race": b_exp_race,
+               "topk": b_topk, "topp": b_topp}
+
+        for shape in shapes:
+            V, D = shape["vocab"], shape["hidden"]
+            w_bytes = V * D * DTYPE_BYTES[args.dtype]
+            copies = rotation_copies(w_bytes, args.l2_bytes)
+            weights = []
+            try:
+                scale = args.logit_std / math.sqrt(D)
+                for _ in range(copies):
+                    weights.append((torch.randn(V, D, device=dev, dtype=torch.float32, generator=gen) * scale).to(torch_dtype))
+            except Exception as exc:
+                err = "allocating %d copies of W (%.2f GB each): %s" % (copies, w_bytes / 1e9, short_error(exc))
+                log(shape["name"] + ": " + err)
+                for B in args.batches:
+                    report["results"].append({"shape": shape["name"], "vocab": V, "hidden": D, "batch": B,
+                                              "copies": copies, "baselines": {b: {"error": err} for b in args.baselines}})
+                del weights
+                torch.cuda.empty_cache()
+                continue
+            for B in args.batches:
+                row = {"shape": shape["name"], "vocab": V, "hidden": D, "batch": B, "copies": copies, "baselines": {}}
+                try:
+                    hs = [torch.randn(B, D, device=dev, dtype=torch.float32, generator=gen).to(torch_dtype)
+                          for _ in range(copies)]
+                except Exception as exc:
+                    err = "allocating H: " + short_error(exc)
+                    row["baselines"] = {b: {"error": err} for b in args.baselines}
+                    report["results"].append(row)
+                    continue
+                for name in args.baselines:
+                    fn = fns[name]
+                    try:
+                        out = fn(hs[0], weights[0])
+                        if out.shape[0] != B:
+                            raise RuntimeError("baseline returned shape %s for batch %d" % (tuple(out.shape), B))
+                        s = time_calls(lambda i, fn=fn: fn(hs[i], weights[i]), copies)
+                        row["baselines"][name] = s
+                        log("%s B=%d %s: %.1f us" % (shape["name"], B, name, s["median_us"]))
+                    except Exception as exc:
+                        row["baselines"][name] = {"error": short_error(exc)}
+                        log("%s B=%d %s failed: %s" % (shape["name"], B, name, short_error(exc)))
+                        try:  # after a CUDA error the context may be unusable; still try the rest
+                            torch.cuda.synchronize(dev)
+                            torch.cuda.empty_cache()
+                        except Exception:
+                            pass
+                report["results"].append(row)
+                del hs
+            del weights
+            torch.cuda.empty_cache()
+
+    emit(report)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    started = time.time()
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit:
+        raise
+    except BaseException as exc:  # report, never die silently: the caller reads stdout as JSON
+        traceback.print_exc(file=sys.stderr)
+        emit({"available": False, "reason": "torch_baselines.py failed: " + short_error(exc), "results": []})
+        code = 1
+    log("done in %.1f s" % (time.time() - started))
+    sys.exit(code)

@@ -1,0 +1,296 @@
+// The fused CPU sampler: one pass over the vocabulary in tiles of kVocabTile entries, never
+// materializing [batch, vocab] (SEMANTICS.md §3, §5).
+//
+// Pass: each thread owns a range of tiles (and, when there are more threads than tiles, a slice of
+// the samples). Per tile it computes the logits of every row, then per row
+//   - greedy rows: the running argmax;
+//   - rows that may draw from the whole row: the running Gumbel winner of every sample;
+//   - with filters: the row's kCandidateCap best entries, the tile's mass partial, the tier counts.
+// Second stage, per row: merge the threads' results (candidate_better / entry order: independent of
+// the thread count), decide the kept set from the candidates or fall back to the materializing
+// procedure for that row, then draw.
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "cpu_internal.h"
+#include "cpu_sampler.h"
+
+namespace flashsample {
+namespace cpu {
+
+namespace {
+
+using namespace detail;
+
+// What one vocabulary part (a range of tiles) found, for every row.
+struct VocabPart {
+  std::vector<Winner> winners;      // [batch * num_samples]: rows that need running winners
+  std::vector<Winner> argmax;       // [batch]: greedy rows
+  std::vector<BestEntries> best;    // [batch]: with filters
+  std::vector<int64_t> finite_count;  // [batch]: drawable finite tokens (with filters)
+  std::vector<int64_t> inf_count;     // [batch]: drawable +Inf tokens (with filters)
+};
+
+struct RowSetup {
+  RowFilters filters;
+  // Running Gumbel winners are needed unless the kept set is known to fit in the candidates: then
+  // the draw happens in the second stage among them (cheaper with many samples).
+  bool needs_winners = false;
+};
+
+// Per-thread working memory of the pass.
+struct PassScratch {
+  std::vector<float> logits;        // [batch, kVocabTile]
+  std::vector<float> weight_rows;   // converted W
+  double prune[kVocabTile];         // per entry: prune weight, 0 = not drawable
+  double quad_prune[kVocabTile / 4];  // per noise block: the largest prune weight of its 4 entries
+};
+
+// The smallest uniform_open01 can return: a block whose every bound is below it is pruned whole,
+// without computing its Philox block.
+constexpr double kMinUniform = 0x1p-33;
+
+// Running Gumbel winners of samples [sample_begin, sample_end) of one row over one tile.
+void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, const float* logits,
+               int64_t vocab_begin, int64_t count, int64_t sample_begin, int64_t sample_end,
+               Winner* winners, PassScratch& s) {
+  // c_ref: the tile's largest finite scaled logit, the reference of its prune weights.
+  // lead: the entry offered first (the first +Inf entry, else the largest finite one).
+  double c_ref = -INFINITY, lead_c = -INFINITY;
+  int64_t lead = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!is_drawable(logits[i])) continue;
+    const double c = static_cast<double>(logits[i]) * filters.inv_temperature;
+    if (lead < 0 || c > lead_c) {
+      lead = i;
+      lead_c = c;
+    }
+    if (logits[i] != INFINITY) c_ref = std::max(c_ref, c);
+  }
+  if (lead < 0) return;
+  for (int64_t i = 0; i < count; ++i) {
+    const float logit = logits[i];
+    s.prune[i] = !is_drawable(logit) ? 0.0
+                 : logit == INFINITY ? INFINITY
+                                     : prune_weight(logit, filters.inv_temperature, c_ref);
+  }
+  const int64_t quads = (count + 3) / 4;
+  for (int64_t q = 0; q < quads; ++q) {
+    double largest = 0.0;
+    for (int64_t i = 4 * q; i < std::min(4 * q + 4, count); ++i) {
+      largest = std::max(largest, s.prune[i]);
+    }
+    s.quad_prune[q] = largest;
+  }
+  const uint64_t seed = p.seed[row], offset = p.offset[row];
+  const uint32_t stream = noise_stream(p, row);
+  const uint32_t first_quad = static_cast<uint32_t>(vocab_begin >> 2);
+  const uint32_t lead_quad = first_quad + static_cast<uint32_t>(lead >> 2);
+  for (int64_t j = sample_begin; j < sample_end; ++j) {
+    Winner best = winners[j];
+    double factor = prune_factor(c_ref, best.score);
+    // The lead first: its score is the likeliest winner, so the bound prunes most of the others.
+    // The order of the offers does not change the winner (candidate_better is a total order).
+    const Philox4 lead_block =
+        noise_block(seed, offset, stream, static_cast<uint32_t>(j), lead_quad);
+    offer(logits[lead], static_cast<uint32_t>(vocab_begin + lead), lead_block.x[lead & 3],
+          s.prune[lead], filters.inv_temperature, c_ref, best, factor);
+    for (int64_t q = 0; q < quads; ++q) {
+      if (s.quad_prune[q] * factor < kMinUniform) continue;  // no entry of the block can win
+      const Philox4 block =
+          q == (lead >> 2) ? lead_block
+                           : noise_block(seed, offset, stream, static_cast<uint32_t>(j),
+                                         first_quad + static_cast<uint32_t>(q));
+      for (int64_t lane = 0; lane < 4; ++lane) {
+        const int64_t i = 4 * q + lane;
+        if (i >= count || s.prune[i] == 0.0 || i == lead) continue;
+        offer(logits[i], static_cast<uint32_t>(vocab_begin + i), block.x[lane], s.prune[i],
+              filters.inv_temperature, c_ref, best, factor);
+      }
+    }
+    winners[j] = best;
+  }
+}
+
+void update_argmax(const float* logits, int64_t vocab_begin, int64_t count, Winner& argmax) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (!is_drawable(logits[i])) continue;
+    const Candidate c =
+        make_candidate(logits[i], 0.0f, true, 0.0f, static_cast<uint32_t>(vocab_begin + i));
+    if (candidate_better(c.score, c.key, argmax.score, argmax.key)) {
+      argmax = Winner{c.score, c.key, logits[i]};
+    }
+  }
+}
+
+}  // namespace
+
+std::string sample_fused(const SampleParams& p, int num_threads) {
+  const std::string invalid = validate(p);
+  if (!invalid.empty()) return invalid;
+  try {
+    const int threads = resolve_threads(num_threads);
+    const bool filtered = has_filters(p);
+    const int64_t batch = p.batch, samples = p.num_samples;
+    const int64_t tiles = (p.vocab + kVocabTile - 1) / kVocabTile;
+
+    std::vector<RowSetup> rows(static_cast<size_t>(batch));
+    bool any_winners = false;
+    for (int64_t b = 0; b < batch; ++b) {
+      RowSetup& r = rows[b];
+      r.filters = row_filters(p, b);
+      const bool small_top_k = r.filters.top_k > 0 && r.filters.top_k <= kCandidateCap;
+      r.needs_winners = !r.filters.greedy &&
+                        (!filtered || (p.vocab > kCandidateCap && !small_top_k));
+      any_winners = any_winners || r.needs_winners;
+    }
+
+    // Thread layout: tile ranges first; spare threads split the samples (small vocabularies with
+    // many samples spend their time in the noise, not in the logits).
+    const int64_t vocab_parts = std::min<int64_t>(threads, tiles);
+    const int64_t sample_parts =
+        any_winners ? std::max<int64_t>(1, std::min<int64_t>(threads / vocab_parts, samples)) : 1;
+
+    LogitSource source(p);
+    std::vector<VocabPart> parts(static_cast<size_t>(vocab_parts));
+    for (VocabPart& part : parts) {
+      if (any_winners) part.winners.resize(static_cast<size_t>(batch * samples));
+      part.argmax.resize(static_cast<size_t>(batch));
+      if (filtered) {
+        part.best.resize(static_cast<size_t>(batch));
+        part.finite_count.assign(static_cast<size_t>(batch), 0);
+        part.inf_count.assign(static_cast<size_t>(batch), 0);
+      }
+    }
+    std::vector<MassPartial> mass(filtered ? static_cast<size_t>(batch * tiles) : 0);
+
+    run_threads(static_cast<int>(vocab_parts * sample_parts), [&](int thread) {
+      const int64_t vp = thread / sample_parts, sp = thread % sample_parts;
+      VocabPart& part = parts[vp];
+      const int64_t tile_begin = tiles * vp / vocab_parts;
+      const int64_t tile_end = tiles * (vp + 1) / vocab_parts;
+      const int64_t sample_begin = samples * sp / sample_parts;
+      const int64_t sample_end = samples * (sp + 1) / sample_parts;
+      const bool collects = sp == 0;  // one thread per part collects the per-row data
+      PassScratch s;
+      s.logits.resize(static_cast<size_t>(batch * kVocabTile));
+      for (int64_t t = tile_begin; t < tile_end; ++t) {
+        const int64_t v0 = t * kVocabTile, count = std::min(kVocabTile, p.vocab - v0);
+        source.compute(0, batch, v0, v0 + count, s.logits.data(), kVocabTile, s.weight_rows);
+        for (int64_t b = 0; b < batch; ++b) {
+          const float* logits = s.logits.data() + b * kVocabTile;
+          const RowSetup& r = rows[b];
+          if (r.filters.greedy) {
+            if (collects) update_argmax(logits, v0, count, part.argmax[b]);
+            continue;
+          }
+          if (filtered && collects) {
+            mass[b * tiles + t] = tile_mass(logits, count, r.filters.temperature);
+            for (int64_t i = 0; i < count; ++i) {
+              if (!is_drawable(logits[i])) continue;
+              ++(logits[i] == INFINITY ? part.inf_count[b] : part.finite_count[b]);
+              part.best[b].push(Entry{logits[i], static_cast<int32_t>(v0 + i)});
+            }
+          }
+          if (r.needs_winners) {
+            scan_tile(p, b, r.filters, logits, v0, count, sample_begin, sample_end,
+                      part.winners.data() + b * samples, s);
+          }
+        }
+      }
+    });
+
+    // Second stage, per row: merge the parts, decide the kept set, plan the draw.
+    std::vector<RowPlan> plans(static_cast<size_t>(batch));
+    std::vector<const Winner*> row_winners(static_cast<size_t>(batch), nullptr);
+    std::atomic<int64_t> fallbacks{0};
+    parallel_for(batch, threads, [&](int64_t b) {
+      const RowSetup& r = rows[b];
+      RowPlan& plan = plans[b];
+      plan.greedy = r.filters.greedy;
+      plan.temperature = r.filters.greedy ? 1.0 : r.filters.temperature;
+      plan.inv_temperature = r.filters.inv_temperature;
+      if (r.filters.greedy) {
+        Winner argmax = parts[0].argmax[b];
+        for (const VocabPart& part : parts) {
+          if (winner_better(part.argmax[b], argmax)) argmax = part.argmax[b];
+        }
+        plan.greedy_token = winner_token(argmax);
+        finish_trivial_plan(p, b, plan);
+        return;
+      }
+      if (r.needs_winners) {
+        Winner* merged = parts[0].winners.data() + b * samples;
+        for (size_t k = 1; k < parts.size(); ++k) {
+          const Winner* other = parts[k].winners.data() + b * samples;
+          for (int64_t j = 0; j < samples; ++j) {
+            if (winner_better(other[j], merged[j])) merged[j] = other[j];
+          }
+        }
+        row_winners[b] = merged;
+      }
+      if (!filtered) {  // no filters: the kept set is the whole row, the winners are the draw
+        plan.from_winners = true;
+        plan.status = has_token(row_winners[b][0]) ? kRowOk : kRowNoCandidate;
+        if (p.row_status != nullptr) p.row_status[b] = plan.status;
+        return;
+      }
+
+      BestEntries best = std::move(parts[0].best[b]);
+      int64_t finite_count = parts[0].finite_count[b], inf_count = parts[0].inf_count[b];
+      for (size_t k = 1; k < parts.size(); ++k) {
+        best.absorb(parts[k].best[b]);
+        finite_count += parts[k].finite_count[b];
+        inf_count += parts[k].inf_count[b];
+      }
+      const std::vector<Entry>& sorted = best.finish();
+      if (finite_count + inf_count == 0) {
+        finish_trivial_plan(p, b, plan);
+        return;
+      }
+      TierView tier;
+      tier.best = sorted.data();
+      tier.temperature = r.filters.temperature;
+      if (inf_count > 0) {  // the +Inf entries lead the order
+        tier.inf_tier = true;
+        tier.size = inf_count;
+        tier.num_best = std::min<int64_t>(inf_count, static_cast<int64_t>(sorted.size()));
+        tier.total = static_cast<double>(inf_count);
+      } else {
+        const MassPartial row_mass = combine_mass(mass.data() + b * tiles, tiles);
+        tier.size = finite_count;
+        tier.num_best = static_cast<int64_t>(sorted.size());
+        tier.z_max = row_mass.max_z;
+        tier.total = row_mass.sum;
+      }
+      KeptDecision kept = decide_kept(tier, r.filters, p.top_logprobs);
+      // The whole row is kept and the running winners have drawn from it; otherwise the kept set
+      // must lie within the candidates.
+      const bool use_winners = !kept.fallback && kept.size == tier.size && r.needs_winners;
+      if (!use_winners && kept.size > tier.num_best) kept.fallback = true;
+      if (kept.fallback) {
+        fallbacks.fetch_add(1, std::memory_order_relaxed);
+        std::vector<float> row_logits(static_cast<size_t>(p.vocab)), scratch;
+        source.compute(b, b + 1, 0, p.vocab, row_logits.data(), p.vocab, scratch);
+        reference_row_plan(p, b, row_logits.data(), plan);
+        row_winners[b] = nullptr;
+      } else {
+        finish_plan(p, b, tier, kept, !use_winners, plan);
+        plan.from_winners = use_winners;
+      }
+      prepare_draw(plan, ReferenceMethod::kGumbel);
+    });
+    if (p.fallback_rows != nullptr) *p.fallback_rows = static_cast<int32_t>(fallbacks.load());
+
+    draw_all(p, plans, ReferenceMethod::kGumbel, row_winners, threads);
+    return std::string();
+  } catch (const std::bad_alloc&) {
+    return "sample_fused: out of host memory";
+  } catch (const std::exception& e) {
+    return std::string("sample_fused: ") + e.what();
+  }
+}
+
+}  // namespace cpu
+}  // namespace flashsample

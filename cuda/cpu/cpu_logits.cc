@@ -1,0 +1,161 @@
+// Logits on the CPU: dtype decoding, the one dot product, and the tile routine both samplers call.
+#include <string.h>
+
+#include <algorithm>
+
+#include "cpu_internal.h"
+
+namespace flashsample {
+namespace cpu {
+namespace detail {
+
+namespace {
+
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// bf16 is the upper half of an IEEE float.
+inline float bf16_to_float(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
+
+// IEEE half -> float, exact for every input (normals, subnormals, ±0, ±Inf, NaN). Rebias the
+// exponent by shifting; Inf/NaN get the float's all-ones exponent; subnormals are renormalized by
+// one float subtraction (the "magic number" trick, F. Giesen). Branch-free enough to vectorize.
+inline float f16_to_float(uint16_t h) {
+  constexpr uint32_t kExponentMask = 0x7c00u << 13;  // half exponent, moved to float position
+  uint32_t bits = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exponent = bits & kExponentMask;
+  bits += (127u - 15u) << 23;                          // rebias
+  if (exponent == kExponentMask) bits += (128u - 16u) << 23;  // Inf / NaN: exponent all ones
+  float magnitude = float_from_bits(bits);
+  if (exponent == 0) magnitude = float_from_bits(bits + (1u << 23)) - float_from_bits(113u << 23);
+  uint32_t out;
+  memcpy(&out, &magnitude, sizeof out);
+  return float_from_bits(out | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+}  // namespace
+
+void decode(const void* data, DType dtype, int64_t first, int64_t n, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      memcpy(out, static_cast<const float*>(data) + first, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      const uint16_t* in = static_cast<const uint16_t*>(data) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(in[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* in = static_cast<const uint16_t*>(data) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
+      return;
+    }
+  }
+}
+
+// 16 independent accumulators: g++ -O3 turns the inner loop into 2 AVX (or 4 SSE) vector
+// accumulators without -ffast-math, since every lane keeps its own order of additions.
+float dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];  // tail: fewer than kLanes left
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+  }
+  return acc[0];
+}
+
+LogitSource::LogitSource(const SampleParams& p) : p_(p) {
+  hidden_.resize(static_cast<size_t>(p.batch * p.dim));
+  decode(p.hidden, p.dtype, 0, p.batch * p.dim, hidden_.data());
+  // 64 KiB of converted W per chunk: stays in L2 while every row of H passes over it.
+  chunk_rows_ = std::max<int64_t>(1, std::min<int64_t>(kVocabTile, 16384 / p.dim));
+}
+
+void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begin,
+                          int64_t vocab_end, float* out, int64_t out_stride,
+                          std::vector<float>& scratch) const {
+  const int64_t dim = p_.dim;
+  scratch.resize(static_cast<size_t>(chunk_rows_ * dim));
+  float bias[kVocabTile];
+  for (int64_t chunk = vocab_begin; chunk < vocab_end; chunk += chunk_rows_) {
+    const int64_t rows = std::min(chunk_rows_, vocab_end - chunk);
+    // W rows converted once per chunk, then used by every row of H.
+    decode(p_.weight, p_.dtype, chunk * dim, rows * dim, scratch.data());
+    if (p_.bias != nullptr) {
+      decode(p_.bias, p_.dtype, chunk, rows, bias);
+    } else {
+      std::fill(bias, bias + rows, 0.0f);
+    }
+    for (int64_t b = row_begin; b < row_end; ++b) {
+      const float* h = hidden_.data() + b * dim;
+      float* dst = out + (b - row_begin) * out_stride + (chunk - vocab_begin);
+      for (int64_t r = 0; r < rows; ++r) dst[r] = dot(h, scratch.data() + r * dim, dim) + bias[r];
+    }
+  }
+  // Per-row transforms of SEMANTICS.md §2: softcap, then the allowed mask (probability 0 = -Inf).
+  const int64_t mask_words = (p_.vocab + 31) / 32;
+  for (int64_t b = row_begin; b < row_end; ++b) {
+    float* dst = out + (b - row_begin) * out_stride;
+    if (p_.softcap > 0.0f) {
+      for (int64_t v = vocab_begin; v < vocab_end; ++v) {
+        dst[v - vocab_begin] = softcap_logit(dst[v - vocab_begin], p_.softcap);
+      }
+    }
+    if (p_.allowed != nullptr) {
+      const uint32_t* mask = p_.allowed + b * mask_words;
+      for (int64_t v = vocab_begin; v < vocab_end; ++v) {
+        if (((mask[v >> 5] >> (v & 31)) & 1u) == 0) dst[v - vocab_begin] = -INFINITY;
+      }
+    }
+  }
+}
+
+MassPartial tile_mass(const float* logits, int64_t n, double temperature) {
+  MassPartial m;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isfinite(logits[i])) m.max_z = std::max(m.max_z, scaled(logits[i], temperature));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (isfinite(logits[i])) m.sum += exp(scaled(logits[i], temperature) - m.max_z);
+  }
+  return m;
+}
+
+MassPartial combine_mass(const MassPartial* partials, int64_t count) {
+  MassPartial row;
+  for (int64_t t = 0; t < count; ++t) row.max_z = std::max(row.max_z, partials[t].max_z);
+  for (int64_t t = 0; t < count; ++t) {
+    if (partials[t].sum > 0.0) row.sum += partials[t].sum * exp(partials[t].max_z - row.max_z);
+  }
+  return row;
+}
+
+void BestEntries::cut() {
+  std::nth_element(items_.begin(), items_.begin() + (kCandidateCap - 1), items_.end(),
+                   entry_before);
+  items_.resize(kCandidateCap);
+  cutoff_ = items_.back();  // the k-th best: every kept entry is before or equal to it
+  has_cutoff_ = true;
+}
+
+void BestEntries::absorb(const BestEntries& other) {
+  for (const Entry& e : other.items_) push(e);
+}
+
+const std::vector<Entry>& BestEntries::finish() {
+  if (static_cast<int64_t>(items_.size()) > kCandidateCap) cut();
+  std::sort(items_.begin(), items_.end(), entry_before);
+  return items_;
+}
+
+}  // namespace detail
+}  // namespace cpu
+}  // namespace flashsample

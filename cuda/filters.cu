@@ -1,0 +1,823 @@
+// The filtered samplers (docs/SEMANTICS.md §2, §4, §5): top-k, top-p, min-p, softcap, allowed
+// masks, logprobs and topLogprobs, exact, with the same noise as every other path.
+//
+// One engine decides a row: it sees the row's candidate values either as the whole materialized
+// row (reference, fallback) or as the row's top kCandidateCap candidates plus exact whole-row
+// statistics gathered by the fused pass. Every set it keeps is a prefix of the order
+// (logit desc, index asc), found by radix selection on a 64-bit order key with count weights
+// (top-k) or probability-mass weights (top-p) in float64.
+//
+// Fused pass: the vocabulary goes through in chunks of kChunkVocab entries. Each chunk's [B, chunk]
+// fp32 logits (4 MB at B = 64) are produced by the fused kernel's own GEMM main loop and consumed
+// right away while they are still in L2; what survives per row is O(kCandidateCap): the online
+// max / sum of exponentials, counts, the running Gumbel winner per sample and the candidates.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "filters.h"
+#include "launchers.h"
+#include "noise.h"
+
+namespace flashsample {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kCandidateCap = 1024;   // documented in docs/SEMANTICS.md §5
+constexpr int kSubChunk = 4096;       // chunk entries one row block holds in shared memory at once
+constexpr int64_t kChunkVocab = 16384;  // [B, 16384] fp32 = 4 MB at B = 64: stays in the 60 MB L2
+constexpr int kMaxTopLogprobs = 1024;
+
+// ---- order keys ------------------------------------------------------------------------------------
+// 64-bit key whose unsigned order is (logit descending, index ascending): larger key = earlier.
+__device__ __forceinline__ uint64_t order_key(float l, uint32_t v) {
+  if (l == 0.0f) l = 0.0f;  // one encoding for -0 and +0
+  uint32_t b = __float_as_uint(l);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<uint64_t>(b) << 32) | static_cast<uint64_t>(0xffffffffu - v);
+}
+
+__device__ __forceinline__ bool allowed_bit(const uint32_t* allowed, int64_t words, int64_t b,
+                                            int64_t v) {
+  return allowed == nullptr || ((allowed[b * words + (v >> 5)] >> (v & 31)) & 1u) != 0;
+}
+
+// The value a raw logit (bias included) contributes: softcap first, then the mask and the
+// non-finite rules; NaN marks "not a candidate" (masked, NaN or -Inf).
+__device__ __forceinline__ float candidate_value(float raw, float softcap, bool allowed) {
+  const float l = softcap_logit(raw, softcap);
+  if (!allowed || l != l || l == -INFINITY) return NAN;
+  return l;
+}
+
+// ---- block reductions ---------------------------------------------------------------------------------
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // `partial` may still be read by the previous call
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = identity;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
+  return r;
+}
+
+struct Sum {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+// A Gumbel-max candidate carrying its logit (for logprobs).
+struct Pick {
+  float score;
+  uint32_t key;
+  float logit;
+};
+
+__device__ Pick block_best(Pick p) {
+  __shared__ Pick partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Pick q;
+    q.score = __shfl_xor_sync(0xffffffffu, p.score, o);
+    q.key = __shfl_xor_sync(0xffffffffu, p.key, o);
+    q.logit = __shfl_xor_sync(0xffffffffu, p.logit, o);
+    if (candidate_better(q.score, q.key, p.score, p.key)) p = q;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = p;
+  __syncthreads();
+  Pick r{-INFINITY, kNoToken, 0.0f};
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w)
+    if (candidate_better(partial[w].score, partial[w].key, r.score, r.key)) r = partial[w];
+  return r;
+}
+
+// ---- the row's elements ---------------------------------------------------------------------------
+// Candidate values (NaN = not a candidate) with their vocabulary indices (idx == nullptr: the
+// position is the index).
+struct Elems {
+  const float* val;
+  const uint32_t* idx;
+  int64_t n;
+  __device__ uint32_t index(int64_t i) const {
+    return idx ? idx[i] : static_cast<uint32_t>(i);
+  }
+};
+
+// The largest key K such that the weight of the selected elements with key >= K reaches
+// `target` (radix selection, 8 bits at a time, float64 weights: exact for counts < 2^53).
+// The caller guarantees that the total selected weight reaches the target.
+template <class Select, class Weight>
+__device__ uint64_t radix_select(const Elems& e, Select select, Weight weight, double target) {
+  __shared__ double hist[256];
+  __shared__ uint64_t s_prefix;
+  __shared__ double s_above;
+  uint64_t prefix = 0;
+  double above = 0.0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0.0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l != l) continue;
+      const uint64_t key = order_key(l, e.index(i));
+      if (!select(l, key)) continue;
+      if (shift < 56 && ((key ^ prefix) >> (shift + 8)) != 0) continue;
+      atomicAdd(&hist[(key >> shift) & 255], weight(l));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int d = 255;
+      for (; d > 0; --d) {
+        if (above + hist[d] >= target) break;
+        above += hist[d];
+      }
+      s_prefix = prefix | (static_cast<uint64_t>(d) << shift);
+      s_above = above;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    above = s_above;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+struct RowControl {
+  int64_t b;
+  float temperature;
+  int32_t top_k;
+  float top_p, min_p;
+  uint64_t seed, offset;
+  uint32_t stream;
+};
+
+__device__ RowControl load_control(const SampleParams& p, int64_t b) {
+  RowControl c;
+  c.b = b;
+  c.temperature = p.temperature[b];
+  c.top_k = p.top_k ? p.top_k[b] : 0;
+  c.top_p = p.top_p ? p.top_p[b] : 1.0f;
+  c.min_p = p.min_p ? p.min_p[b] : 0.0f;
+  c.seed = p.seed[b];
+  c.offset = p.offset[b];
+  c.stream = p.per_row_seed ? 0u : static_cast<uint32_t>(b);
+  return c;
+}
+
+__device__ __forceinline__ bool row_is_filtered(const RowControl& c) {
+  return c.temperature > 0.0f && (c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f);
+}
+
+// Whole-row statistics of the fused pass (mode "candidates").
+struct RowStats {
+  float max_logit;     // largest finite candidate value
+  int32_t overflow;    // more than kCandidateCap candidates were seen
+  double z;            // sum of exp((l - max_logit) / T) over finite candidates
+  long long valid;     // candidates (finite or +Inf)
+  long long posinf;    // +Inf candidates
+  int32_t count;       // candidates kept (<= kCandidateCap)
+  int32_t pad;
+};
+
+// The draws of an unfiltered row made during the fused pass (one per sample).
+struct RowWinners {
+  const float* score;
+  const uint32_t* key;
+  const float* logit;
+};
+
+__device__ void write_no_candidate(const SampleParams& p, int64_t b) {
+  const int S = p.num_samples;
+  for (int j = threadIdx.x; j < S; j += blockDim.x) {
+    p.tokens[b * S + j] = -1;
+    if (p.logprobs) p.logprobs[b * S + j] = -INFINITY;
+  }
+  for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
+    p.top_tokens[b * p.top_logprobs + i] = -1;
+    p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
+  }
+  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
+}
+
+// The n most probable kept tokens, in order, with their log-probabilities.
+template <class Kept, class LogProb>
+__device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_t b, Kept kept,
+                                   long long kept_count, LogProb logprob) {
+  __shared__ uint64_t s_key[kMaxTopLogprobs];
+  __shared__ float s_val[kMaxTopLogprobs];
+  __shared__ int s_count;
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  const int take = static_cast<int>(kept_count < n ? kept_count : n);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    p.top_tokens[b * n + i] = -1;
+    p.top_token_logprobs[b * n + i] = -INFINITY;
+  }
+  if (take == 0) return;
+  const uint64_t threshold = radix_select(
+      e, kept, [](float) { return 1.0; }, static_cast<double>(take));
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+    const float l = e.val[i];
+    if (l != l) continue;
+    const uint64_t key = order_key(l, e.index(i));
+    if (!kept(l, key) || key < threshold) continue;
+    const int at = atomicAdd(&s_count, 1);
+    if (at < kMaxTopLogprobs) {
+      s_key[at] = key;
+      s_val[at] = l;
+    }
+  }
+  __syncthreads();
+  const int m = s_count < take ? s_count : take;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) {
+    int rank = 0;
+    for (int j = 0; j < m; ++j) rank += s_key[j] > s_key[i];
+    if (rank < n) {
+      p.top_tokens[b * n + rank] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(s_key[i]));
+      p.top_token_logprobs[b * n + rank] = logprob(s_val[i]);
+    }
+  }
+  __syncthreads();
+}
+
+// Decides one row (one block). `stats`/`winners` non-null: the elements are the fused pass's
+// candidates; else they are the whole row. Returns false when the candidates cannot prove the
+// kept set (the row must fall back); nothing is written then.
+__device__ bool decide_row(const SampleParams& p, const Elems& e, const RowControl& c,
+                           const RowStats* stats, const RowWinners* winners, bool inverse_cdf) {
+  const int64_t b = c.b;
+  const int S = p.num_samples;
+  const bool from_candidates = stats != nullptr;
+
+  // Statistics of the elements.
+  float local_max = -INFINITY;
+  long long local_valid = 0, local_inf = 0;
+  uint64_t local_best = 0;
+  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+    const float l = e.val[i];
+    if (l != l) continue;
+    ++local_valid;
+    if (l == INFINITY) ++local_inf;
+    else local_max = fmaxf(local_max, l);
+    const uint64_t key = order_key(l, e.index(i));
+    local_best = key > local_best ? key : local_best;
+  }
+  const float elems_max = block_reduce(local_max, Max(), -INFINITY);
+  const long long elems_valid = block_reduce(local_valid, Sum(), 0ll);
+  const long long elems_inf = block_reduce(local_inf, Sum(), 0ll);
+  const uint64_t best_key = block_reduce<uint64_t>(local_best, Max(), uint64_t(0));
+
+  const long long valid = from_candidates ? stats->valid : elems_valid;
+  const long long posinf = from_candidates ? stats->posinf : elems_inf;
+  const float m = from_candidates ? stats->max_logit : elems_max;
+  if (valid == 0) {
+    write_no_candidate(p, b);
+    return true;
+  }
+  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowOk;
+  const float T = c.temperature;
+
+  if (T == 0.0f) {  // greedy: the largest key (the candidates always hold it)
+    const int32_t token = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best_key));
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      p.tokens[b * S + j] = token;
+      if (p.logprobs) p.logprobs[b * S + j] = 0.0f;
+    }
+    if (p.top_logprobs > 0) {
+      auto kept = [best_key](float, uint64_t key) { return key == best_key; };
+      write_top_logprobs(p, e, b, kept, 1, [](float) { return 0.0f; });
+    }
+    return true;
+  }
+
+  const bool inf_mode = posinf > 0;
+  const bool k_on = !inf_mode && c.top_k > 0 && c.top_k < valid;
+  const bool p_on = !inf_mode && c.top_p < 1.0f;
+  const bool minp_on = !inf_mode && c.min_p > 0.0f;
+  const bool filtered = k_on || p_on || minp_on;
+  const double inv_t = 1.0 / static_cast<double>(T);
+  const double md = static_cast<double>(m);
+  auto weight = [=](float l) -> double {
+    if (inf_mode) return l == INFINITY ? 1.0 : 0.0;
+    return exp((static_cast<double>(l) - md) * inv_t);
+  };
+  auto valid_sel = [=](float l, uint64_t) { return !inf_mode || l == INFINITY; };
+
+  if (from_candidates && !filtered) {
+    // Everything allowed is kept: the fused pass already drew from the whole row.
+    const double z = inf_mode ? static_cast<double>(posinf) : stats->z;
+    const double log_z = log(z);
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      const uint32_t key = winners->key[j];
+      p.tokens[b * S + j] = key == kNoToken ? -1 : static_cast<int32_t>(key & 0x7fffffffu);
+      if (p.logprobs) {
+        const float l = winners->logit[j];
+        p.logprobs[b * S + j] = static_cast<float>(
+            inf_mode ? -log_z : (static_cast<double>(l) - md) * inv_t - log_z);
+      }
+    }
+    if (p.top_logprobs > 0) {
+      write_top_logprobs(p, e, b, valid_sel, inf_mode ? posinf : valid, [=](float l) {
+        return static_cast<float>(inf_mode ? -log_z : (static_cast<double>(l) - md) * inv_t - log_z);
+      });
+    }
+    return true;
+  }
+
+  const bool overflow = from_candidates && stats->overflow != 0;
+  // top-k
+  uint64_t k_threshold = 0;
+  if (k_on) {
+    if (overflow && c.top_k > e.n) return false;
+    k_threshold = radix_select(e, valid_sel, [](float) { return 1.0; },
+                               static_cast<double>(c.top_k));
+  }
+  auto in_top_k = [=](float l, uint64_t key) {
+    return (!inf_mode || l == INFINITY) && key >= k_threshold;
+  };
+  double local_mass = 0.0;
+  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+    const float l = e.val[i];
+    if (l != l) continue;
+    if (in_top_k(l, order_key(l, e.index(i)))) local_mass += weight(l);
+  }
+  const double mass_in_elems = block_reduce(local_mass, Sum(), 0.0);
+  // The top-k mass: exact from the elements when top-k is on (all top-k tokens are elements).
+  const double z_top_k = (k_on || !from_candidates) ? mass_in_elems : stats->z;
+
+  // top-p
+  uint64_t p_threshold = 0;
+  if (p_on) {
+    const double target = static_cast<double>(c.top_p) * z_top_k;
+    if (mass_in_elems >= target) {
+      p_threshold = radix_select(e, in_top_k, weight, target);
+    } else if (overflow && !k_on) {
+      return false;  // the nucleus reaches past the candidates
+    }  // else: rounding with p ~ 1: keep all of top-k
+  }
+  // min-p, when it alone bounds the kept set: the smallest candidate must already fail it.
+  if (overflow && minp_on && !k_on && !p_on) {
+    float local_min = INFINITY;
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l == l) local_min = fminf(local_min, l);
+    }
+    const float smallest = -block_reduce(-local_min, Max(), -INFINITY);
+    if (weight(smallest) >= static_cast<double>(c.min_p)) return false;
+  }
+
+  const uint64_t threshold = k_threshold > p_threshold ? k_threshold : p_threshold;
+  const double min_w = minp_on ? static_cast<double>(c.min_p) : 0.0;
+  auto kept = [=](float l, uint64_t key) {
+    if (inf_mode) return l == INFINITY;
+    return key >= threshold && (min_w == 0.0 || exp((static_cast<double>(l) - md) * inv_t) >= min_w);
+  };
+  double local_z = 0.0;
+  long long local_kept = 0;
+  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+    const float l = e.val[i];
+    if (l != l) continue;
+    if (kept(l, order_key(l, e.index(i)))) {
+      local_z += weight(l);
+      ++local_kept;
+    }
+  }
+  const double z_kept = block_reduce(local_z, Sum(), 0.0);
+  const long long kept_count = block_reduce(local_kept, Sum(), 0ll);
+  const double log_z = log(z_kept);
+  auto logprob = [=](float l) {
+    return static_cast<float>(inf_mode ? -log_z : (static_cast<double>(l) - md) * inv_t - log_z);
+  };
+
+  if (!inverse_cdf) {
+    const float inv_tf = 1.0f / T;
+    for (int j = 0; j < S; ++j) {
+      Pick best{-INFINITY, kNoToken, 0.0f};
+      for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+        const float l = e.val[i];
+        if (l != l) continue;
+        const uint32_t v = e.index(i);
+        if (!kept(l, order_key(l, v))) continue;
+        const float g = gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
+        const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+      }
+      best = block_best(best);
+      if (threadIdx.x == 0) {
+        p.tokens[b * S + j] = best.key == kNoToken ? -1 : static_cast<int32_t>(best.key & 0x7fffffffu);
+        if (p.logprobs) p.logprobs[b * S + j] = logprob(best.logit);
+      }
+    }
+  } else {
+    // Inverse CDF in index order: each thread owns a contiguous range of the (index-ordered)
+    // elements; the ranges' masses are scanned once, then each sample is found by the one thread
+    // whose range holds it.
+    __shared__ double range_start[kThreads + 1];
+    const int64_t per = (e.n + blockDim.x - 1) / blockDim.x;
+    const int64_t lo = threadIdx.x * per, hi = lo + per < e.n ? lo + per : e.n;
+    double mine = 0.0;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float l = e.val[i];
+      if (l == l && kept(l, order_key(l, e.index(i)))) mine += weight(l);
+    }
+    __syncthreads();
+    range_start[threadIdx.x + 1] = mine;
+    if (threadIdx.x == 0) range_start[0] = 0.0;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int t = 1; t <= static_cast<int>(blockDim.x); ++t) range_start[t] += range_start[t - 1];
+    __syncthreads();
+    const double total = range_start[blockDim.x];
+    int last_owner = 0;  // the last thread whose range holds mass
+    for (int t = static_cast<int>(blockDim.x) - 1; t >= 0; --t)
+      if (range_start[t + 1] > range_start[t]) {
+        last_owner = t;
+        break;
+      }
+    for (int j = 0; j < S; ++j) {
+      const Philox4 r = philox4x32_10(static_cast<uint32_t>(j), c.stream, static_cast<uint32_t>(c.offset),
+                                      static_cast<uint32_t>(c.offset >> 32), static_cast<uint32_t>(c.seed),
+                                      static_cast<uint32_t>(c.seed >> 32));
+      const double u = (static_cast<double>(r.x[0]) + 0.5) * 0x1p-32;
+      const double target = u * total;
+      const int t = threadIdx.x;
+      const bool owns = mine > 0.0 && target >= range_start[t] &&
+                        (target < range_start[t + 1] || t == last_owner);
+      if (owns) {
+        double cumulative = range_start[t];
+        int64_t pick = -1;
+        float pick_l = 0.0f;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float l = e.val[i];
+          if (l != l || !kept(l, order_key(l, e.index(i)))) continue;
+          cumulative += weight(l);
+          pick = i;
+          pick_l = l;
+          if (cumulative > target) break;
+        }
+        p.tokens[b * S + j] = static_cast<int32_t>(e.index(pick));
+        if (p.logprobs) p.logprobs[b * S + j] = logprob(pick_l);
+      }
+    }
+  }
+  if (p.top_logprobs > 0) write_top_logprobs(p, e, b, kept, kept_count, logprob);
+  return true;
+}
+
+// ---- materialized rows (reference, fallback) ---------------------------------------------------
+// In place: raw logits (bias included) -> candidate values (softcap, mask, NaN for excluded).
+__global__ void __launch_bounds__(kThreads)
+    whole_rows_kernel(float* logits, SampleParams p, const int32_t* only_rows, bool inverse_cdf) {
+  const int64_t b = blockIdx.x;
+  if (only_rows != nullptr && only_rows[b] == 0) return;
+  const int64_t V = p.vocab, words = (V + 31) / 32;
+  float* row = logits + b * V;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+    row[v] = candidate_value(row[v], p.softcap, allowed_bit(p.allowed, words, b, v));
+  __syncthreads();
+  const Elems e{row, nullptr, V};
+  decide_row(p, e, load_control(p, b), nullptr, nullptr, inverse_cdf);
+}
+
+// Logits of the rows flagged in `rows` only (the fallback of the fused pass): one warp per
+// vocabulary entry, plain fp32 dot products. Slow by design and rare by construction.
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__global__ void flagged_rows_logits_kernel(SampleParams p, const int32_t* rows, const int32_t* any,
+                                           float* logits) {
+  if (*any == 0) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  const T* W = static_cast<const T*>(p.weight);
+  const T* H = static_cast<const T*>(p.hidden);
+  const T* bias = static_cast<const T*>(p.bias);
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); v < p.vocab;
+       v += warps) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (rows[b] == 0) continue;
+      float acc = 0.0f;
+      for (int64_t d = lane; d < p.dim; d += 32)
+        acc = fmaf(to_float(H[b * p.dim + d]), to_float(W[v * p.dim + d]), acc);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) logits[b * p.vocab + v] = acc + (bias ? to_float(bias[v]) : 0.0f);
+    }
+  }
+}
+
+// ---- the fused pass ------------------------------------------------------------------------------------
+struct FusedState {
+  RowStats* stats;        // [B]
+  float* cand_val;        // [B, kCandidateCap]
+  uint32_t* cand_idx;     // [B, kCandidateCap]
+  float* win_score;       // [B, S]
+  uint32_t* win_key;      // [B, S]
+  float* win_logit;       // [B, S]
+  int32_t* fallback;      // [B]
+};
+
+__global__ void init_state_kernel(FusedState st, int64_t B, int S) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < B) {
+    RowStats s;
+    s.max_logit = -INFINITY;
+    s.overflow = 0;
+    s.z = 0.0;
+    s.valid = 0;
+    s.posinf = 0;
+    s.count = 0;
+    s.pad = 0;
+    st.stats[i] = s;
+    st.fallback[i] = 0;
+  }
+  if (i < B * S) {
+    st.win_score[i] = -INFINITY;
+    st.win_key[i] = kNoToken;
+    st.win_logit[i] = 0.0f;
+  }
+}
+
+// One block per row: folds the chunk's logits [v0, v0 + count) into the row's state.
+__global__ void __launch_bounds__(kThreads)
+    fold_chunk_kernel(const float* chunk_logits, int64_t v0, int64_t count, SampleParams p,
+                      FusedState st) {
+  __shared__ float s_val[kCandidateCap + kSubChunk];
+  __shared__ uint32_t s_idx[kCandidateCap + kSubChunk];
+  __shared__ int s_n;
+  const int64_t b = blockIdx.x;
+  const RowControl c = load_control(p, b);
+  const bool need_winners = !row_is_filtered(c);
+  const int64_t words = (p.vocab + 31) / 32;
+  const float T = c.temperature;
+  const bool greedy = T == 0.0f;
+  const float inv_t = greedy ? 0.0f : 1.0f / T;
+  RowStats stats = st.stats[b];  // every thread reads; thread 0 writes back
+
+  for (int64_t sub = 0; sub < count; sub += kSubChunk) {
+    const int64_t n_sub = count - sub < kSubChunk ? count - sub : kSubChunk;
+    // The kept candidates first, then this sub-chunk's candidates.
+    for (int i = threadIdx.x; i < stats.count; i += blockDim.x) {
+      s_val[i] = st.cand_val[b * kCandidateCap + i];
+      s_idx[i] = st.cand_idx[b * kCandidateCap + i];
+    }
+    if (threadIdx.x == 0) s_n = stats.count;
+    __syncthreads();
+    float local_max = -INFINITY;
+    long long local_valid = 0, local_inf = 0;
+    for (int64_t i = threadIdx.x; i < n_sub; i += blockDim.x) {
+      const int64_t v = v0 + sub + i;
+      const float l = candidate_value(chunk_logits[b * count + sub + i], p.softcap,
+                                      allowed_bit(p.allowed, words, b, v));
+      if (l != l) continue;
+      ++local_valid;
+      if (l == INFINITY) ++local_inf;
+      else local_max = fmaxf(local_max, l);
+      const int at = atomicAdd(&s_n, 1);
+      s_val[at] = l;
+      s_idx[at] = static_cast<uint32_t>(v);
+    }
+    const float sub_max = block_reduce(local_max, Max(), -INFINITY);
+    const long long sub_valid = block_reduce(local_valid, Sum(), 0ll);
+    const long long sub_inf = block_reduce(local_inf, Sum(), 0ll);
+    const int n_all = s_n;
+    const int first_new = stats.count;
+
+    // Online log-sum-exp (float64) of the finite candidates.
+    const float new_max = fmaxf(stats.max_logit, sub_max);
+    double sub_z = 0.0;
+    if (!greedy && new_max != -INFINITY) {
+      double local_z = 0.0;
+      for (int i = first_new + threadIdx.x; i < n_all; i += blockDim.x) {
+        const float l = s_val[i];
+        if (l != INFINITY) local_z += exp((static_cast<double>(l) - new_max) / static_cast<double>(T));
+      }
+      sub_z = block_reduce(local_z, Sum(), 0.0);
+    }
+    if (!greedy && new_max != -INFINITY) {
+      const double rescale = stats.max_logit == -INFINITY
+                                 ? 0.0
+                                 : exp((static_cast<double>(stats.max_logit) - new_max) / static_cast<double>(T));
+      stats.z = stats.z * rescale + sub_z;
+    }
+    stats.max_logit = new_max;
+    stats.valid += sub_valid;
+    stats.posinf += sub_inf;
+
+    // Running Gumbel winners over every candidate (used when the row keeps everything).
+    if (need_winners) {
+      for (int j = 0; j < p.num_samples; ++j) {
+        Pick best{-INFINITY, kNoToken, 0.0f};
+        for (int i = first_new + threadIdx.x; i < n_all; i += blockDim.x) {
+          const float l = s_val[i];
+          const uint32_t v = s_idx[i];
+          const float g = greedy ? 0.0f : gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
+          const Candidate cand = make_candidate(l, inv_t, greedy, g, v);
+          if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+        }
+        best = block_best(best);
+        if (threadIdx.x == 0) {
+          const int64_t w = b * p.num_samples + j;
+          if (candidate_better(best.score, best.key, st.win_score[w], st.win_key[w])) {
+            st.win_score[w] = best.score;
+            st.win_key[w] = best.key;
+            st.win_logit[w] = best.logit;
+          }
+        }
+      }
+    }
+
+    // Keep the kCandidateCap largest keys.
+    int kept = n_all;
+    uint64_t threshold = 0;
+    if (n_all > kCandidateCap) {
+      const Elems e{s_val, s_idx, n_all};
+      threshold = radix_select(e, [](float, uint64_t) { return true; },
+                               [](float) { return 1.0; }, static_cast<double>(kCandidateCap));
+      kept = kCandidateCap;
+      stats.overflow = 1;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_all; i += blockDim.x) {
+      if (n_all > kCandidateCap && order_key(s_val[i], s_idx[i]) < threshold) continue;
+      const int at = atomicAdd(&s_n, 1);
+      st.cand_val[b * kCandidateCap + at] = s_val[i];
+      st.cand_idx[b * kCandidateCap + at] = s_idx[i];
+    }
+    stats.count = kept;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) st.stats[b] = stats;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    decide_candidates_kernel(SampleParams p, FusedState st) {
+  const int64_t b = blockIdx.x;
+  const RowStats stats = st.stats[b];
+  const Elems e{st.cand_val + b * kCandidateCap, st.cand_idx + b * kCandidateCap, stats.count};
+  const RowWinners winners{st.win_score + b * p.num_samples, st.win_key + b * p.num_samples,
+                           st.win_logit + b * p.num_samples};
+  if (!decide_row(p, e, load_control(p, b), &stats, &winners, false)) {
+    if (threadIdx.x == 0) {
+      st.fallback[b] = 1;
+      atomicAdd(p.fallback_rows, 1);
+    }
+  }
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+cudaError_t check(const SampleParams& p) {
+  if (p.batch < 1 || p.batch > kMaxBatch || p.vocab < 1 || p.vocab > 0x7ffffffe || p.dim < 1 ||
+      p.num_samples < 1 || p.num_samples > kMaxSamples || p.top_logprobs < 0 ||
+      p.top_logprobs > kMaxTopLogprobs)
+    return cudaErrorInvalidValue;
+  if (!p.hidden || !p.weight || !p.temperature || !p.seed || !p.offset || !p.tokens)
+    return cudaErrorInvalidValue;
+  if (p.top_logprobs > 0 && (!p.top_tokens || !p.top_token_logprobs)) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* rows, const int32_t* any,
+                                  float* logits, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t blocks_needed = (p.vocab + 7) / 8;
+  const int64_t grid = blocks_needed < sms * 8 ? blocks_needed : sms * 8;
+  flagged_rows_logits_kernel<T><<<static_cast<unsigned>(grid), 256, 0, stream>>>(p, rows, any, logits);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_flagged_logits_any(const SampleParams& p, const int32_t* rows, const int32_t* any,
+                                      float* logits, cudaStream_t stream) {
+  switch (p.dtype) {
+    case DType::kF32: return launch_flagged_logits<float>(p, rows, any, logits, stream);
+    case DType::kF16: return launch_flagged_logits<__half>(p, rows, any, logits, stream);
+    case DType::kBF16: return launch_flagged_logits<__nv_bfloat16>(p, rows, any, logits, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
+                                      cudaStream_t stream) {
+  cudaError_t err = check(p);
+  if (err != cudaSuccess) return err;
+  float* logits = nullptr;
+  const size_t bytes = static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float);
+  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&logits), bytes, stream)) != cudaSuccess) return err;
+  err = launch_logits_store(p, 0, p.vocab, logits, stream);
+  if (err == cudaSuccess) {
+    if (p.fallback_rows) cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
+    whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(
+        logits, p, nullptr, method == ReferenceMethod::kInverseCdf);
+    err = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(logits, stream);
+  return err != cudaSuccess ? err : freed;
+}
+
+cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
+  cudaError_t err = check(p);
+  if (err != cudaSuccess) return err;
+  if (!p.fallback_rows) return cudaErrorInvalidValue;
+  const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
+  const int64_t chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t start = at;
+    at = align256(at + bytes);
+    return start;
+  };
+  const size_t o_stats = take(B * sizeof(RowStats));
+  const size_t o_val = take(B * kCandidateCap * sizeof(float));
+  const size_t o_idx = take(B * kCandidateCap * sizeof(uint32_t));
+  const size_t o_ws = take(B * S * sizeof(float));
+  const size_t o_wk = take(B * S * sizeof(uint32_t));
+  const size_t o_wl = take(B * S * sizeof(float));
+  const size_t o_fb = take(B * sizeof(int32_t));
+  const size_t o_chunk = take(B * static_cast<size_t>(chunk) * sizeof(float));
+  uint8_t* ws = nullptr;
+  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream)) != cudaSuccess) return err;
+  FusedState st;
+  st.stats = reinterpret_cast<RowStats*>(ws + o_stats);
+  st.cand_val = reinterpret_cast<float*>(ws + o_val);
+  st.cand_idx = reinterpret_cast<uint32_t*>(ws + o_idx);
+  st.win_score = reinterpret_cast<float*>(ws + o_ws);
+  st.win_key = reinterpret_cast<uint32_t*>(ws + o_wk);
+  st.win_logit = reinterpret_cast<float*>(ws + o_wl);
+  st.fallback = reinterpret_cast<int32_t*>(ws + o_fb);
+  float* chunk_logits = reinterpret_cast<float*>(ws + o_chunk);
+
+  err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
+  const size_t init_items = B * S > B ? B * S : B;
+  if (err == cudaSuccess) {
+    init_state_kernel<<<static_cast<unsigned>((init_items + 255) / 256), 256, 0, stream>>>(
+        st, p.batch, p.num_samples);
+    err = cudaGetLastError();
+  }
+  for (int64_t v0 = 0; err == cudaSuccess && v0 < p.vocab; v0 += chunk) {
+    const int64_t count = p.vocab - v0 < chunk ? p.vocab - v0 : chunk;
+    err = launch_logits_store(p, v0, count, chunk_logits, stream);
+    if (err != cudaSuccess) break;
+    fold_chunk_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(chunk_logits, v0, count,
+                                                                               p, st);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) {
+    decide_candidates_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(p, st);
+    err = cudaGetLastError();
+  }
+  // Rows that fell back: a materialized row each (only top-p / min-p / large top-k can need it).
+  // The per-row options live on the device, so whether a row falls back is known there only: the
+  // fallback kernels always run when a filter could need them and return at once when no row was
+  // flagged. Their [B, V] workspace is reserved from the stream-ordered pool but only written for
+  // flagged rows.
+  const bool may_fall_back = p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
+  if (err == cudaSuccess && may_fall_back) {
+    float* row_logits = nullptr;
+    const size_t bytes = B * static_cast<size_t>(p.vocab) * sizeof(float);
+    err = cudaMallocAsync(reinterpret_cast<void**>(&row_logits), bytes, stream);
+    if (err == cudaSuccess) {
+      err = launch_flagged_logits_any(p, st.fallback, p.fallback_rows, row_logits, stream);
+      if (err == cudaSuccess) {
+        whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(row_logits, p,
+                                                                                  st.fallback, false);
+        err = cudaGetLastError();
+      }
+      const cudaError_t freed = cudaFreeAsync(row_logits, stream);
+      if (err == cudaSuccess) err = freed;
+    }
+  }
+  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  return err != cudaSuccess ? err : freed;
+}
+
+}  // namespace cuda
+}  // namespace flashsample

@@ -1,0 +1,28 @@
+// The filtered samplers of the CUDA backend (top-k, top-p, min-p, softcap, allowed-token masks,
+// logprobs, topLogprobs): docs/SEMANTICS.md §2, §4 and §5. Internal to cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace flashsample {
+namespace cuda {
+
+// The LM-head product for vocabulary rows [v_begin, v_begin + v_count) of every batch row, plus
+// the bias, stored as fp32 `logits[b * v_count + (v - v_begin)]`: the fused kernel's main loop
+// with its store epilogue (reference.cu), so every path sees the same logits bit for bit.
+cudaError_t launch_logits_store(const SampleParams& p, int64_t v_begin, int64_t v_count,
+                                float* logits, cudaStream_t stream);
+
+// Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
+// HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact
+// selection; rows whose candidates cannot prove the kept set fall back to a materialized row.
+cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream);
+
+// Reference: materializes [B, V] and applies the semantics to each whole row.
+cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
+                                      cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace flashsample

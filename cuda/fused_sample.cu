@@ -1,0 +1,58 @@
+// launch_fused_sample: the LM-head GEMM + Gumbel-max sampler that never materializes [B, V].
+//
+// Stage 1 (tile_kernels.cuh): a persistent grid of tensor-core CTAs (bf16/f16) or SIMT CTAs (f32,
+// unaligned rows) computes each vocabulary tile's logits on chip, perturbs them with the Philox
+// Gumbel noise of noise.h and merges each (row, sample) winner into one 64-bit word with an
+// order-preserving atomicMax (score ties go to the smaller index, as candidate_better says).
+// Stage 2 (finalize_kernel): unpacks the words into tokens and row statuses.
+// Workspace: [B, numSamples] 64-bit words, stream-ordered (cudaMallocAsync / cudaFreeAsync).
+#include <cuda_runtime.h>
+
+#include "gemm_dispatch.cuh"
+#include "launchers.h"
+
+namespace flashsample {
+namespace cuda {
+namespace {
+
+__global__ void finalize_kernel(const unsigned long long* __restrict__ winners, int64_t batch,
+                                int32_t num_samples, int32_t* __restrict__ tokens,
+                                int32_t* __restrict__ row_status) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= batch * num_samples) return;
+  const unsigned long long w = winners[i];
+  tokens[i] = detail::packed_token(w);
+  if (row_status != nullptr && i % num_samples == 0)
+    row_status[i / num_samples] = w == 0ull ? kRowNoCandidate : kRowOk;
+}
+
+}  // namespace
+
+cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
+  if (has_filters(p)) return cudaErrorNotSupported;
+  cudaError_t err = detail::check_params(p);
+  if (err != cudaSuccess) return err;
+
+  const int64_t n = p.batch * p.num_samples;
+  unsigned long long* winners = nullptr;
+  err = cudaMallocAsync(reinterpret_cast<void**>(&winners), n * sizeof(unsigned long long), stream);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(winners, 0, n * sizeof(unsigned long long), stream);  // 0 = no candidate
+  if (err == cudaSuccess) {
+    detail::GemmArgs a = detail::gemm_args(p);
+    a.winners = winners;
+    err = detail::launch_gemm<detail::Epi::kSampleOne>(p, a, stream);
+  }
+  if (err == cudaSuccess) {
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads;
+    finalize_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        winners, p.batch, p.num_samples, p.tokens, p.row_status);
+    err = cudaGetLastError();
+  }
+  const cudaError_t free_err = cudaFreeAsync(winners, stream);
+  return err != cudaSuccess ? err : free_err;
+}
+
+}  // namespace cuda
+}  // namespace flashsample

@@ -1,0 +1,145 @@
+// Host-side dispatch of the GEMM kernels of tile_kernels.cuh: picks the tile configuration for the
+// dtype, batch and alignment, sizes the persistent grid and launches. Shared by fused_sample.cu and
+// reference.cu (the reference uses the same main loop with the store epilogue, so its logits are
+// the fused path's logits bit for bit).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "tile_kernels.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+// The tensor-core path needs 16-byte rows: D a multiple of 8 and W, H 16-byte aligned. Other
+// 16-bit inputs take the SIMT path (correct, slower).
+constexpr int kMaxDevices = 64;
+
+inline bool mma_path_ok(const SampleParams& p) {
+  return p.dtype != DType::kF32 && p.dim % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(p.weight) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(p.hidden) & 15) == 0;
+}
+
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
+  auto kernel = mma_tile_kernel<Cfg, kF16, kEpi>;
+  // Resident CTAs on the device (SMs x CTAs per SM), computed once per device and kernel; the
+  // dynamic shared-memory limit is raised at the same time.
+  static std::atomic<int> resident_cache[kMaxDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  int resident = device < kMaxDevices ? resident_cache[device].load(std::memory_order_relaxed) : 0;
+  if (resident == 0) {
+    int sms = 0, per_sm = 0;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+      return err;
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
+                                                             Cfg::kSmemBytes)) != cudaSuccess)
+      return err;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    resident = sms * per_sm;
+    if (device < kMaxDevices) resident_cache[device].store(resident, std::memory_order_relaxed);
+  }
+  a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
+  a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  const int64_t items = a.num_vtiles * a.num_chunks;
+  const int64_t grid = items < resident ? items : resident;
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <bool kF16, Epi kEpi>
+cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
+  // Batch tiling: B <= 64 runs in one chunk of the smallest tile >= B (W read once); larger B in
+  // chunks of 128 columns, walking W once per chunk (once for B <= 128, twice for B <= 256).
+  if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi>(a, stream);
+  if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
+  if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
+  if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);
+  return launch_mma<Tile128, kF16, kEpi>(a, stream);
+}
+
+template <class Cfg, typename T, Epi kEpi>
+cudaError_t launch_simt(GemmArgs a, cudaStream_t stream) {
+  a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
+  a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  if (a.num_vtiles > 0x7fffffff || a.num_chunks > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.num_vtiles), static_cast<unsigned>(a.num_chunks));
+  simt_tile_kernel<Cfg, T, kEpi><<<grid, Cfg::kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T, Epi kEpi>
+cudaError_t launch_simt_for_batch(const GemmArgs& a, cudaStream_t stream) {
+  if (a.batch <= 8) return launch_simt<SimtSmall, T, kEpi>(a, stream);
+  return launch_simt<SimtLarge, T, kEpi>(a, stream);
+}
+
+// The GEMM with epilogue kEpi (kSampleOne is promoted to kSampleMany when num_samples > 1).
+template <Epi kEpi>
+cudaError_t launch_gemm(const SampleParams& p, GemmArgs a, cudaStream_t stream) {
+  if (mma_path_ok(p)) {
+    const bool f16 = p.dtype == DType::kF16;
+    if constexpr (kEpi == Epi::kStore) {
+      return f16 ? launch_mma_for_batch<true, Epi::kStore>(a, stream)
+                 : launch_mma_for_batch<false, Epi::kStore>(a, stream);
+    } else if (a.num_samples == 1) {
+      return f16 ? launch_mma_for_batch<true, Epi::kSampleOne>(a, stream)
+                 : launch_mma_for_batch<false, Epi::kSampleOne>(a, stream);
+    } else {
+      return f16 ? launch_mma_for_batch<true, Epi::kSampleMany>(a, stream)
+                 : launch_mma_for_batch<false, Epi::kSampleMany>(a, stream);
+    }
+  }
+  constexpr Epi kSimtEpi = kEpi == Epi::kStore ? Epi::kStore : Epi::kSampleMany;
+  switch (p.dtype) {
+    case DType::kF32: return launch_simt_for_batch<float, kSimtEpi>(a, stream);
+    case DType::kF16: return launch_simt_for_batch<__half, kSimtEpi>(a, stream);
+    case DType::kBF16: return launch_simt_for_batch<__nv_bfloat16, kSimtEpi>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+inline GemmArgs gemm_args(const SampleParams& p) {
+  GemmArgs a;
+  a.hidden = p.hidden;
+  a.weight = p.weight;
+  a.bias = p.bias;
+  a.batch = p.batch;
+  a.vocab = p.vocab;
+  a.dim = p.dim;
+  a.num_samples = p.num_samples;
+  a.temperature = p.temperature;
+  a.seed = p.seed;
+  a.offset = p.offset;
+  a.per_row_seed = p.per_row_seed;
+  a.winners = nullptr;
+  a.logits = nullptr;
+  a.num_vtiles = a.num_chunks = 0;
+  return a;
+}
+
+// Checks every launcher repeats (the binding validates first; these would otherwise fault).
+inline cudaError_t check_params(const SampleParams& p) {
+  if (p.batch < 1 || p.batch > kMaxBatch || p.vocab < 1 || p.vocab > 0x7ffffffe || p.dim < 1 ||
+      p.num_samples < 1 || p.num_samples > kMaxSamples)
+    return cudaErrorInvalidValue;
+  if (p.hidden == nullptr || p.weight == nullptr || p.temperature == nullptr ||
+      p.seed == nullptr || p.offset == nullptr || p.tokens == nullptr)
+    return cudaErrorInvalidValue;
+  if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16)
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample

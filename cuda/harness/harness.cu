@@ -1,0 +1,609 @@
+// Standalone harness for the CUDA kernels (llm.c dev/cuda style): checks the fused sampler and the
+// reference against a CPU implementation (float64 logits from the stored operand values, the same
+// noise.h on the host), then times them on the llama3-8b LM head. Build and run: cuda/harness/run.sh
+//
+// Exits on a CUDA error (fine in a harness; library code never does).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../gemm_dispatch.cuh"
+#include "../launchers.h"
+#include "../noise.h"
+#include "../params.h"
+
+using namespace flashsample;
+
+#define CK(call)                                                                           \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
+      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, \
+              cudaGetErrorString(e_));                                                     \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+static int g_threads = 16;
+
+static void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  const int nt = static_cast<int>(std::min<int64_t>(g_threads, std::max<int64_t>(n, 1)));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < nt; ++t) {
+    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    ts.emplace_back([=, &fn] { fn(lo, hi); });
+  }
+  for (auto& t : ts) t.join();
+}
+
+// ---- device-side input generation (hash of the index: fast, reproducible) ----------------------
+__device__ __forceinline__ uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// kind 0: approx N(0, scale^2) (sum of 4 uniforms); kind 1: integer in [-2, 2].
+__global__ void fill_kernel(void* out, int64_t n, DType dt, uint64_t seed, float scale, int kind) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t h = splitmix(seed * 0x100000001B3ull + i);
+    float x;
+    if (kind == 1) {
+      x = static_cast<float>(static_cast<int>(h % 5) - 2);
+    } else {
+      float s = 0.0f;
+      for (int j = 0; j < 4; ++j) s += static_cast<float>((h >> (16 * j)) & 0xffff) * (1.0f / 65536.0f);
+      x = (s - 2.0f) * 1.7320508f * scale;
+    }
+    if (dt == DType::kF32) static_cast<float*>(out)[i] = x;
+    else if (dt == DType::kF16) static_cast<__half*>(out)[i] = __float2half_rn(x);
+    else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(x);
+  }
+}
+
+static void fill(void* d, int64_t n, DType dt, uint64_t seed, float scale, int kind) {
+  fill_kernel<<<1024, 256>>>(d, n, dt, seed, scale, kind);
+  CK(cudaGetLastError());
+}
+
+static float half_bits_to_float(uint16_t b) {
+  __half_raw r;
+  r.x = b;
+  return __half2float(__half(r));
+}
+
+// Host copy of a device array as floats (the exact stored values).
+static std::vector<float> to_host_floats(const void* d, int64_t n, DType dt) {
+  std::vector<float> out(n);
+  if (dt == DType::kF32) {
+    CK(cudaMemcpy(out.data(), d, n * 4, cudaMemcpyDeviceToHost));
+    return out;
+  }
+  std::vector<uint16_t> raw(n);
+  CK(cudaMemcpy(raw.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  parallel_for(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (dt == DType::kBF16) {
+        const uint32_t bits = static_cast<uint32_t>(raw[i]) << 16;
+        memcpy(&out[i], &bits, 4);
+      } else {
+        out[i] = half_bits_to_float(raw[i]);
+      }
+    }
+  });
+  return out;
+}
+
+// ---- CPU reference -----------------------------------------------------------------------------
+struct CpuRow {
+  std::vector<float> logit;  // float(float64 logit), as the GPU's fp32 logits would be
+};
+
+static CpuRow cpu_logits(const float* h, const float* w, const float* bias, int64_t V, int64_t D) {
+  CpuRow r;
+  r.logit.resize(V);
+  parallel_for(V, [&](int64_t lo, int64_t hi) {
+    for (int64_t v = lo; v < hi; ++v) {
+      const float* wr = w + v * D;
+      double acc = 0.0;
+      for (int64_t d = 0; d < D; ++d) acc += static_cast<double>(h[d]) * static_cast<double>(wr[d]);
+      if (bias) acc += static_cast<double>(bias[v]);
+      r.logit[v] = static_cast<float>(acc);
+    }
+  });
+  return r;
+}
+
+// Gumbel argmax on the CPU; also the CPU score of any index (for near-tie classification).
+static Candidate cpu_candidate(const CpuRow& r, float T, uint64_t seed, uint64_t off, uint32_t stream,
+                               uint32_t s, int64_t v) {
+  const bool greedy = T == 0.0f;
+  const float inv = greedy ? 0.0f : 1.0f / T;
+  const float g = greedy ? 0.0f : gumbel_noise(seed, off, stream, s, static_cast<uint64_t>(v));
+  return make_candidate(r.logit[v], inv, greedy, g, static_cast<uint32_t>(v));
+}
+
+static Candidate cpu_gumbel(const CpuRow& r, float T, uint64_t seed, uint64_t off, uint32_t stream,
+                            uint32_t s) {
+  Candidate best = empty_candidate();
+  const int64_t V = r.logit.size();
+  for (int64_t v = 0; v < V; ++v) {
+    const Candidate c = cpu_candidate(r, T, seed, off, stream, s, v);
+    if (candidate_better(c, best)) best = c;
+  }
+  return best;
+}
+
+static int32_t cpu_inverse_cdf(const CpuRow& r, float T, uint64_t seed, uint64_t off, uint32_t stream,
+                               uint32_t s) {
+  const int64_t V = r.logit.size();
+  if (T == 0.0f) {
+    Candidate best = empty_candidate();
+    for (int64_t v = 0; v < V; ++v) {
+      const Candidate c = make_candidate(r.logit[v], 0.0f, true, 0.0f, static_cast<uint32_t>(v));
+      if (candidate_better(c, best)) best = c;
+    }
+    return best.key == kNoToken ? -1 : static_cast<int32_t>(best.key & 0x7fffffffu);
+  }
+  float mx = -INFINITY;
+  bool any = false, inf = false;
+  for (float l : r.logit) {
+    if (l == INFINITY) inf = true;
+    else if (l == l && l != -INFINITY) { any = true; mx = std::max(mx, l); }
+  }
+  if (!any && !inf) return -1;
+  auto weight = [&](float l) -> double {
+    if (inf) return l == INFINITY ? 1.0 : 0.0;
+    if (l != l || l == -INFINITY) return 0.0;
+    return std::exp((static_cast<double>(l) - static_cast<double>(mx)) / static_cast<double>(T));
+  };
+  double total = 0.0;
+  for (float l : r.logit) total += weight(l);
+  const Philox4 x = philox4x32_10(s, stream, static_cast<uint32_t>(off), static_cast<uint32_t>(off >> 32),
+                                  static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const double target = (static_cast<double>(x.x[0]) + 0.5) * 0x1p-32 * total;
+  double cum = 0.0;
+  int32_t last = -1;
+  for (int64_t v = 0; v < V; ++v) {
+    const double w = weight(r.logit[v]);
+    if (w > 0.0) {
+      cum += w;
+      last = static_cast<int32_t>(v);
+      if (cum > target) return last;
+    }
+  }
+  return last;
+}
+
+// ---- one checked case --------------------------------------------------------------------------
+enum class BiasKind { kNone, kRandom, kNanNegInf, kPlusInf, kAllNan };
+
+struct Case {
+  const char* name;
+  int64_t V, D, B;
+  int S;
+  DType dt;
+  int kind = 0;              // 0 random normal, 1 small integers
+  BiasKind bias = BiasKind::kNone;
+  bool per_row_seed = false;
+  int greedy_mode = 0;       // 0: 1 row in 8 greedy, 1: all greedy, 2: none greedy
+  int64_t misalign = 0;      // bytes added to the W pointer (forces the SIMT path)
+  double cpu_budget = 4e9;   // multiply-adds the CPU spends on logits
+};
+
+struct Totals {
+  int64_t tokens = 0, agree = 0, hard = 0, ref_same = 0, ref_total = 0, inv_agree = 0, inv_total = 0;
+  int failures = 0;
+};
+
+static const char* dt_name(DType d) {
+  return d == DType::kF32 ? "f32" : d == DType::kF16 ? "f16" : "bf16";
+}
+
+static void run_case(const Case& c, Totals& tot, uint64_t seed0) {
+  const size_t es = dtype_bytes(c.dt);
+  const int64_t V = c.V, D = c.D, B = c.B;
+  const int S = c.S;
+  void *dW = nullptr, *dH = nullptr, *dBias = nullptr;
+  CK(cudaMalloc(&dW, V * D * es + 64));
+  CK(cudaMalloc(&dH, B * D * es));
+  void* W = static_cast<char*>(dW) + c.misalign;
+  const float wscale = (c.kind == 0) ? 3.0f / std::sqrt(static_cast<float>(D)) : 1.0f;
+  fill(W, V * D, c.dt, seed0 * 7 + 1, wscale, c.kind);
+  fill(dH, B * D, c.dt, seed0 * 7 + 2, 1.0f, c.kind);
+  std::vector<float> hbias;
+  if (c.bias != BiasKind::kNone) {
+    CK(cudaMalloc(&dBias, V * es));
+    fill(dBias, V, c.dt, seed0 * 7 + 3, 1.0f, 0);
+    CK(cudaDeviceSynchronize());
+    hbias = to_host_floats(dBias, V, c.dt);
+    for (int64_t v = 0; v < V; ++v) {
+      if (c.bias == BiasKind::kNanNegInf) {
+        if (v % 7 == 0) hbias[v] = NAN;
+        else if (v % 11 == 0) hbias[v] = -INFINITY;
+      } else if (c.bias == BiasKind::kPlusInf) {
+        if (v == V / 2 || v == V / 3) hbias[v] = INFINITY;
+        else if (v % 5 == 0) hbias[v] = NAN;
+      } else if (c.bias == BiasKind::kAllNan) {
+        hbias[v] = NAN;
+      }
+    }
+    // write back in the dtype
+    if (c.dt == DType::kF32) {
+      CK(cudaMemcpy(dBias, hbias.data(), V * 4, cudaMemcpyHostToDevice));
+    } else {
+      std::vector<uint16_t> raw(V);
+      for (int64_t v = 0; v < V; ++v) {
+        if (c.dt == DType::kBF16) raw[v] = __nv_bfloat16_raw(__float2bfloat16_rn(hbias[v])).x;
+        else raw[v] = __half_raw(__float2half_rn(hbias[v])).x;
+      }
+      CK(cudaMemcpy(dBias, raw.data(), V * 2, cudaMemcpyHostToDevice));
+    }
+    hbias = to_host_floats(dBias, V, c.dt);
+  }
+
+  // per-row parameters
+  std::vector<float> T(B);
+  std::vector<uint64_t> seed(B), off(B);
+  uint64_t st = seed0 * 0x9E3779B97F4A7C15ull + 12345;
+  auto rnd = [&]() { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return st; };
+  for (int64_t b = 0; b < B; ++b) {
+    const bool greedy = c.greedy_mode == 1 || (c.greedy_mode == 0 && rnd() % 8 == 0);
+    T[b] = greedy ? 0.0f : 0.5f + static_cast<float>(rnd() % 1000) / 1000.0f;
+    seed[b] = rnd();
+    off[b] = (b % 3 == 0) ? rnd() : (rnd() & 0xffff);
+  }
+  float* dT;
+  uint64_t *dSeed, *dOff;
+  int32_t *dTokF, *dTokG, *dTokI, *dStatF, *dStatG, *dStatI;
+  CK(cudaMalloc(&dT, B * 4));
+  CK(cudaMalloc(&dSeed, B * 8));
+  CK(cudaMalloc(&dOff, B * 8));
+  CK(cudaMemcpy(dT, T.data(), B * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dSeed, seed.data(), B * 8, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dOff, off.data(), B * 8, cudaMemcpyHostToDevice));
+  for (int32_t** p : {&dTokF, &dTokG, &dTokI}) {
+    CK(cudaMalloc(p, B * S * 4));
+    CK(cudaMemset(*p, 0xA5, B * S * 4));  // poison
+  }
+  for (int32_t** p : {&dStatF, &dStatG, &dStatI}) {
+    CK(cudaMalloc(p, B * 4));
+    CK(cudaMemset(*p, 0xA5, B * 4));
+  }
+
+  SampleParams p;
+  p.hidden = dH;
+  p.weight = W;
+  p.bias = dBias;
+  p.dtype = c.dt;
+  p.batch = B;
+  p.vocab = V;
+  p.dim = D;
+  p.num_samples = S;
+  p.temperature = dT;
+  p.seed = dSeed;
+  p.offset = dOff;
+  p.per_row_seed = c.per_row_seed;
+  p.tokens = dTokF;
+  p.row_status = dStatF;
+  CK(cuda::launch_fused_sample(p, 0));
+  CK(cudaGetLastError());
+  p.tokens = dTokG;
+  p.row_status = dStatG;
+  CK(cuda::launch_reference_sample(p, ReferenceMethod::kGumbel, 0));
+  p.tokens = dTokI;
+  p.row_status = dStatI;
+  CK(cuda::launch_reference_sample(p, ReferenceMethod::kInverseCdf, 0));
+  CK(cudaDeviceSynchronize());
+
+  std::vector<int32_t> tokF(B * S), tokG(B * S), tokI(B * S), stF(B), stG(B), stI(B);
+  CK(cudaMemcpy(tokF.data(), dTokF, B * S * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(tokG.data(), dTokG, B * S * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(tokI.data(), dTokI, B * S * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(stF.data(), dStatF, B * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(stG.data(), dStatG, B * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(stI.data(), dStatI, B * 4, cudaMemcpyDeviceToHost));
+
+  // fused vs reference-gumbel (same GEMM, same noise): must be identical on every row
+  int64_t ref_same = 0;
+  for (int64_t i = 0; i < B * S; ++i) ref_same += tokF[i] == tokG[i];
+  bool status_ok = true;
+  for (int64_t b = 0; b < B; ++b) status_ok &= stF[b] == stG[b] && stF[b] == stI[b];
+
+  // CPU check of a subset of rows
+  const std::vector<float> hW = to_host_floats(W, V * D, c.dt);
+  const std::vector<float> hH = to_host_floats(dH, B * D, c.dt);
+  int64_t nrows = std::max<int64_t>(2, static_cast<int64_t>(c.cpu_budget / (double(V) * double(D))));
+  nrows = std::min(nrows, B);
+  int64_t agree = 0, hard = 0, inv_agree = 0, toks = 0;
+  double worst = 0.0;
+  for (int64_t i = 0; i < nrows; ++i) {
+    const int64_t b = nrows == 1 ? 0 : i * (B - 1) / (nrows - 1);
+    const CpuRow row = cpu_logits(hH.data() + b * D, hW.data(), hbias.empty() ? nullptr : hbias.data(), V, D);
+    const uint32_t stream = c.per_row_seed ? 0u : static_cast<uint32_t>(b);
+    std::vector<Candidate> best(S);
+    std::vector<int32_t> inv(S);
+    parallel_for(S, [&](int64_t lo, int64_t hi) {
+      for (int64_t s = lo; s < hi; ++s) {
+        best[s] = cpu_gumbel(row, T[b], seed[b], off[b], stream, static_cast<uint32_t>(s));
+        inv[s] = cpu_inverse_cdf(row, T[b], seed[b], off[b], stream, static_cast<uint32_t>(s));
+      }
+    });
+    bool no_cand = true;
+    for (int s = 0; s < S; ++s) {
+      const int32_t want = best[s].key == kNoToken ? -1 : static_cast<int32_t>(best[s].key & 0x7fffffffu);
+      no_cand &= want == -1;
+      const int32_t got = tokF[b * S + s];
+      ++toks;
+      if (got == want) {
+        ++agree;
+      } else {
+        double diff = INFINITY;
+        if (got >= 0 && got < V && want >= 0) {
+          const Candidate cg = cpu_candidate(row, T[b], seed[b], off[b], stream, s, got);
+          if ((cg.key >> 31) == (best[s].key >> 31)) diff = std::fabs(double(best[s].score) - double(cg.score));
+        }
+        worst = std::max(worst, diff);
+        if (!(diff <= 1e-3)) {
+          ++hard;
+          if (hard <= 5)
+            printf("    MISMATCH %s row %lld sample %d: gpu %d cpu %d (T=%g, score diff %g)\n", c.name,
+                   (long long)b, s, got, want, T[b], diff);
+        }
+      }
+      inv_agree += tokI[b * S + s] == inv[s];
+    }
+    if ((stF[b] == kRowNoCandidate) != no_cand) status_ok = false;
+  }
+  const bool ok = hard == 0 && ref_same == B * S && status_ok && inv_agree >= toks * 0.99;
+  printf("%-22s %-4s V=%-7lld D=%-5lld B=%-4lld S=%-3d | fused~cpu %5lld/%-5lld hard %lld (worst near-tie %.1e) | "
+         "fused==refG %lld/%lld | invcdf~cpu %lld/%lld | status %s | %s\n",
+         c.name, dt_name(c.dt), (long long)V, (long long)D, (long long)B, S, (long long)agree,
+         (long long)toks, (long long)hard, worst == INFINITY ? -1.0 : worst, (long long)ref_same,
+         (long long)(B * S), (long long)inv_agree, (long long)toks, status_ok ? "ok" : "BAD",
+         ok ? "PASS" : "FAIL");
+  fflush(stdout);
+  tot.tokens += toks;
+  tot.agree += agree;
+  tot.hard += hard;
+  tot.ref_same += ref_same;
+  tot.ref_total += B * S;
+  tot.inv_agree += inv_agree;
+  tot.inv_total += toks;
+  if (!ok) ++tot.failures;
+
+  CK(cudaFree(dW));
+  CK(cudaFree(dH));
+  if (dBias) CK(cudaFree(dBias));
+  for (void* q : {(void*)dT, (void*)dSeed, (void*)dOff, (void*)dTokF, (void*)dTokG, (void*)dTokI,
+                  (void*)dStatF, (void*)dStatG, (void*)dStatI})
+    CK(cudaFree(q));
+}
+
+// ---- timing --------------------------------------------------------------------------------------
+// Median of `iters` back-to-back calls: events between consecutive calls, all enqueued before one
+// synchronize, so host-side launch work overlaps the device (as in a decode loop).
+static double median_us(int iters, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 5; ++i) fn(i);  // warm-up
+  CK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(iters + 1);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  CK(cudaEventRecord(ev[0]));
+  for (int i = 0; i < iters; ++i) {
+    fn(i);
+    CK(cudaEventRecord(ev[i + 1]));
+  }
+  CK(cudaEventSynchronize(ev[iters]));
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    float ms;
+    CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    ts.push_back(ms * 1000.0f);
+  }
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct Bench {
+  int64_t V = 128256, D = 4096, Bmax = 256;
+  int nbuf = 3;
+  char* wbase = nullptr;
+  void* H = nullptr;
+  float* T = nullptr;
+  uint64_t *seed = nullptr, *off = nullptr;
+  int32_t* tok = nullptr;
+  int32_t* status = nullptr;
+  unsigned long long* winners = nullptr;
+  size_t wbytes() const { return V * D * 2; }
+  const void* W(int i) const { return wbase + (i % nbuf) * wbytes(); }
+
+  void init() {
+    CK(cudaMalloc(&wbase, nbuf * wbytes()));
+    fill(wbase, nbuf * V * D, DType::kBF16, 99, 3.0f / 64.0f, 0);
+    CK(cudaMalloc(&H, Bmax * D * 2));
+    fill(H, Bmax * D, DType::kBF16, 98, 1.0f, 0);
+    std::vector<float> t(Bmax, 1.0f);
+    std::vector<uint64_t> s(Bmax), o(Bmax, 7);
+    for (int64_t b = 0; b < Bmax; ++b) s[b] = 1000 + b;
+    CK(cudaMalloc(&T, Bmax * 4));
+    CK(cudaMalloc(&seed, Bmax * 8));
+    CK(cudaMalloc(&off, Bmax * 8));
+    CK(cudaMemcpy(T, t.data(), Bmax * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(seed, s.data(), Bmax * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(off, o.data(), Bmax * 8, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&tok, Bmax * 64 * 4));
+    CK(cudaMalloc(&status, Bmax * 4));
+    CK(cudaMalloc(&winners, Bmax * 64 * 8));
+  }
+  SampleParams params(int64_t B, int S, int i) const {
+    SampleParams p;
+    p.hidden = H;
+    p.weight = W(i);
+    p.dtype = DType::kBF16;
+    p.batch = B;
+    p.vocab = V;
+    p.dim = D;
+    p.num_samples = S;
+    p.temperature = T;
+    p.seed = seed;
+    p.offset = off;
+    p.tokens = tok;
+    p.row_status = status;
+    return p;
+  }
+  double floor_us(int64_t B) const {
+    return 1e6 * std::max(double(V) * D * 2 / 4.48e12, 2.0 * B * V * D / 7.88e14);
+  }
+};
+
+template <class Cfg>
+static double time_variant(Bench& bb, int64_t B, int S = 1) {
+  return median_us(50, [&](int i) {
+    SampleParams p = bb.params(B, S, i);
+    cuda::detail::GemmArgs a = cuda::detail::gemm_args(p);
+    a.winners = bb.winners;
+    CK(cudaMemsetAsync(bb.winners, 0, B * S * 8, 0));
+    if (S == 1) CK((cuda::detail::launch_mma<Cfg, false, cuda::detail::Epi::kSampleOne>(a, 0)));
+    else CK((cuda::detail::launch_mma<Cfg, false, cuda::detail::Epi::kSampleMany>(a, 0)));
+  });
+}
+
+int main(int argc, char** argv) {
+  g_threads = std::max(2u, std::thread::hardware_concurrency());
+  const bool skip_checks = argc > 1 && std::string(argv[1]) == "--bench-only";
+  if (argc > 1 && std::string(argv[1]) == "--probe") {
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    printf("probe ok: %d device(s)\n", n);
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device %s, %d SMs, L2 %d MB, smem/block optin %zu KB, host threads %d\n", prop.name,
+         prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10, g_threads);
+  cudaMemPool_t pool;
+  CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t threshold = UINT64_MAX;
+  CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+
+  if (!skip_checks) {
+    std::vector<Case> cases = {
+        {"tiny", 111, 8, 3, 4, DType::kBF16},
+        {"v1000-d64-b1", 1000, 64, 1, 16, DType::kBF16},
+        {"v1000-d4096-b99", 1000, 4096, 99, 1, DType::kBF16},
+        {"v32000-d64-b256", 32000, 64, 256, 1, DType::kBF16},
+        {"v32000-d4096-b3", 32000, 4096, 3, 16, DType::kBF16},
+        {"llama-b1-s64", 128256, 4096, 1, 64, DType::kBF16},
+        {"llama-b64", 128256, 4096, 64, 1, DType::kBF16},
+        {"qwen-b99-s2", 151936, 4096, 99, 2, DType::kBF16},
+        {"qwen-d64-b256-s4", 151936, 64, 256, 4, DType::kBF16},
+        {"llama-d8-b64-s4", 128256, 8, 64, 4, DType::kBF16},
+        {"v32000-d4096-b256", 32000, 4096, 256, 1, DType::kBF16},
+        {"v111-d4096-b64-s8", 111, 4096, 64, 8, DType::kBF16},
+        {"b200-s2-chunks", 32000, 256, 200, 2, DType::kBF16},
+        {"b1000-chunks", 1000, 64, 1000, 1, DType::kBF16},
+        {"f16", 32000, 4096, 8, 8, DType::kF16},
+        {"f16-b99", 1000, 4096, 99, 1, DType::kF16},
+        {"f32", 32000, 4096, 3, 8, DType::kF32},
+        {"f32-b99", 1000, 64, 99, 2, DType::kF32},
+        {"f32-llama-d512", 128256, 512, 1, 8, DType::kF32},
+        {"bf16-d100-simt", 1000, 100, 5, 4, DType::kBF16},
+        {"bf16-d4100-simt", 32000, 4100, 40, 1, DType::kBF16},
+    };
+    Case c;
+    c = {"bf16-misaligned-simt", 32000, 64, 3, 4, DType::kBF16}; c.misalign = 8; cases.push_back(c);
+    c = {"per-row-seed", 32000, 256, 16, 4, DType::kBF16}; c.per_row_seed = true; cases.push_back(c);
+    c = {"bias-random", 32000, 4096, 16, 4, DType::kBF16}; c.bias = BiasKind::kRandom; cases.push_back(c);
+    c = {"int-greedy", 32000, 4096, 64, 2, DType::kBF16}; c.kind = 1; c.greedy_mode = 1; cases.push_back(c);
+    c = {"int-greedy-b3", 1000, 512, 3, 1, DType::kBF16}; c.kind = 1; c.greedy_mode = 1; cases.push_back(c);
+    c = {"int-T", 32000, 512, 16, 16, DType::kBF16}; c.kind = 1; c.greedy_mode = 2; cases.push_back(c);
+    c = {"int-greedy-f32", 1000, 256, 9, 1, DType::kF32}; c.kind = 1; c.greedy_mode = 1; cases.push_back(c);
+    c = {"bias-nan-neginf", 1000, 64, 8, 4, DType::kBF16}; c.bias = BiasKind::kNanNegInf; cases.push_back(c);
+    c = {"bias-plusinf", 1000, 64, 8, 4, DType::kBF16}; c.bias = BiasKind::kPlusInf; cases.push_back(c);
+    c = {"bias-plusinf-f32", 1000, 64, 8, 4, DType::kF32}; c.bias = BiasKind::kPlusInf; cases.push_back(c);
+    c = {"bias-allnan", 1000, 64, 4, 2, DType::kBF16}; c.bias = BiasKind::kAllNan; cases.push_back(c);
+    c = {"big-VD>2^31", 262144, 8192, 2, 2, DType::kBF16}; c.cpu_budget = 1e10; cases.push_back(c);
+
+    Totals tot;
+    uint64_t s0 = 1;
+    for (const Case& cc : cases) run_case(cc, tot, s0++);
+    printf("\nCHECKS: fused~cpu %lld/%lld = %.4f%% (hard mismatches %lld) | fused==refGumbel %lld/%lld | "
+           "invcdf~cpu %lld/%lld | failing cases %d => %s\n\n",
+           (long long)tot.agree, (long long)tot.tokens, 100.0 * tot.agree / std::max<int64_t>(1, tot.tokens),
+           (long long)tot.hard, (long long)tot.ref_same, (long long)tot.ref_total, (long long)tot.inv_agree,
+           (long long)tot.inv_total, tot.failures,
+           (tot.failures == 0 && tot.agree >= 0.999 * tot.tokens) ? "ALL PASS" : "SOME FAIL");
+    fflush(stdout);
+  }
+
+  // ---- timing: llama3-8b LM head, bf16, 3 weight buffers rotated (3.15 GB > 60 MB L2) ----------
+  Bench bb;
+  bb.init();
+  {
+    unsigned int* sink;
+    CK(cudaMalloc(&sink, 4));
+    const size_t bytes = bb.nbuf * bb.wbytes();
+    const double us = median_us(20, [&](int) { CK(cuda::launch_read_stream(bb.wbase, bytes, sink, 0)); });
+    printf("read_stream %.2f GB: %.1f us = %.3f TB/s\n", bytes / 1e9, us, bytes / us / 1e6);
+  }
+  printf("\n%-5s %-3s %10s %10s %8s | %12s %12s\n", "B", "S", "fused_us", "floor_us", "ratio", "refInv_us",
+         "refGumbel_us");
+  for (int64_t B : {1, 8, 32, 64, 128, 256}) {
+    const double f = median_us(50, [&](int i) { CK(cuda::launch_fused_sample(bb.params(B, 1, i), 0)); });
+    const double ri = median_us(20, [&](int i) {
+      CK(cuda::launch_reference_sample(bb.params(B, 1, i), ReferenceMethod::kInverseCdf, 0));
+    });
+    const double rg = median_us(20, [&](int i) {
+      CK(cuda::launch_reference_sample(bb.params(B, 1, i), ReferenceMethod::kGumbel, 0));
+    });
+    printf("%-5lld %-3d %10.1f %10.1f %8.3f | %12.1f %12.1f   (W stream %.2f TB/s)\n", (long long)B, 1, f,
+           bb.floor_us(B), f / bb.floor_us(B), ri, rg, bb.wbytes() / f / 1e6);
+    fflush(stdout);
+  }
+  for (int64_t B : {1, 64}) {
+    const double f = median_us(50, [&](int i) { CK(cuda::launch_fused_sample(bb.params(B, 4, i), 0)); });
+    printf("%-5lld %-3d %10.1f %10.1f %8.3f\n", (long long)B, 4, f, bb.floor_us(B), f / bb.floor_us(B));
+  }
+
+  // ---- tile variants (GEMM + sample epilogue only; memset included) ---------------------------
+  using namespace cuda::detail;
+  printf("\nvariants (us, ratio to floor):\n");
+  auto row = [&](const char* name, int64_t B, double us) {
+    printf("  %-34s B=%-4lld %8.1f  %.3f\n", name, (long long)B, us, us / bb.floor_us(B));
+    fflush(stdout);
+  };
+  row("Tile8  <128,8,4w,4st> (prod)", 1, time_variant<Tile8>(bb, 1));
+  row("<128,8,4w,6st>", 1, time_variant<MmaTile<128, 8, 4, 1, 6>>(bb, 1));
+  row("<128,8,4w,8st>", 1, time_variant<MmaTile<128, 8, 4, 1, 8>>(bb, 1));
+  row("<256,8,8w,4st>", 1, time_variant<MmaTile<256, 8, 8, 1, 4>>(bb, 1));
+  row("<64,8,2w,8st>", 1, time_variant<MmaTile<64, 8, 2, 1, 8>>(bb, 1));
+  row("Tile8 (prod)", 8, time_variant<Tile8>(bb, 8));
+  row("<256,8,8w,4st>", 8, time_variant<MmaTile<256, 8, 8, 1, 4>>(bb, 8));
+  row("Tile32 (prod)", 32, time_variant<Tile32>(bb, 32));
+  row("<128,32,4x2w,4st>", 32, time_variant<MmaTile<128, 32, 4, 2, 4>>(bb, 32));
+  row("Tile64 <128,64,4x2w,4st> (prod)", 64, time_variant<Tile64>(bb, 64));
+  row("<128,64,4x2w,3st>", 64, time_variant<MmaTile<128, 64, 4, 2, 3>>(bb, 64));
+  row("<128,64,4x2w,6st>", 64, time_variant<MmaTile<128, 64, 4, 2, 6>>(bb, 64));
+  row("<256,64,8x1w,4st>", 64, time_variant<MmaTile<256, 64, 8, 1, 4>>(bb, 64));
+  row("Tile128 <128,128,2x4w,4st> (prod)", 128, time_variant<Tile128>(bb, 128));
+  row("<128,128,4x2w,4st>", 128, time_variant<MmaTile<128, 128, 4, 2, 4>>(bb, 128));
+  row("<256,128,4x2w,3st>", 128, time_variant<MmaTile<256, 128, 4, 2, 3>>(bb, 128));
+  row("Tile128 (prod)", 256, time_variant<Tile128>(bb, 256));
+  row("<256,128,4x2w,3st>", 256, time_variant<MmaTile<256, 128, 4, 2, 3>>(bb, 256));
+  printf("done\n");
+  return 0;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build (unless a prebuilt binary runs here) and run the CUDA harness: checks, then timings.
+#   bash cuda/harness/run.sh            # use cuda/harness/build/harness if it starts, else build
+#   REBUILD=1 bash cuda/harness/run.sh  # always build
+# Writes the build log (with -Xptxas -v) to $OUT/ptxas.log when $OUT is set.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=cuda/harness/build
+LOG=${OUT:-$B}/ptxas.log
+mkdir -p "$B"
+FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
+build() {
+  echo "building harness ($(nvcc --version | tail -1))"
+  local t0=$SECONDS
+  : > "$LOG"
+  for f in cuda/fused_sample.cu cuda/reference.cu cuda/bench_kernels.cu cuda/harness/harness.cu; do
+    o=$B/$(basename "$f" .cu).o
+    (nvcc $FLAGS -c "$f" -o "$o" > "$o.log" 2>&1 || { cat "$o.log"; exit 1; }) &
+  done
+  wait
+  cat $B/*.o.log >> "$LOG"
+  nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/bench_kernels.o $B/harness.o -o $B/harness
+  echo "built in $((SECONDS - t0)) s"
+}
+if [ "${REBUILD:-0}" = 1 ] || ! [ -x $B/harness ] || ! $B/harness --probe; then
+  build
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
+$B/harness "$@"

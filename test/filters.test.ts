@@ -1,0 +1,485 @@
+// Filters (issue 5, SEMANTICS §2, §4, §5) on every device: top-k, top-p, min-p, softcap,
+// allowed-token masks, logprobs and topLogprobs, their combinations, the top-p fallback, and
+// non-finite logits. Each distribution is checked by chi-square (reject at p < ALPHA = 1e-4)
+// against the float64 model of SEMANTICS §2 in helpers.keptDistribution.
+
+import type { SampleOptions, SampleResult } from '../lib/index';
+import {
+  ALPHA,
+  FLOAT_DTYPES,
+  SAMPLERS,
+  type FilterSpec,
+  type Planted,
+  type SamplerName,
+  addInto,
+  agreement,
+  describeDevices,
+  dominantLogits,
+  draw,
+  failure,
+  flatLogits,
+  goodnessOfFit,
+  keptDistribution,
+  makeMask,
+  makeTensor,
+  maskAllows,
+  plantLogits,
+  rowCounts,
+  scaled,
+  zipfLogits,
+} from './helpers';
+
+const MAX_S = 65536;
+
+/** A top-p value halfway between the prefix masses around p0 (so fp32 vs float64 rounding of the
+ *  cumulative sum cannot move the boundary). */
+function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
+  const k = keptDistribution(logits, { ...f, topP: undefined, minP: undefined });
+  let cum = 0;
+  for (const v of k.order) {
+    const before = cum;
+    cum += k.probs[v];
+    if (cum >= p0) return Math.fround((before + cum) / 2);
+  }
+  return 1;
+}
+/** A min-p value whose threshold lies halfway (in logit/T) between two distinct logits below the max. */
+function safeMinP(logits: ArrayLike<number>, T: number, rank: number): number {
+  const ls = Array.from(new Set(Array.from(logits).filter(Number.isFinite))).sort((a, b) => b - a);
+  const mid = (ls[rank] + ls[rank + 1]) / 2;
+  return Math.fround(Math.exp((mid - ls[0]) / T));
+}
+
+interface RowSpec extends FilterSpec {
+  mask?: (v: number) => boolean;
+}
+
+/** Options (per-row arrays) for a batch of row specs. */
+function optionsFor(rows: RowSpec[], V: number): SampleOptions {
+  const B = rows.length;
+  const o: SampleOptions = { temperature: Float32Array.from(rows, (r) => r.temperature ?? 1) };
+  if (rows.some((r) => r.topK)) o.topK = Int32Array.from(rows, (r) => r.topK ?? 0);
+  if (rows.some((r) => r.topP !== undefined)) o.topP = Float32Array.from(rows, (r) => r.topP ?? 1);
+  if (rows.some((r) => r.minP !== undefined)) o.minP = Float32Array.from(rows, (r) => r.minP ?? 0);
+  if (rows.some((r) => r.mask)) o.allowedTokens = makeMask(B, V, (b, v) => (rows[b].mask ? rows[b].mask!(v) : true));
+  return o;
+}
+
+async function checkFilters(
+  sampler: SamplerName,
+  p: Planted,
+  rows: RowSpec[],
+  extra: SampleOptions,
+  S: number,
+): Promise<{ failures: string[]; res: SampleResult }> {
+  const opts = { ...optionsFor(rows, p.V), ...extra, numSamples: S, bias: p.bias };
+  const res = await draw(sampler, p.H, p.W, opts);
+  const counts = rowCounts(res.tokens, p.B, S, p.V);
+  const failures: string[] = [];
+  for (let b = 0; b < p.B; b++) {
+    const spec: FilterSpec = { ...rows[b], allowed: rows[b].mask, softcap: extra.softcap };
+    const k = keptDistribution(p.logits[b], spec);
+    const gof = goodnessOfFit(counts[b], k.probs);
+    if (!gof.ok) failures.push(`row ${b} ${JSON.stringify({ ...rows[b], mask: !!rows[b].mask })}: ${gof.summary}`);
+  }
+  return { failures, res };
+}
+
+describeDevices((devName, dev) => {
+  // ----------------------------------------------------------------------------------------------
+  describe('chi-square of each filter against the float64 distribution it promises', () => {
+    // V = 1000, 6 rows × 16384 samples per call (1e8 sample·vocab): the kept sets are small, so the
+    // top cells are large (e.g. top-k 5 at T = 1: p_top ≈ 0.4, sd 3.8e-3).
+    const V = 1000;
+    const S = scaled(16384, MAX_S);
+    for (const dtype of FLOAT_DTYPES) {
+      for (const sampler of SAMPLERS) {
+        test(`${sampler}: ${dtype}: top-k (1, 5, 50, 999), top-p, min-p, per-row in one batch`, async () => {
+          const base = zipfLogits(V, 1.1, 40 + FLOAT_DTYPES.indexOf(dtype));
+          const p = plantLogits(dev(), dtype, [base, base, base, base, base, base], { D: 8 });
+          try {
+            const l = p.logits[0];
+            const rows: RowSpec[] = [
+              { topK: 1, temperature: 1 },
+              { topK: 5, temperature: 1 },
+              { topK: 50, temperature: 0.5 },
+              { topK: 999, temperature: 2 },
+              { topP: safeTopP(l, { temperature: 1 }, 0.6), temperature: 1 },
+              { minP: safeMinP(l, 1.5, 6), temperature: 1.5 },
+            ];
+            const { failures } = await checkFilters(sampler, p, rows, { seed: 11n }, S);
+            expect(failures).toEqual([]);
+          } finally {
+            p.dispose();
+          }
+        });
+      }
+    }
+
+    for (const sampler of SAMPLERS) {
+      test(`${sampler}: softcap 5 on logits spread over [-20, 20] (V=111, f32), alone and with top-k`, async () => {
+        const r = zipfLogits(111, 1, 3).map((x, i) => (i % 7 === 0 ? 20 - i / 10 : x * 4));
+        const p = plantLogits(dev(), 'f32', [r, r], { D: 8 });
+        try {
+          const rows: RowSpec[] = [{ temperature: 1 }, { topK: 10, temperature: 0.7 }];
+          const { failures } = await checkFilters(sampler, p, rows, { seed: 12n, softcap: 5 }, scaled(65536, MAX_S));
+          expect(failures).toEqual([]);
+        } finally {
+          p.dispose();
+        }
+      });
+
+      test(`${sampler}: allowedTokens masks out the most likely tokens; per-row masks (V=111, bf16)`, async () => {
+        const base = dominantLogits(111, 5, 6);
+        const p = plantLogits(dev(), 'bf16', [base, base, base], { D: 8 });
+        try {
+          const top = Array.from(p.logits[0]).indexOf(Math.max(...p.logits[0]));
+          const rows: RowSpec[] = [
+            { mask: (v) => v !== top },
+            { mask: (v) => v % 3 !== 0 || v === top, temperature: 0.8 },
+            { mask: (v) => v >= 100, topK: 3 }, // the last, partial mask word
+          ];
+          const { failures } = await checkFilters(sampler, p, rows, { seed: 13n }, scaled(32768, MAX_S));
+          expect(failures).toEqual([]);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+  });
+
+  // ----------------------------------------------------------------------------------------------
+  describe('combinations', () => {
+    for (const sampler of SAMPLERS) {
+      test(`${sampler}: softcap + mask + top-k + top-p + min-p + per-row T in one batch of 5 (V=1000, bias on)`, async () => {
+        const V = 1000;
+        const a = zipfLogits(V, 1, 77);
+        const b = flatLogits(V, 78, 4);
+        const bias = flatLogits(V, 79, 0.5);
+        const p = plantLogits(dev(), 'bf16', [a, b, a, b, a], { D: 8, biasLogits: bias });
+        try {
+          const softcap = 8;
+          const sc = (row: number) => Float64Array.from(p.logits[row], (x) => x); // softcap applied by the model
+          const rows: RowSpec[] = [
+            { temperature: 0.7, topK: 40, topP: safeTopP(sc(0), { temperature: 0.7, topK: 40, softcap }, 0.8) },
+            { temperature: 1.3, mask: (v) => v % 2 === 0, topK: 200 },
+            { temperature: 1, minP: safeMinP(p.logits[2].map((x) => Math.fround(softcap * Math.tanh(x / softcap))), 1, 10), topK: 30 },
+            { temperature: 2, topP: safeTopP(sc(3), { temperature: 2, softcap }, 0.3), mask: (v) => v < 900 },
+            { temperature: 0.9 },
+          ];
+          const { failures } = await checkFilters(sampler, p, rows, { seed: 14n, softcap }, scaled(16384, MAX_S));
+          expect(failures).toEqual([]);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    test('fused == reference(gumbel) ≥ 99.9% token for token under filters (random H, W, not planted)', async () => {
+      const B = 4;
+      const V = 1000;
+      const D = 32;
+      let seed = 1;
+      const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648) - 0.5;
+      const H = makeTensor(dev(), 'bf16', Float64Array.from({ length: B * D }, () => rnd() * 2), [B, D]);
+      const W = makeTensor(dev(), 'bf16', Float64Array.from({ length: V * D }, () => rnd()), [V, D]);
+      try {
+        const o: SampleOptions = {
+          seed: 15n,
+          numSamples: 2048,
+          temperature: new Float32Array([1, 0.5, 1.5, 1]),
+          topK: new Int32Array([0, 50, 0, 10]),
+          topP: new Float32Array([0.9, 1, 0.5, 1]),
+          minP: new Float32Array([0, 0.05, 0, 0]),
+          softcap: 3,
+          allowedTokens: makeMask(B, V, (b, v) => b !== 3 || v % 5 !== 0),
+        };
+        const f = await draw('fused', H, W, o);
+        const g = await draw('reference-gumbel', H, W, o);
+        expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+      } finally {
+        H.dispose();
+        W.dispose();
+      }
+    });
+  });
+
+  // ----------------------------------------------------------------------------------------------
+  describe('exactness guarantees', () => {
+    test('a flat distribution forces the top-p fallback (V=3000 > 1024 candidates) and stays exact', async () => {
+      // top-p 0.9 of a nearly flat V = 3000 needs ~2700 tokens: more than kCandidateCap = 1024.
+      // 3 identical rows × 20000 samples pooled: 60000 samples over ~2700 cells (~22 each).
+      const V = 3000;
+      const l = flatLogits(V, 16, 0.2);
+      const p = plantLogits(dev(), 'f32', [l, l, l], { D: 8 });
+      try {
+        const topP = safeTopP(p.logits[0], {}, 0.9);
+        const S = scaled(20000, MAX_S);
+        for (const sampler of ['fused', 'reference-gumbel'] as const) {
+          const res = await draw(sampler, p.H, p.W, { seed: 16n, topP, numSamples: S });
+          if (sampler === 'fused') expect(res.fallbackRows).toBeGreaterThan(0);
+          else expect(res.fallbackRows).toBe(0);
+          const c = rowCounts(res.tokens, 3, S, V);
+          const pooled = addInto(addInto(Float64Array.from(c[0]), c[1]), c[2]);
+          const gof = goodnessOfFit(pooled, keptDistribution(p.logits[0], { topP }).probs);
+          expect({ sampler, gof: gof.summary, ok: gof.ok }).toEqual({ sampler, gof: gof.summary, ok: true });
+        }
+        // top-k above the candidate cap falls back too
+        const k = await draw('fused', p.H, p.W, { seed: 17n, topK: 2000, numSamples: 16 });
+        expect(k.fallbackRows).toBeGreaterThan(0);
+        // and a peaked distribution under the same top-p does not
+        const z = zipfLogits(V, 1.5, 3);
+        const q = plantLogits(dev(), 'f32', [z], { D: 8 });
+        try {
+          const r = await draw('fused', q.H, q.W, { seed: 18n, topP: 0.5, numSamples: 16 });
+          expect(r.fallbackRows).toBe(0);
+        } finally {
+          q.dispose();
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
+    test('masked tokens are never drawn over 1,048,576 samples, even the most likely ones', async () => {
+      // 16 rows × 65536 samples, V = 111; the 10 masked tokens carry 99.99% of the unmasked mass.
+      const V = 111;
+      const l = new Float64Array(V).fill(0);
+      for (let v = 0; v < 10; v++) l[v * 11] = 12;
+      const rows = Array.from({ length: 16 }, () => l);
+      const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+      try {
+        const allowed = (v: number) => v % 11 !== 0;
+        for (const sampler of ['fused', 'reference-inverse-cdf'] as const) {
+          const res = await draw(sampler, p.H, p.W, {
+            seed: 19n,
+            numSamples: MAX_S,
+            allowedTokens: makeMask(16, V, (_b, v) => allowed(v)),
+          });
+          let bad = 0;
+          for (const t of res.tokens) if (!allowed(t)) bad++;
+          expect({ sampler, bad }).toEqual({ sampler, bad: 0 });
+          const pooled = rowCounts(res.tokens, 16, MAX_S, V).reduce((acc, c) => addInto(acc, c), new Float64Array(V));
+          expect(goodnessOfFit(pooled, keptDistribution(p.logits[0], { allowed }).probs).ok).toBe(true);
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
+    test('a row with no allowed token is an error naming the row', async () => {
+      const l = zipfLogits(111, 1, 4);
+      const p = plantLogits(dev(), 'bf16', [l, l, l], { D: 8 });
+      try {
+        const mask = makeMask(3, 111, (b) => b !== 1);
+        for (const sampler of SAMPLERS) {
+          const e = await failure(() => draw(sampler, p.H, p.W, { allowedTokens: mask }));
+          expect(e.message).toMatch(/row 1\b/);
+        }
+        // the library is still fine afterwards
+        const ok = await draw('fused', p.H, p.W, { seed: 1n });
+        expect(ok.tokens.length).toBe(3);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    for (const sampler of SAMPLERS) {
+      test(`${sampler}: topK = V (and > V), topP = 1, minP = 0 equal plain sampling token for token`, async () => {
+        const V = 1000;
+        const a = zipfLogits(V, 1, 5);
+        const p = plantLogits(dev(), 'bf16', [a, flatLogits(V, 6, 2)], { D: 8 });
+        try {
+          const o = { seed: 20n, offset: 3n, numSamples: 512, temperature: 0.9 };
+          const plain = await draw(sampler, p.H, p.W, o);
+          for (const extra of [{ topK: V }, { topK: V + 5 }, { topP: 1 }, { minP: 0 }, { topK: 0 }, { softcap: 0 }]) {
+            const r = await draw(sampler, p.H, p.W, { ...o, ...extra });
+            expect({ extra, same: agreement(r.tokens, plain.tokens) }).toEqual({ extra, same: 1 });
+          }
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    test('greedy rows ignore top-k / top-p / min-p and report logprob 0', async () => {
+      const V = 1000;
+      const a = zipfLogits(V, 1, 8);
+      const p = plantLogits(dev(), 'bf16', [a, a], { D: 8 });
+      try {
+        const argmax = Array.from(p.logits[0]).indexOf(Math.max(...p.logits[0]));
+        for (const sampler of SAMPLERS) {
+          const r = await draw(sampler, p.H, p.W, {
+            temperature: new Float32Array([0, 1]),
+            topK: new Int32Array([5, 5]),
+            topP: 0.5,
+            minP: 0.1,
+            logprobs: true,
+            numSamples: 8,
+          });
+          expect(Array.from(r.tokens.slice(0, 8))).toEqual(new Array(8).fill(argmax));
+          expect(Array.from(r.logprobs!.slice(0, 8))).toEqual(new Array(8).fill(0));
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
+  // ----------------------------------------------------------------------------------------------
+  describe('logprobs and topLogprobs', () => {
+    for (const sampler of SAMPLERS) {
+      test(`${sampler}: logprobs within 1e-4 of float64, with and without filters`, async () => {
+        const V = 1000;
+        const a = zipfLogits(V, 1, 9);
+        const b = flatLogits(V, 10, 3);
+        const p = plantLogits(dev(), 'f16', [a, b, a, b], { D: 8 });
+        try {
+          const rows: RowSpec[] = [
+            { temperature: 1 },
+            { temperature: 0.6, topK: 100 },
+            { temperature: 1.4, topP: safeTopP(p.logits[2], { temperature: 1.4 }, 0.7) },
+            { temperature: 1, minP: safeMinP(p.logits[3], 1, 20), mask: (v) => v % 4 !== 1 },
+          ];
+          const S = 256;
+          const opts = { ...optionsFor(rows, V), seed: 21n, numSamples: S, logprobs: true, softcap: 30 };
+          const res = await draw(sampler, p.H, p.W, opts);
+          expect(res.logprobs).toBeInstanceOf(Float32Array);
+          expect(res.logprobs!.length).toBe(4 * S);
+          let worst = 0;
+          for (let row = 0; row < 4; row++) {
+            const k = keptDistribution(p.logits[row], { ...rows[row], allowed: rows[row].mask, softcap: 30 });
+            for (let j = 0; j < S; j++) {
+              const t = res.tokens[row * S + j];
+              worst = Math.max(worst, Math.abs(res.logprobs![row * S + j] - k.logprob[t]));
+            }
+          }
+          expect(worst).toBeLessThan(1e-4);
+        } finally {
+          p.dispose();
+        }
+      });
+
+      test(`${sampler}: topLogprobs: tokens in (probability desc, index asc) order, values within 1e-4; −1/−Infinity past the kept set`, async () => {
+        const V = 111;
+        const a = zipfLogits(V, 1, 11);
+        const tie = Float64Array.from(a);
+        tie[3] = tie[50] = tie[90] = 4; // a three-way tie at the top: index order decides
+        const p = plantLogits(dev(), 'f32', [a, tie, a], { D: 8 });
+        try {
+          const n = 8;
+          const rows: RowSpec[] = [{ temperature: 1 }, { temperature: 0.5 }, { topK: 5 }];
+          const res = await draw(sampler, p.H, p.W, { ...optionsFor(rows, V), seed: 22n, topLogprobs: n });
+          expect(res.topTokens).toBeInstanceOf(Int32Array);
+          expect(res.topTokens!.length).toBe(3 * n);
+          expect(res.topLogprobs!.length).toBe(3 * n);
+          for (let row = 0; row < 3; row++) {
+            const k = keptDistribution(p.logits[row], rows[row]);
+            const want = Array.from({ length: n }, (_, i) => (i < k.order.length ? k.order[i] : -1));
+            expect({ row, tokens: Array.from(res.topTokens!.slice(row * n, row * n + n)) }).toEqual({ row, tokens: want });
+            for (let i = 0; i < n; i++) {
+              const got = res.topLogprobs![row * n + i];
+              if (want[i] < 0) expect(got).toBe(-Infinity);
+              else expect(Math.abs(got - k.logprob[want[i]])).toBeLessThan(1e-4);
+            }
+          }
+          expect(Array.from(res.topTokens!.slice(n, n + 3))).toEqual([3, 50, 90]);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    test('logprobs are consistent with the drawn frequencies (Σ over tokens of exp(logprob) = 1 on the kept set)', async () => {
+      const V = 111;
+      const a = zipfLogits(V, 1, 12);
+      const p = plantLogits(dev(), 'bf16', [a], { D: 8 });
+      try {
+        const res = await draw('fused', p.H, p.W, { seed: 23n, numSamples: 65536, logprobs: true, topK: 20 });
+        const lp = new Map<number, number>();
+        for (let j = 0; j < res.tokens.length; j++) lp.set(res.tokens[j], res.logprobs![j]);
+        expect(lp.size).toBe(20); // every kept token appears at least once at this size
+        let total = 0;
+        for (const v of lp.values()) total += Math.exp(v);
+        expect(Math.abs(total - 1)).toBeLessThan(1e-4);
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
+  // ----------------------------------------------------------------------------------------------
+  describe('non-finite logits (through the bias)', () => {
+    for (const sampler of SAMPLERS) {
+      test(`${sampler}: NaN is never drawn; −Inf never; +Inf tokens share the mass uniformly`, async () => {
+        const V = 111;
+        const base = zipfLogits(V, 0.5, 13);
+        base[7] = NaN; // would be the top token if NaN compared as large
+        base[8] = -Infinity;
+        base[20] = 1.5; // the top finite token (p ≈ 0.2)
+        const p = plantLogits(dev(), 'f32', [base, base], { via: 'bias' });
+        const inf = Float64Array.from(base);
+        inf[30] = inf[31] = inf[110] = Infinity;
+        const q = plantLogits(dev(), 'f32', [inf, inf], { via: 'bias' });
+        try {
+          const S = scaled(30000, MAX_S);
+          const r1 = await draw(sampler, p.H, p.W, { seed: 24n, numSamples: S });
+          for (const t of r1.tokens) expect(t === 7 || t === 8 ? t : -1).toBe(-1);
+          const c1 = rowCounts(r1.tokens, 2, S, V);
+          const probs1 = keptDistribution(p.logits[0]).probs;
+          expect(goodnessOfFit(addInto(Float64Array.from(c1[0]), c1[1]), probs1).ok).toBe(true);
+
+          const r2 = await draw(sampler, q.H, q.W, { seed: 25n, numSamples: S });
+          const c2 = rowCounts(r2.tokens, 2, S, V);
+          const pooled = addInto(Float64Array.from(c2[0]), c2[1]);
+          expect(pooled[30] + pooled[31] + pooled[110]).toBe(2 * S);
+          const gof = goodnessOfFit(pooled, keptDistribution(q.logits[0]).probs);
+          expect(gof.summary && gof.ok).toBe(true);
+          // greedy with +Inf present: the smallest +Inf index
+          const g = await draw(sampler, q.H, q.W, { temperature: 0 });
+          expect(Array.from(g.tokens)).toEqual([30, 30]);
+        } finally {
+          p.dispose();
+          q.dispose();
+        }
+      });
+
+      test(`${sampler}: a row whose logits are all NaN / −Inf is an error naming the row`, async () => {
+        // bias all NaN / −Inf: every row fails (row 0 is named)
+        const V = 37;
+        const l = Float64Array.from({ length: V }, (_, v) => (v % 2 ? NaN : -Infinity));
+        const p = plantLogits(dev(), 'f32', [l], { via: 'bias' });
+        try {
+          const e = await failure(() => draw(sampler, p.H, p.W, { seed: 1n }));
+          expect(e.message).toMatch(/row 0\b/);
+        } finally {
+          p.dispose();
+        }
+        // only row 1 overflows to −Inf: H[1] = (3e38, 3e38, 0...), W[:, 0..1] = −1 → −6e38 = −Inf in fp32
+        const D = 8;
+        const h = new Float64Array(2 * D);
+        h[2] = 1; // row 0: column 2 carries ordinary logits
+        h[D + 0] = 3e38;
+        h[D + 1] = 3e38;
+        const w = new Float64Array(V * D);
+        for (let v = 0; v < V; v++) {
+          w[v * D + 0] = -1;
+          w[v * D + 1] = -1;
+          w[v * D + 2] = (v % 5) - 2;
+        }
+        const H = makeTensor(dev(), 'f32', h, [2, D]);
+        const W = makeTensor(dev(), 'f32', w, [V, D]);
+        try {
+          const e = await failure(() => draw(sampler, H, W, { seed: 1n }));
+          expect(e.message).toMatch(/row 1\b/);
+          expect(e.message).not.toMatch(/row 0\b/);
+        } finally {
+          H.dispose();
+          W.dispose();
+        }
+      });
+    }
+  });
+});
+
+void ALPHA;

@@ -1,0 +1,772 @@
+// Shared helpers of the test suites: statistics (chi-square, normal quantiles), an independent
+// float64 model of docs/SEMANTICS.md (filters, kept distribution, the noise), dtype rounding written
+// from scratch (so the library's own encoders are tested, not trusted), builders of tensors whose
+// logits are planted exactly, and the device parameterization.
+//
+// Nothing here calls into the library except the builders and `deviceCases` / `describeDevices`.
+
+import {
+  open,
+  gpuStatus,
+  sampleFused,
+  sampleReference,
+  type Device,
+  type Tensor,
+  type SampleOptions,
+  type SampleResult,
+} from '../lib/index';
+
+export type FDType = 'f32' | 'f16' | 'bf16';
+export const FLOAT_DTYPES: FDType[] = ['f32', 'f16', 'bf16'];
+
+// ------------------------------------------------------------------------------------------------
+// Deterministic randomness for building inputs (never for the draws under test).
+// ------------------------------------------------------------------------------------------------
+
+/** mulberry32: a small, fast, seeded 32-bit generator; returns floats in [0, 1). */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function shuffle<T>(a: T[], r: () => number): T[] {
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+  return a;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Statistics
+// ------------------------------------------------------------------------------------------------
+
+/** ln Γ(x), Lanczos (g = 7, n = 9), |error| < 1e-13 for x > 0. */
+export function lnGamma(x: number): number {
+  const c = [
+    0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+    -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+    1.5056327351493116e-7,
+  ];
+  if (x < 0.5) return Math.log(Math.PI / Math.abs(Math.sin(Math.PI * x))) - lnGamma(1 - x);
+  x -= 1;
+  let a = c[0];
+  const t = x + 7.5;
+  for (let i = 1; i < 9; i++) a += c[i] / (x + i);
+  return 0.5 * Math.log(2 * Math.PI) + (x + 0.5) * Math.log(t) - t + Math.log(a);
+}
+
+/** Regularized upper incomplete gamma Q(a, x) = Γ(a, x) / Γ(a): series for x < a + 1, else a
+ *  continued fraction (modified Lentz). */
+export function gammaQ(a: number, x: number): number {
+  if (x < 0 || a <= 0) throw new RangeError(`gammaQ(${a}, ${x})`);
+  if (x === 0) return 1;
+  const lnPrefix = -x + a * Math.log(x) - lnGamma(a);
+  if (x < a + 1) {
+    let sum = 1 / a;
+    let term = sum;
+    for (let n = 1; n < 100000; n++) {
+      term *= x / (a + n);
+      sum += term;
+      if (Math.abs(term) < Math.abs(sum) * 1e-16) break;
+    }
+    return Math.max(0, 1 - sum * Math.exp(lnPrefix));
+  }
+  const tiny = 1e-300;
+  let b = x + 1 - a;
+  let c = 1 / tiny;
+  let d = 1 / b;
+  let h = d;
+  for (let i = 1; i < 100000; i++) {
+    const an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (Math.abs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (Math.abs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const delta = d * c;
+    h *= delta;
+    if (Math.abs(delta - 1) < 1e-16) break;
+  }
+  return Math.exp(lnPrefix) * h;
+}
+
+/** P(χ²_df ≥ stat). */
+export function chiSquareSurvival(stat: number, df: number): number {
+  return gammaQ(df / 2, stat / 2);
+}
+
+/** erfc, W. J. Cody-grade via the Numerical Recipes Chebyshev fit (relative error < 1.2e-7),
+ *  enough for thresholds. */
+export function erfc(x: number): number {
+  const z = Math.abs(x);
+  const t = 1 / (1 + 0.5 * z);
+  const r =
+    t *
+    Math.exp(
+      -z * z -
+        1.26551223 +
+        t *
+          (1.00002368 +
+            t *
+              (0.37409196 +
+                t *
+                  (0.09678418 +
+                    t *
+                      (-0.18628806 +
+                        t *
+                          (0.27886807 +
+                            t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))),
+    );
+  return x >= 0 ? r : 2 - r;
+}
+
+/** Two-sided normal tail P(|Z| ≥ z). */
+export function normalTwoSided(z: number): number {
+  return erfc(Math.abs(z) / Math.SQRT2);
+}
+
+/** z such that P(|Z| ≥ z) = p (bisection). */
+export function normalQuantileTwoSided(p: number): number {
+  let lo = 0;
+  let hi = 40;
+  for (let i = 0; i < 200; i++) {
+    const mid = (lo + hi) / 2;
+    if (normalTwoSided(mid) > p) lo = mid;
+    else hi = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+/** Rejection threshold of every distribution test in the suites. */
+export const ALPHA = 1e-4;
+
+export interface GoodnessOfFit {
+  n: number;
+  stat: number;
+  df: number;
+  pValue: number;          // chi-square survival of the pooled table
+  zMax: number;            // largest |z| over the large cells (expected count ≥ 25)
+  zCells: number;          // how many cells the z test looked at
+  zThreshold: number;      // Bonferroni threshold: P(max |z| ≥ zThreshold) ≈ ALPHA under H0
+  impossible: number;      // samples that landed on a probability-0 token
+  worstCell: number;
+  ok: boolean;
+  summary: string;
+}
+
+/**
+ * Chi-square goodness of fit of `observed` counts against `probs` (need not be normalized),
+ * pooling every cell with an expected count < 5 into one cell (merged with the smallest cell if
+ * the pool itself stays < 5). Plus a targeted test of the large cells: a bias of the top tokens is
+ * diluted in an omnibus statistic with many degrees of freedom, so each cell with expected ≥ 25
+ * also gets a z test, Bonferroni-corrected to the same ALPHA. Any sample on a probability-0 token
+ * fails outright.
+ */
+export function goodnessOfFit(observed: ArrayLike<number>, probs: ArrayLike<number>): GoodnessOfFit {
+  let n = 0;
+  let total = 0;
+  for (let i = 0; i < observed.length; i++) n += observed[i];
+  for (let i = 0; i < probs.length; i++) total += probs[i];
+  let impossible = 0;
+  const cells: { o: number; e: number; p: number; idx: number }[] = [];
+  let poolO = 0;
+  let poolE = 0;
+  for (let i = 0; i < probs.length; i++) {
+    const p = probs[i] / total;
+    const o = observed[i] ?? 0;
+    if (p === 0) {
+      impossible += o;
+      continue;
+    }
+    const e = n * p;
+    if (e < 5) {
+      poolO += o;
+      poolE += e;
+    } else cells.push({ o, e, p, idx: i });
+  }
+  if (poolE > 0) {
+    if (poolE >= 5 || cells.length === 0) cells.push({ o: poolO, e: poolE, p: poolE / n, idx: -1 });
+    else {
+      cells.sort((a, b) => a.e - b.e);
+      cells[0] = { o: cells[0].o + poolO, e: cells[0].e + poolE, p: (cells[0].e + poolE) / n, idx: -1 };
+    }
+  }
+  let stat = 0;
+  for (const c of cells) stat += ((c.o - c.e) * (c.o - c.e)) / c.e;
+  const df = cells.length - 1;
+  const pValue = df >= 1 ? chiSquareSurvival(stat, df) : 1;
+  let zMax = 0;
+  let worstCell = -1;
+  let zCells = 0;
+  for (const c of cells) {
+    if (c.e < 25 || c.idx < 0 || c.p >= 1) continue;
+    zCells++;
+    const z = Math.abs(c.o - c.e) / Math.sqrt(c.e * (1 - c.p));
+    if (z > zMax) {
+      zMax = z;
+      worstCell = c.idx;
+    }
+  }
+  const zThreshold = normalQuantileTwoSided(ALPHA / Math.max(1, zCells));
+  const ok = impossible === 0 && pValue >= ALPHA && zMax < zThreshold;
+  const summary =
+    `n=${n} chi2=${stat.toFixed(1)} df=${df} p=${pValue.toExponential(2)} ` +
+    `zMax=${zMax.toFixed(2)} (token ${worstCell}, threshold ${zThreshold.toFixed(2)} over ${zCells} cells) ` +
+    `impossible=${impossible}`;
+  return { n, stat, df, pValue, zMax, zCells, zThreshold, impossible, worstCell, ok, summary };
+}
+
+/** Per-row token histograms of a [B, S] token array; throws on a token outside [0, V). */
+export function rowCounts(tokens: ArrayLike<number>, B: number, S: number, V: number): Float64Array[] {
+  if (tokens.length !== B * S) throw new Error(`tokens.length ${tokens.length} != ${B} * ${S}`);
+  const out: Float64Array[] = [];
+  for (let b = 0; b < B; b++) {
+    const c = new Float64Array(V);
+    for (let j = 0; j < S; j++) {
+      const t = tokens[b * S + j];
+      if (!(Number.isInteger(t) && t >= 0 && t < V)) throw new Error(`row ${b} sample ${j}: token ${t} outside [0, ${V})`);
+      c[t]++;
+    }
+    out.push(c);
+  }
+  return out;
+}
+
+export function addInto(acc: Float64Array, x: ArrayLike<number>): Float64Array {
+  for (let i = 0; i < acc.length; i++) acc[i] += x[i];
+  return acc;
+}
+
+/** Draws n tokens from probs in JS (float64 inverse cdf with mulberry32): the negative controls. */
+export function jsSample(probs: ArrayLike<number>, n: number, seed: number): Float64Array {
+  const r = rng(seed);
+  const cdf = new Float64Array(probs.length);
+  let acc = 0;
+  for (let i = 0; i < probs.length; i++) cdf[i] = acc += probs[i];
+  const counts = new Float64Array(probs.length);
+  for (let k = 0; k < n; k++) {
+    // two draws for 53 bits
+    const u = (r() + r() / 4294967296) * acc;
+    let lo = 0;
+    let hi = cdf.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cdf[mid] > u) hi = mid;
+      else lo = mid + 1;
+    }
+    counts[lo]++;
+  }
+  return counts;
+}
+
+// ------------------------------------------------------------------------------------------------
+// dtype rounding, written independently of lib/dtype.ts
+// ------------------------------------------------------------------------------------------------
+
+const f32buf = new Float32Array(1);
+const u32buf = new Uint32Array(f32buf.buffer);
+
+export function f32Bits(x: number): number {
+  f32buf[0] = x;
+  return u32buf[0];
+}
+export function bitsF32(b: number): number {
+  u32buf[0] = b >>> 0;
+  return f32buf[0];
+}
+
+function roundHalfEven(y: number): number {
+  const f = Math.floor(y);
+  const d = y - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
+
+/** bf16 bits of float32(x), round to nearest even; NaN -> a quiet NaN with the sign kept. */
+export function toBF16Bits(x: number): number {
+  const b = f32Bits(x);
+  if ((b & 0x7f800000) === 0x7f800000 && (b & 0x7fffff) !== 0) return ((b >>> 16) | 0x40) & 0xffff;
+  const lsb = (b >>> 16) & 1;
+  return ((b + 0x7fff + lsb) >>> 16) & 0xffff;
+}
+export function fromBF16Bits(h: number): number {
+  return bitsF32((h & 0xffff) << 16);
+}
+
+/** f16 bits of float32(x), round to nearest even, overflow to Inf, subnormals kept. */
+export function toF16Bits(x0: number): number {
+  const x = Math.fround(x0);
+  if (Number.isNaN(x)) return 0x7e00;
+  const sign = x < 0 || Object.is(x, -0) ? 0x8000 : 0;
+  const a = Math.abs(x);
+  if (a === Infinity || a >= 65520) return sign | 0x7c00;
+  if (a < 2 ** -14) return sign | roundHalfEven(a * 2 ** 24); // 1024 becomes the smallest normal
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  if (2 ** (e + 1) <= a) e++;
+  let q = roundHalfEven((a / 2 ** e - 1) * 1024);
+  if (q === 1024) {
+    q = 0;
+    e++;
+  }
+  if (e > 15) return sign | 0x7c00;
+  return sign | ((e + 15) << 10) | q;
+}
+export function fromF16Bits(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return sign * m * 2 ** -24;
+  if (e === 31) return m ? NaN : sign * Infinity;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+/** The value x takes once stored in `dtype`. */
+export function roundTo(dtype: FDType, x: number): number {
+  if (dtype === 'f32') return Math.fround(x);
+  if (dtype === 'bf16') return fromBF16Bits(toBF16Bits(x));
+  return fromF16Bits(toF16Bits(x));
+}
+
+/** Raw storage of `values` in `dtype`: Float32Array for f32, Uint16Array of bits otherwise. */
+export function rawOf(dtype: FDType, values: ArrayLike<number>): Float32Array | Uint16Array {
+  if (dtype === 'f32') return Float32Array.from(values as ArrayLike<number>);
+  const out = new Uint16Array(values.length);
+  const enc = dtype === 'bf16' ? toBF16Bits : toF16Bits;
+  for (let i = 0; i < values.length; i++) out[i] = enc(values[i]);
+  return out;
+}
+
+export function makeTensor(dev: Device, dtype: FDType, values: ArrayLike<number>, shape: number[]): Tensor {
+  return dev.tensor(rawOf(dtype, values), shape, dtype);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Planted logits
+// ------------------------------------------------------------------------------------------------
+
+export interface Planted {
+  H: Tensor;
+  W: Tensor;
+  bias?: Tensor;
+  /** logits[b][v] exactly as the library must compute them (fp32 values, as float64 numbers). */
+  logits: Float64Array[];
+  B: number;
+  V: number;
+  D: number;
+  dispose(): void;
+}
+
+/**
+ * Builds H [B, D] and W [V, D] (and bias [V]) so that H · Wᵀ (+ bias) is exactly `rows[b]`
+ * (rounded to the dtype): every distinct row array gets a column d of W carrying its logits, H's
+ * row b is the one-hot e_d, and the other columns of W are filled with junk (nonzero values that
+ * are multiplied by exact zeros, so a GEMM that reads the wrong column is caught). With
+ * `biasLogits`, the bias [V] is added (the fp32 sum w + bias is what the library computes).
+ * With `via: 'bias'`, H is all zeros, W is junk and the bias carries the logits (all rows equal:
+ * rows must then all be the same array).
+ */
+export function plantLogits(
+  dev: Device,
+  dtype: FDType,
+  rows: ArrayLike<number>[],
+  opts: { D?: number; biasLogits?: ArrayLike<number>; via?: 'weights' | 'bias'; junkSeed?: number } = {},
+): Planted {
+  const B = rows.length;
+  const V = rows[0].length;
+  const r = rng(opts.junkSeed ?? 12345);
+  const distinct: ArrayLike<number>[] = [];
+  const col: number[] = [];
+  for (const row of rows) {
+    if (row.length !== V) throw new Error('rows of different lengths');
+    let i = distinct.indexOf(row);
+    if (i < 0) {
+      i = distinct.length;
+      distinct.push(row);
+    }
+    col.push(i);
+  }
+  const via = opts.via ?? 'weights';
+  const D = opts.D ?? Math.max(8, via === 'bias' ? 8 : distinct.length);
+  if (via === 'weights' && D < distinct.length) throw new Error(`D ${D} < ${distinct.length} distinct rows`);
+  if (via === 'bias' && distinct.length !== 1) throw new Error("via 'bias' needs identical rows");
+  const w = new Float64Array(V * D);
+  for (let i = 0; i < w.length; i++) w[i] = roundTo(dtype, (r() - 0.5) * 8); // junk
+  const h = new Float64Array(B * D);
+  let biasVals: Float64Array | undefined;
+  if (via === 'weights') {
+    for (let u = 0; u < distinct.length; u++) for (let v = 0; v < V; v++) w[v * D + u] = roundTo(dtype, distinct[u][v]);
+    for (let b = 0; b < B; b++) h[b * D + col[b]] = 1;
+    if (opts.biasLogits) biasVals = Float64Array.from(opts.biasLogits, (x) => roundTo(dtype, x));
+  } else {
+    biasVals = Float64Array.from(distinct[0], (x) => roundTo(dtype, x));
+  }
+  const logits: Float64Array[] = [];
+  for (let b = 0; b < B; b++) {
+    const l = new Float64Array(V);
+    for (let v = 0; v < V; v++) {
+      const base = via === 'weights' ? w[v * D + col[b]] : 0;
+      l[v] = biasVals ? Math.fround(base + biasVals[v]) : base;
+    }
+    logits.push(l);
+  }
+  const H = makeTensor(dev, dtype, h, [B, D]);
+  const W = makeTensor(dev, dtype, w, [V, D]);
+  const bias = biasVals ? makeTensor(dev, dtype, biasVals, [V]) : undefined;
+  return {
+    H,
+    W,
+    bias,
+    logits,
+    B,
+    V,
+    D,
+    dispose() {
+      H.dispose();
+      W.dispose();
+      bias?.dispose();
+    },
+  };
+}
+
+/** Zipf-peaked logits: rank r (1-based) gets -s·ln r, ranks scattered over the vocabulary. */
+export function zipfLogits(V: number, s: number, seed: number): Float64Array {
+  const perm = shuffle(Array.from({ length: V }, (_, i) => i), rng(seed));
+  const l = new Float64Array(V);
+  for (let r = 0; r < V; r++) l[perm[r]] = -s * Math.log(r + 1);
+  return l;
+}
+/** Nearly flat logits: uniform in [0, spread). */
+export function flatLogits(V: number, seed: number, spread = 0.5): Float64Array {
+  const r = rng(seed);
+  return Float64Array.from({ length: V }, () => r() * spread);
+}
+/** One dominant token (logit `top`, at a pseudo-random index) over logits in [-2, 0). */
+export function dominantLogits(V: number, seed: number, top = 6): Float64Array {
+  const r = rng(seed);
+  const l = Float64Array.from({ length: V }, () => -2 * r());
+  l[Math.floor(r() * V)] = top;
+  return l;
+}
+
+// ------------------------------------------------------------------------------------------------
+// float64 model of docs/SEMANTICS.md §2 (the kept distribution)
+// ------------------------------------------------------------------------------------------------
+
+export interface FilterSpec {
+  temperature?: number; // default 1; 0 = greedy
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  softcap?: number;
+  /** allowed(v): bit set in the row's mask */
+  allowed?: (v: number) => boolean;
+}
+
+export interface Kept {
+  probs: Float64Array;          // normalized, 0 outside the kept set
+  logprob: Float64Array;        // log p (−Infinity outside)
+  order: number[];              // kept tokens by (probability desc, index asc)
+  keptCount: number;
+  /** distance of the top-p target from the nearest prefix mass (how robust the nucleus is to
+   *  rounding); Infinity when top-p is off */
+  topPMargin: number;
+  /** distance (in logit/T units) of the min-p threshold from the nearest logit; Infinity when off */
+  minPMargin: number;
+  empty: boolean;
+}
+
+export function applySoftcap(l: number, c: number): number {
+  // the library: c * tanhf(logit / c) in fp32
+  return Math.fround(c * Math.fround(Math.tanh(Math.fround(l / c))));
+}
+
+export function keptDistribution(logits0: ArrayLike<number>, f: FilterSpec = {}): Kept {
+  const V = logits0.length;
+  const T = f.temperature ?? 1;
+  const logits = Float64Array.from(logits0);
+  if (f.softcap && f.softcap > 0) for (let v = 0; v < V; v++) logits[v] = applySoftcap(logits[v], f.softcap);
+  const alive: number[] = [];
+  for (let v = 0; v < V; v++) {
+    if (f.allowed && !f.allowed(v)) continue;
+    const l = logits[v];
+    if (Number.isNaN(l) || l === -Infinity) continue;
+    alive.push(v);
+  }
+  const probs = new Float64Array(V);
+  const logprob = new Float64Array(V).fill(-Infinity);
+  const result = (order: number[], topPMargin = Infinity, minPMargin = Infinity): Kept => ({
+    probs,
+    logprob,
+    order,
+    keptCount: order.length,
+    topPMargin,
+    minPMargin,
+    empty: order.length === 0,
+  });
+  if (alive.length === 0) return result([]);
+  const inf = alive.filter((v) => logits[v] === Infinity);
+  if (inf.length > 0) {
+    if (T === 0) {
+      probs[inf[0]] = 1;
+      logprob[inf[0]] = 0;
+      return result([inf[0]]);
+    }
+    for (const v of inf) {
+      probs[v] = 1 / inf.length;
+      logprob[v] = -Math.log(inf.length);
+    }
+    return result(inf);
+  }
+  // (logit desc, index asc)
+  const order = alive.slice().sort((a, b) => logits[b] - logits[a] || a - b);
+  if (T === 0) {
+    probs[order[0]] = 1;
+    logprob[order[0]] = 0;
+    return result([order[0]]);
+  }
+  let kept = order;
+  if (f.topK && f.topK > 0) kept = kept.slice(0, f.topK);
+  const s = kept.map((v) => logits[v] / T);
+  const lse = (xs: number[]) => {
+    const m = Math.max(...xs);
+    let acc = 0;
+    for (const x of xs) acc += Math.exp(x - m);
+    return m + Math.log(acc);
+  };
+  let topPMargin = Infinity;
+  if (f.topP !== undefined && f.topP < 1) {
+    const z = lse(s);
+    let cum = 0;
+    let n = kept.length;
+    for (let i = 0; i < kept.length; i++) {
+      const before = cum;
+      cum += Math.exp(s[i] - z);
+      if (cum >= f.topP) {
+        n = i + 1;
+        topPMargin = Math.min(f.topP - before, cum - f.topP);
+        break;
+      }
+    }
+    kept = kept.slice(0, n);
+  }
+  let minPMargin = Infinity;
+  if (f.minP !== undefined && f.minP > 0) {
+    const thr = logits[order[0]] / T + Math.log(f.minP);
+    const n = kept.filter((v) => logits[v] / T >= thr).length;
+    for (const v of order) minPMargin = Math.min(minPMargin, Math.abs(logits[v] / T - thr));
+    kept = kept.slice(0, n);
+  }
+  const ks = kept.map((v) => logits[v] / T);
+  const z = lse(ks);
+  kept.forEach((v, i) => {
+    logprob[v] = ks[i] - z;
+    probs[v] = Math.exp(ks[i] - z);
+  });
+  return result(kept, topPMargin, minPMargin);
+}
+
+/** Bitmask [B * ceil(V/32)] from per-row predicates. */
+export function makeMask(B: number, V: number, allowed: (b: number, v: number) => boolean): Uint32Array {
+  const words = Math.ceil(V / 32);
+  const m = new Uint32Array(B * words);
+  for (let b = 0; b < B; b++) for (let v = 0; v < V; v++) if (allowed(b, v)) m[b * words + (v >>> 5)] |= 1 << (v & 31);
+  return m;
+}
+export function maskAllows(mask: Uint32Array, V: number, b: number): (v: number) => boolean {
+  const words = Math.ceil(V / 32);
+  return (v) => ((mask[b * words + (v >>> 5)] >>> (v & 31)) & 1) === 1;
+}
+
+// ------------------------------------------------------------------------------------------------
+// An independent JS model of the noise (docs/SEMANTICS.md §3)
+// ------------------------------------------------------------------------------------------------
+
+function mulhilo(a: number, b: number): [number, number] {
+  const aL = a & 0xffff;
+  const aH = a >>> 16;
+  const bL = b & 0xffff;
+  const bH = b >>> 16;
+  const ll = aL * bL;
+  const lh = aL * bH;
+  const hl = aH * bL;
+  const hh = aH * bH;
+  const mid = (ll >>> 16) + (lh & 0xffff) + (hl & 0xffff);
+  const hi = (hh + (lh >>> 16) + (hl >>> 16) + Math.floor(mid / 65536)) >>> 0;
+  const lo = Math.imul(a, b) >>> 0;
+  return [hi, lo];
+}
+
+/** Philox4x32-10, written from the paper's description (not from lib/). */
+export function philoxRef(c: number[], k: number[]): number[] {
+  let [c0, c1, c2, c3] = c.map((x) => x >>> 0);
+  let [k0, k1] = k.map((x) => x >>> 0);
+  for (let r = 0; r < 10; r++) {
+    const [hi0, lo0] = mulhilo(0xd2511f53, c0);
+    const [hi1, lo1] = mulhilo(0xcd9e8d57, c2);
+    const n0 = (hi1 ^ c1 ^ k0) >>> 0;
+    const n2 = (hi0 ^ c3 ^ k1) >>> 0;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 = (k0 + 0x9e3779b9) >>> 0;
+    k1 = (k1 + 0xbb67ae85) >>> 0;
+  }
+  return [c0, c1, c2, c3];
+}
+
+/** u = min((x + 0.5)·2^-32, 1 − 2^-24) exactly as the float32 expression of SEMANTICS §3. */
+export function uniformOf(x: number): number {
+  const xf = Math.fround(x);
+  return Math.min(Math.fround(xf * 2 ** -32 + 2 ** -33), 1 - 2 ** -24);
+}
+/** g = −log(−log1p(−u)) with float32 rounding after each step (log1pf/logf modelled by the
+ *  correctly rounded float64 result; a 1-ulp difference from the native math is possible). */
+export function gumbelOf(x: number): number {
+  const u = uniformOf(x);
+  const e = Math.fround(-Math.log1p(-u));
+  return Math.fround(-Math.log(e));
+}
+
+const M32 = 0xffffffffn;
+export function splitU64(x: bigint): [number, number] {
+  return [Number(x & M32), Number((x >> 32n) & M32)];
+}
+
+/** The Gumbel noise of (seed, offset, stream, sample, v). */
+export function noiseRef(seed: bigint, offset: bigint, stream: number, sample: number, v: number): number {
+  const [k0, k1] = splitU64(seed);
+  const [o0, o1] = splitU64(offset);
+  const x = philoxRef([v >>> 2, ((stream << 16) | sample) >>> 0, o0, o1], [k0, k1])[v & 3];
+  return gumbelOf(x);
+}
+
+/** The token the Gumbel samplers draw for one (row, sample), in JS. */
+export function gumbelTokenRef(
+  logits: ArrayLike<number>,
+  T: number,
+  seed: bigint,
+  offset: bigint,
+  stream: number,
+  sample: number,
+): number {
+  let best = -1;
+  let bestScore = -Infinity;
+  const invT = Math.fround(1 / T);
+  for (let v = 0; v < logits.length; v++) {
+    const s = Math.fround(logits[v] * invT + noiseRef(seed, offset, stream, sample, v));
+    if (s > bestScore) {
+      bestScore = s;
+      best = v;
+    }
+  }
+  return best;
+}
+
+/** The token the inverse-cdf reference draws for one (row, sample), in JS (T > 0, no filters). */
+export function inverseCdfTokenRef(
+  logits: ArrayLike<number>,
+  T: number,
+  seed: bigint,
+  offset: bigint,
+  stream: number,
+  sample: number,
+): number {
+  const [k0, k1] = splitU64(seed);
+  const [o0, o1] = splitU64(offset);
+  const x = philoxRef([sample, stream, o0, o1], [k0, k1])[0];
+  const u = (x + 0.5) * 2 ** -32;
+  let m = -Infinity;
+  for (let v = 0; v < logits.length; v++) m = Math.max(m, logits[v] / T);
+  const cum = new Float64Array(logits.length);
+  let acc = 0;
+  for (let v = 0; v < logits.length; v++) cum[v] = acc += Math.exp(logits[v] / T - m);
+  const target = u * acc;
+  for (let v = 0; v < logits.length; v++) if (cum[v] > target) return v;
+  return logits.length - 1;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Samplers and devices
+// ------------------------------------------------------------------------------------------------
+
+export type SamplerName = 'fused' | 'reference-inverse-cdf' | 'reference-gumbel';
+export const SAMPLERS: SamplerName[] = ['fused', 'reference-inverse-cdf', 'reference-gumbel'];
+
+export function draw(name: SamplerName, H: Tensor, W: Tensor, opts: SampleOptions = {}): Promise<SampleResult> {
+  if (name === 'fused') return sampleFused(H, W, opts);
+  return sampleReference(H, W, { ...opts, method: name === 'reference-gumbel' ? 'gumbel' : 'inverse-cdf' });
+}
+
+/** Fraction of equal entries. */
+export function agreement(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  if (a.length !== b.length) throw new Error(`lengths ${a.length} != ${b.length}`);
+  let same = 0;
+  for (let i = 0; i < a.length; i++) if (a[i] === b[i]) same++;
+  return same / a.length;
+}
+
+export interface DeviceCase {
+  name: 'cpu' | 'cuda';
+  usable: boolean;
+  reason: string;
+}
+
+export function cudaStatus(): { usable: boolean; reason: string } {
+  try {
+    const s = gpuStatus();
+    return { usable: s.usable, reason: s.reason || 'no reason given' };
+  } catch (e) {
+    return { usable: false, reason: `gpuStatus() threw: ${(e as Error).message}` };
+  }
+}
+
+export function deviceCases(): DeviceCase[] {
+  const s = cudaStatus();
+  return [
+    { name: 'cpu', usable: true, reason: '' },
+    { name: 'cuda', usable: s.usable, reason: s.reason },
+  ];
+}
+
+/**
+ * Runs `body` once per device: always 'cpu'; 'cuda' when gpuStatus().usable, else the same tests
+ * registered as skipped under a describe whose name carries the reason.
+ */
+export function describeDevices(body: (name: 'cpu' | 'cuda', dev: () => Device) => void): void {
+  for (const c of deviceCases()) {
+    let dev: Device | undefined;
+    const get = () => {
+      if (!dev) dev = open(c.name);
+      return dev;
+    };
+    if (c.usable) describe(c.name, () => body(c.name, get));
+    else describe.skip(`${c.name} — skipped: ${c.reason}`, () => body(c.name, get));
+  }
+}
+
+/** Scales the big sample counts (FS_TEST_SCALE=4 for a release run; default 1). */
+export const SCALE = Number(process.env.FS_TEST_SCALE ?? '1') || 1;
+export function scaled(n: number, max = Infinity): number {
+  return Math.min(max, Math.max(1, Math.round(n * SCALE)));
+}
+
+/** Expectation helper for "rejects or throws": sync throws and rejected promises both count. */
+export async function failure(fn: () => unknown): Promise<Error> {
+  try {
+    await fn();
+  } catch (e) {
+    return e as Error;
+  }
+  throw new Error('expected a failure, but the call succeeded');
+}

@@ -1,0 +1,220 @@
+// The noise: Philox4x32-10 known answers, the Gumbel transform, and the native samplers against an
+// independent JS model of docs/SEMANTICS.md §3 (counter layout, streams, seeds and offsets).
+
+import { philox4x32_10, open } from '../lib/index';
+import {
+  philoxRef,
+  uniformOf,
+  gumbelOf,
+  noiseRef,
+  gumbelTokenRef,
+  inverseCdfTokenRef,
+  plantLogits,
+  zipfLogits,
+  flatLogits,
+  draw,
+  agreement,
+  describeDevices,
+  chiSquareSurvival,
+  rng,
+  ALPHA,
+} from './helpers';
+
+// Random123 known-answer vectors (kat_vectors, philox4x32_10).
+const KAT: { counter: [number, number, number, number]; key: [number, number]; out: number[] }[] = [
+  { counter: [0, 0, 0, 0], key: [0, 0], out: [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8] },
+  {
+    counter: [0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff],
+    key: [0xffffffff, 0xffffffff],
+    out: [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd],
+  },
+  {
+    counter: [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+    key: [0xa4093822, 0x299f31d0],
+    out: [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1],
+  },
+];
+
+describe('philox4x32_10 (exported JS reference)', () => {
+  test.each(KAT.map((k, i) => [i, k] as const))('Random123 known answer #%i', (_i, k) => {
+    const got = philox4x32_10(k.counter, k.key).map((x) => x >>> 0);
+    expect(got.map((x) => x.toString(16))).toEqual(k.out.map((x) => x.toString(16)));
+  });
+
+  test('the test-side model reproduces the known answers too (so it can judge the native noise)', () => {
+    for (const k of KAT) expect(philoxRef(k.counter, k.key)).toEqual(k.out);
+  });
+
+  test('returns four uint32 in [0, 2^32) and agrees with the test model on 10000 random inputs', () => {
+    const r = rng(7);
+    const u32 = () => Math.floor(r() * 4294967296) >>> 0;
+    for (let i = 0; i < 10000; i++) {
+      const c: [number, number, number, number] = [u32(), u32(), u32(), u32()];
+      const k: [number, number] = [u32(), u32()];
+      const got = philox4x32_10(c, k);
+      expect(got).toHaveLength(4);
+      for (const x of got) expect(Number.isInteger(x) && x >= 0 && x < 2 ** 32).toBe(true);
+      if (got.some((x, j) => x !== philoxRef(c, k)[j])) {
+        throw new Error(`mismatch at counter ${c} key ${k}: ${got} vs ${philoxRef(c, k)}`);
+      }
+    }
+  });
+
+  test('a one-bit change of the counter or key changes about half of the output bits (avalanche)', () => {
+    const popcount = (x: number) => {
+      let n = 0;
+      for (let v = x >>> 0; v; v >>>= 1) n += v & 1;
+      return n;
+    };
+    let flips = 0;
+    let trials = 0;
+    for (let bit = 0; bit < 32; bit++) {
+      const base = philoxRef([1, 2, 3, 4], [5, 6]);
+      const c = philoxRef([1 ^ (1 << bit), 2, 3, 4], [5, 6]);
+      const k = philoxRef([1, 2, 3, 4], [5, 6 ^ (1 << bit)]);
+      for (let j = 0; j < 4; j++) {
+        flips += popcount(base[j] ^ c[j]) + popcount(base[j] ^ k[j]);
+        trials += 64;
+      }
+    }
+    expect(flips / trials).toBeGreaterThan(0.45);
+    expect(flips / trials).toBeLessThan(0.55);
+  });
+});
+
+describe('Gumbel transform (SEMANTICS §3, modelled in float32)', () => {
+  test('u is never 0 or 1, even at x = 0 and x = 2^32 − 1', () => {
+    expect(uniformOf(0)).toBeGreaterThan(0);
+    expect(uniformOf(0)).toBe(2 ** -33);
+    expect(uniformOf(0xffffffff)).toBeLessThan(1);
+    expect(uniformOf(0xffffffff)).toBe(1 - 2 ** -24);
+  });
+
+  test('g is finite at both ends and monotone non-increasing in x (g = −log(−log(1 − u)))', () => {
+    // x = 0: u = 2^-33, E ≈ 2^-33, g ≈ 33·ln 2 = 22.87; x = 2^32 − 1: u = 1 − 2^-24, E = 24·ln 2, g ≈ −2.81
+    expect(gumbelOf(0)).toBeCloseTo(33 * Math.LN2, 4);
+    expect(gumbelOf(0xffffffff)).toBeCloseTo(-Math.log(24 * Math.LN2), 4);
+    let prev = Infinity;
+    for (let i = 0; i <= 4096; i++) {
+      const x = Math.min(0xffffffff, i * 1048576);
+      const g = gumbelOf(x);
+      expect(Number.isFinite(g)).toBe(true);
+      expect(g).toBeLessThanOrEqual(prev);
+      prev = g;
+    }
+  });
+
+  test('g over Philox output has the standard Gumbel mean (γ) and variance (π²/6)', () => {
+    // 400k draws: sd of the mean = sqrt(1.645 / 4e5) = 2.0e-3, tolerance 5 sd.
+    const n = 400000;
+    let s = 0;
+    let s2 = 0;
+    for (let i = 0; i < n / 4; i++) {
+      for (const x of philoxRef([i, 0, 0, 0], [42, 0])) {
+        const g = gumbelOf(x);
+        s += g;
+        s2 += g * g;
+      }
+    }
+    const mean = s / n;
+    const variance = s2 / n - mean * mean;
+    expect(Math.abs(mean - 0.5772156649)).toBeLessThan(5 * Math.sqrt(1.6449 / n));
+    // var of the sample variance of a Gumbel: (μ4 − σ⁴)/n with excess kurtosis 12/5
+    const sdVar = Math.sqrt(((2 + 2.4) * 1.6449 ** 2) / n);
+    expect(Math.abs(variance - Math.PI ** 2 / 6)).toBeLessThan(5 * sdVar);
+  });
+
+  test('the upper tail is right: P(g > t) = 1 − exp(−e^−t) for t = 3, 6, 9 (the winners live there)', () => {
+    // 4M draws; P(g > 9) = 1.23e-4 → expected 494, sd 22; tolerance 5 sd on each.
+    const n = 4000000;
+    const ts = [3, 6, 9];
+    const counts = [0, 0, 0];
+    for (let i = 0; i < n / 4; i++) {
+      for (const x of philoxRef([i, 1, 2, 3], [0xdeadbeef, 7])) {
+        const g = gumbelOf(x);
+        for (let k = 0; k < 3; k++) if (g > ts[k]) counts[k]++;
+      }
+    }
+    for (let k = 0; k < 3; k++) {
+      const p = 1 - Math.exp(-Math.exp(-ts[k]));
+      const e = n * p;
+      expect(Math.abs(counts[k] - e)).toBeLessThan(5 * Math.sqrt(e));
+    }
+  });
+});
+
+// The native samplers must draw the noise of SEMANTICS §3. The model computes log1pf/logf as
+// correctly rounded float64, so a 1-ulp difference can flip a near-tie: agreement ≥ 99.9% (the
+// counter layout being wrong anywhere gives ~1/V agreement).
+describeDevices((devName, dev) => {
+  describe('native noise equals the SEMANTICS §3 model', () => {
+    const V = 111;
+    const S = 64;
+    const cases: { label: string; seed: bigint | BigUint64Array; offset: bigint | BigUint64Array }[] = [
+      { label: 'call seed, small', seed: 1n, offset: 0n },
+      { label: 'call seed > 2^32, offset > 2^32', seed: 0x123456789abcdefn, offset: 0xfedcba9876543n },
+      { label: 'per-row seeds and offsets', seed: new BigUint64Array([3n, 2n ** 63n + 5n, 77n]), offset: new BigUint64Array([0n, 2n ** 40n, 9n]) },
+    ];
+    for (const c of cases) {
+      for (const sampler of ['fused', 'reference-gumbel', 'reference-inverse-cdf'] as const) {
+        test(`${sampler}: ${c.label}`, async () => {
+          const rows = [zipfLogits(V, 1, 1), flatLogits(V, 2, 2), zipfLogits(V, 0.5, 3)];
+          const p = plantLogits(dev(), 'f32', rows);
+          try {
+            const res = await draw(sampler, p.H, p.W, { seed: c.seed, offset: c.offset, numSamples: S, temperature: 1 });
+            const perRow = typeof c.seed !== 'bigint';
+            const expected = new Int32Array(3 * S);
+            for (let b = 0; b < 3; b++) {
+              const seed = typeof c.seed === 'bigint' ? c.seed : c.seed[b];
+              const offset = typeof c.offset === 'bigint' ? c.offset : c.offset[b];
+              const stream = perRow ? 0 : b;
+              for (let j = 0; j < S; j++) {
+                expected[b * S + j] =
+                  sampler === 'reference-inverse-cdf'
+                    ? inverseCdfTokenRef(p.logits[b], 1, seed, offset, stream, j)
+                    : gumbelTokenRef(p.logits[b], 1, seed, offset, stream, j);
+              }
+            }
+            expect(agreement(res.tokens, expected)).toBeGreaterThanOrEqual(0.999);
+          } finally {
+            p.dispose();
+          }
+        });
+      }
+    }
+
+    test('the noise of one (seed, offset, stream, sample, v) is what the model says: a planted tie is decided by g alone', async () => {
+      // Two tokens with equal logits (every other token -Inf through a huge negative logit): the
+      // winner is the one with the larger Gumbel noise.
+      const V2 = 37;
+      const logits = new Float64Array(V2).fill(-1e4);
+      logits[5] = 0;
+      logits[30] = 0;
+      const p = plantLogits(dev(), 'f32', [logits]);
+      try {
+        const S2 = 512;
+        const res = await draw('fused', p.H, p.W, { seed: 99n, offset: 3n, numSamples: S2 });
+        let same = 0;
+        for (let j = 0; j < S2; j++) {
+          const want = noiseRef(99n, 3n, 0, j, 5) >= noiseRef(99n, 3n, 0, j, 30) ? 5 : 30;
+          if (res.tokens[j] === want) same++;
+        }
+        expect(same / S2).toBeGreaterThanOrEqual(0.998);
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+});
+
+test('chi-square survival function: known values', () => {
+  // χ²(df=1) at 3.841 → 0.05; df=10 at 18.307 → 0.05; df=100 at 124.342 → 0.05; df=2 at x → e^{-x/2}
+  expect(chiSquareSurvival(3.841458820694124, 1)).toBeCloseTo(0.05, 8);
+  expect(chiSquareSurvival(18.307038053275146, 10)).toBeCloseTo(0.05, 8);
+  expect(chiSquareSurvival(124.34211340400407, 100)).toBeCloseTo(0.05, 8);
+  expect(chiSquareSurvival(7, 2)).toBeCloseTo(Math.exp(-3.5), 12);
+  expect(chiSquareSurvival(1000, 100)).toBeLessThan(1e-100);
+  expect(chiSquareSurvival(0.5, 100)).toBeCloseTo(1, 12);
+  expect(ALPHA).toBe(1e-4);
+  void open;
+});
