@@ -77,8 +77,8 @@ ${PRESETS.map((p) => `                              ${p.name.padEnd(12)} ${Strin
 
 Run
   --device auto|cpu|cuda|cuda:N   (default auto: the GPU when one is usable)
-  --iters N                 timed calls per point (default 100 on the GPU, 5 on the CPU)
-  --warmup N                untimed calls first (default 10 on the GPU, 1 on the CPU)
+  --iters N                 timed calls per point (default 100 on the GPU, 10 on the CPU)
+  --warmup N                untimed calls first (default 10 on the GPU, 2 on the CPU)
   --samplers LIST           of fused,reference-gumbel,reference-inverse-cdf (default all three)
   --options LIST            extra fused columns, one per option set: plain, topk50, topp0.9,
                             minp0.05, logprobs, toplogprobs5, mask, softcap30, temp0.7;

@@ -15,7 +15,7 @@ import { message, run } from './run';
 
 const NAME = 'flashsample-bench';
 
-const CPU_DEFAULTS = { iters: 5, warmup: 1 };
+const CPU_DEFAULTS = { iters: 10, warmup: 2 };
 const GPU_DEFAULTS = { iters: 100, warmup: 10 };
 
 function checkOutputPath(flag: string, file: string): void {

@@ -18,7 +18,9 @@ const CELL_ERROR_WIDTH = 36;
 
 function fmtCeiling(value: number | null, unit: 'bw' | 'rate'): string {
   if (value === null) return DASH;
-  return unit === 'bw' ? `${(value / 1e12).toFixed(2)} TB/s` : `${(value / 1e12).toFixed(0)} TFLOP/s`;
+  const t = value / 1e12;
+  const digits = t >= 100 ? 0 : t >= 1 ? 2 : 4;
+  return `${t.toFixed(digits)} ${unit === 'bw' ? 'TB/s' : 'TFLOP/s'}`;
 }
 
 function fmtBytes(b: number): string {
@@ -133,7 +135,10 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
       }
       const t = median(om);
       let text = fmtUs(t);
-      if (t !== null && fused) text += ` (${t >= fused ? '+' : ''}${(((t - fused) / fused) * 100).toFixed(0)}%)`;
+      if (t !== null && fused) {
+        const pct = Math.round(((t - fused) / fused) * 100);
+        text += ` (${pct >= 0 ? '+' : ''}${pct}%)`;
+      }
       if (om.fallbackRows) text += ` fb${om.fallbackRows}/${br.batch}`;
       row.push(text);
     }
@@ -153,6 +158,10 @@ const METHOD_LABELS: Record<string, string> = {
   fused: 'fused (flashsample)',
   'reference-gumbel': 'reference, gumbel',
   'reference-inverse-cdf': 'reference, inverse-CDF',
+  'torch:matmul': 'PyTorch matmul alone',
+  'torch:multinomial': 'PyTorch mm+softmax+multinomial',
+  'torch:gumbel': 'PyTorch mm+gumbel argmax',
+  'torch:exp-race': 'PyTorch mm+exponential race',
 };
 
 export function plotSvg(r: BenchReport): string {

@@ -13,7 +13,7 @@ import {
 } from '../lib/index';
 import type { BenchArgs, BenchDType, OptionSet } from './args';
 import { BASELINE_TITLES, CORE_BASELINES, TorchReport, isStats, runTorchBaselines } from './baselines';
-import { DTYPE_BYTES, deviceCopies, disposeAll, halfMask, hostMatrix, rotationCopies } from './inputs';
+import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, hostMatrix, rotationCopies } from './inputs';
 import type { Shape } from './presets';
 import type { Progress } from './progress';
 import { Summary, summarize } from './stats';
@@ -298,7 +298,7 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
       samplers: args.samplers,
       optionSets: args.optionSets,
       logitStd: args.logitStd,
-      l2RotationBytes: 2 * 60e6,
+      l2RotationBytes: 2 * L2_BYTES,
     },
     ceilings: await measureCeilings(plan, torch, torchSkip),
     baselines: {

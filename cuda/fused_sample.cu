@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm_dispatch.cuh"
+#include "filters.h"
 #include "launchers.h"
 
 namespace flashsample {
@@ -29,7 +30,8 @@ __global__ void finalize_kernel(const unsigned long long* __restrict__ winners, 
 }  // namespace
 
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
-  if (has_filters(p)) return cudaErrorNotSupported;
+  // Filters, logprobs and masks: the chunked candidate pass of filters.cu.
+  if (has_filters(p)) return launch_fused_filtered(p, stream);
   cudaError_t err = detail::check_params(p);
   if (err != cudaSuccess) return err;
 

@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 cudaError_t launch_reference_sample(const SampleParams& p, ReferenceMethod method,
                                     cudaStream_t stream) {
-  if (has_filters(p)) return cudaErrorNotSupported;
+  if (has_filters(p)) return launch_reference_filtered(p, method, stream);
   cudaError_t err = detail::check_params(p);
   if (err != cudaSuccess) return err;
   if (method != ReferenceMethod::kGumbel && method != ReferenceMethod::kInverseCdf)

@@ -175,13 +175,13 @@ template <bool kF16>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
   if constexpr (kF16) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -219,8 +219,10 @@ struct MmaTile {
 // k-slice; 4 stages = 64 KB of W in flight per CTA, and 2-3 CTAs fit per SM (the lead's estimate:
 // ~34 KB in flight per SM covers the latency at 4.5 TB/s). Large batch: 128 x 128 tile, 8 warps
 // of 64 x 32, one CTA per SM.
-using Tile8 = MmaTile<128, 8, 4, 1, 4>;
-using Tile16 = MmaTile<128, 16, 4, 1, 4>;
+// Measured v1 (H200, B = 1, llama3-8b): 4 stages 286 us, 6 stages 268 us, 8 stages 379 us (one
+// CTA of 4 warps per SM: too few warps), 256 x 8 with 8 warps 271 us.
+using Tile8 = MmaTile<128, 8, 4, 1, 6>;
+using Tile16 = MmaTile<128, 16, 4, 1, 6>;
 using Tile32 = MmaTile<128, 32, 4, 1, 4>;
 using Tile64 = MmaTile<128, 64, 4, 2, 4>;
 using Tile128 = MmaTile<128, 128, 2, 4, 4>;
@@ -326,20 +328,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
     load_stage();
     const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
     const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
-#pragma unroll
-    for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-      uint32_t af[kMT][4];
+    // Fragments double-buffered across the 16-wide k steps: the ldmatrix of step ks+1 is issued
+    // before the MMAs of step ks.
+    uint32_t af[2][kMT][4];
+    uint32_t bf[2][kNT][2];
+    auto load_frags = [&](int ks, int buf) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         const int row = wv * Cfg::kWarpV + mt * 16 + (lane & 15);
         const int ch = ks * 2 + (lane >> 4);
-        ldmatrix_x4(af[mt], sw + (row * 8 + (ch ^ (row & 7))) * 16);
+        ldmatrix_x4(af[buf][mt], sw + (row * 8 + (ch ^ (row & 7))) * 16);
       }
-      uint32_t bf[kNT][2];
       if constexpr (kNT == 1) {
         const int row = wn * Cfg::kWarpN + (lane & 7);
         const int ch = ks * 2 + ((lane >> 3) & 1);
-        ldmatrix_x2(bf[0][0], bf[0][1], sh + (row * 8 + (ch ^ (row & 7))) * 16);
+        ldmatrix_x2(bf[buf][0][0], bf[buf][0][1], sh + (row * 8 + (ch ^ (row & 7))) * 16);
       } else {
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
@@ -347,16 +350,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
           const int ch = ks * 2 + ((lane >> 3) & 1);
           uint32_t r[4];
           ldmatrix_x4(r, sh + (row * 8 + (ch ^ (row & 7))) * 16);
-          bf[2 * np][0] = r[0];
-          bf[2 * np][1] = r[1];
-          bf[2 * np + 1][0] = r[2];
-          bf[2 * np + 1][1] = r[3];
+          bf[buf][2 * np][0] = r[0];
+          bf[buf][2 * np][1] = r[1];
+          bf[buf][2 * np + 1][0] = r[2];
+          bf[buf][2 * np + 1][1] = r[3];
         }
       }
+    };
+    load_frags(0, 0);
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
+      if (ks + 1 < Cfg::kBK / 16) load_frags(ks + 1, (ks + 1) & 1);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mma_16816<kF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < kNT; ++nt)
+          mma_16816<kF16>(acc[mt][nt], af[ks & 1][mt], bf[ks & 1][nt][0], bf[ks & 1][nt][1]);
     }
     slot = slot + 1 == kStages ? 0 : slot + 1;
     if (++kt != KT) continue;

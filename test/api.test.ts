@@ -309,9 +309,9 @@ describe('sampler arguments', () => {
 
 describe('asynchrony', () => {
   test('a large sample runs off the JS thread: a setImmediate callback runs before it resolves', async () => {
-    // B=4 × 65536 samples × V=512: 1.3e8 (sample, vocabulary) pairs, tens of milliseconds at least.
+    // B=4 × 65536 samples × V=256: 6.7e7 (sample, vocabulary) pairs, hundreds of milliseconds on the CPU.
     // A blocking call wrapped in a Promise would finish before setImmediate is even scheduled.
-    const V2 = 512;
+    const V2 = 256;
     const big = plantLogits(cpu, 'bf16', Array.from({ length: 4 }, () => zipfLogits(V2, 1, 9)), { D: 8 });
     try {
       const order: string[] = [];

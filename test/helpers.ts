@@ -591,19 +591,16 @@ export function maskAllows(mask: Uint32Array, V: number, b: number): (v: number)
 // An independent JS model of the noise (docs/SEMANTICS.md §3)
 // ------------------------------------------------------------------------------------------------
 
-function mulhilo(a: number, b: number): [number, number] {
+/** High 32 bits of the 64-bit product of two uint32 (16-bit limbs, exact in doubles). */
+function mulhi(a: number, b: number): number {
   const aL = a & 0xffff;
   const aH = a >>> 16;
   const bL = b & 0xffff;
   const bH = b >>> 16;
-  const ll = aL * bL;
   const lh = aL * bH;
   const hl = aH * bL;
-  const hh = aH * bH;
-  const mid = (ll >>> 16) + (lh & 0xffff) + (hl & 0xffff);
-  const hi = (hh + (lh >>> 16) + (hl >>> 16) + Math.floor(mid / 65536)) >>> 0;
-  const lo = Math.imul(a, b) >>> 0;
-  return [hi, lo];
+  const mid = ((aL * bL) >>> 16) + (lh & 0xffff) + (hl & 0xffff);
+  return (aH * bH + (lh >>> 16) + (hl >>> 16) + Math.floor(mid / 65536)) >>> 0;
 }
 
 /** Philox4x32-10, written from the paper's description (not from lib/). */
@@ -611,8 +608,10 @@ export function philoxRef(c: number[], k: number[]): number[] {
   let [c0, c1, c2, c3] = c.map((x) => x >>> 0);
   let [k0, k1] = k.map((x) => x >>> 0);
   for (let r = 0; r < 10; r++) {
-    const [hi0, lo0] = mulhilo(0xd2511f53, c0);
-    const [hi1, lo1] = mulhilo(0xcd9e8d57, c2);
+    const hi0 = mulhi(0xd2511f53, c0);
+    const lo0 = Math.imul(0xd2511f53, c0) >>> 0;
+    const hi1 = mulhi(0xcd9e8d57, c2);
+    const lo1 = Math.imul(0xcd9e8d57, c2) >>> 0;
     const n0 = (hi1 ^ c1 ^ k0) >>> 0;
     const n2 = (hi0 ^ c3 ^ k1) >>> 0;
     c0 = n0;
@@ -769,4 +768,10 @@ export async function failure(fn: () => unknown): Promise<Error> {
     return e as Error;
   }
   throw new Error('expected a failure, but the call succeeded');
+}
+
+/** The typed-array kind of x, independent of the realm (the addon's arrays come from Node's main
+ *  realm, jest's test code runs in a vm context: `instanceof Int32Array` is false across them). */
+export function typedKind(x: unknown): string {
+  return Object.prototype.toString.call(x).slice(8, -1);
 }

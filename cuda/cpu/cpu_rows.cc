@@ -37,14 +37,17 @@ KeptDecision decide_kept(const TierView& tier, const RowFilters& filters, int64_
   KeptDecision kept;
   kept.size = tier.size;
   kept.total = tier.total;
+  // The +Inf tier shares the mass uniformly: top-k, top-p and min-p cannot rank equal infinite
+  // logits and are not applied (docs/SEMANTICS.md §2.3).
+  const bool rank_filters = !tier.inf_tier;
   // top-k: the k first of the order.
-  if (filters.top_k > 0 && filters.top_k < kept.size) {
+  if (rank_filters && filters.top_k > 0 && filters.top_k < kept.size) {
     kept.size = filters.top_k;
     if (kept.size > tier.num_best) return KeptDecision{0, 0.0, true};
     kept.total = prefix_weight(tier, kept.size);
   }
   // top-p: the shortest prefix whose mass reaches p of the (top-k renormalized) total.
-  if (filters.top_p < 1.0) {
+  if (rank_filters && filters.top_p < 1.0) {
     const double target = filters.top_p * kept.total;
     double cumulative = 0.0;
     for (int64_t i = 0; i < kept.size; ++i) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build (unless a prebuilt binary runs here) and run the CUDA harness: checks, then timings.
-#   bash cuda/harness/run.sh            # use cuda/harness/build/harness if it starts, else build
-#   REBUILD=1 bash cuda/harness/run.sh  # always build
-# Writes the build log (with -Xptxas -v) to $OUT/ptxas.log when $OUT is set.
+#   bash cuda/harness/run.sh                 # build (about 46 s on the H200 machine), then run
+#   USE_PREBUILT=1 bash cuda/harness/run.sh  # run cuda/harness/build/harness if it starts there
+#   bash cuda/harness/run.sh --bench-only    # timings only
+# The build log (with -Xptxas -v) is cuda/harness/build/ptxas.log, copied to $OUT when set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=cuda/harness/build
-LOG=${OUT:-$B}/ptxas.log
+LOG=$B/ptxas.log
 mkdir -p "$B"
 FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
 build() {
@@ -22,8 +23,9 @@ build() {
   nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/bench_kernels.o $B/harness.o -o $B/harness
   echo "built in $((SECONDS - t0)) s"
 }
-if [ "${REBUILD:-0}" = 1 ] || ! [ -x $B/harness ] || ! $B/harness --probe; then
+if [ "${USE_PREBUILT:-0}" != 1 ] || ! [ -x $B/harness ] || ! $B/harness --probe; then
   build
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
+if [ -n "${OUT:-}" ]; then cp "$LOG" "$OUT/ptxas.log" || true; fi
 $B/harness "$@"
