@@ -176,9 +176,6 @@ __device__ RowControl load_control(const SampleParams& p, int64_t b) {
   return c;
 }
 
-__device__ __forceinline__ bool row_is_filtered(const RowControl& c) {
-  return c.temperature > 0.0f && (c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f);
-}
 
 // Whole-row statistics of the fused pass (mode "candidates").
 struct RowStats {
@@ -568,7 +565,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int s_n;
   const int64_t b = blockIdx.x;
   const RowControl c = load_control(p, b);
-  const bool need_winners = !row_is_filtered(c);
+  // The running winners serve every row that ends up keeping all its candidates: rows without
+  // filters, but also rows whose filters turn out to be void (top-k >= the row's candidates, or
+  // +Inf logits present), which only the whole-row statistics decide. So every row keeps them.
   const int64_t words = (p.vocab + 31) / 32;
   const float T = c.temperature;
   const bool greedy = T == 0.0f;
@@ -626,7 +625,7 @@ __global__ void __launch_bounds__(kThreads)
     stats.posinf += sub_inf;
 
     // Running Gumbel winners over every candidate (used when the row keeps everything).
-    if (need_winners) {
+    {
       for (int j = 0; j < p.num_samples; ++j) {
         Pick best{-INFINITY, kNoToken, 0.0f};
         for (int i = first_new + threadIdx.x; i < n_all; i += blockDim.x) {
