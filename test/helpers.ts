@@ -538,7 +538,8 @@ export function keptDistribution(logits0: ArrayLike<number>, f: FilterSpec = {})
   if (f.topK && f.topK > 0) kept = kept.slice(0, f.topK);
   const s = kept.map((v) => logits[v] / T);
   const lse = (xs: number[]) => {
-    const m = Math.max(...xs);
+    let m = -Infinity;
+    for (const x of xs) if (x > m) m = x; // a loop: Math.max with V = 263000 spread arguments overflows the stack
     let acc = 0;
     for (const x of xs) acc += Math.exp(x - m);
     return m + Math.log(acc);
