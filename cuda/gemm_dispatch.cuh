@@ -123,7 +123,6 @@ inline GemmArgs gemm_args(const SampleParams& p) {
   a.per_row_seed = p.per_row_seed;
   a.winners = nullptr;
   a.logits = nullptr;
-  a.prune = true;
   a.num_vtiles = a.num_chunks = 0;
   return a;
 }

@@ -114,88 +114,6 @@ __device__ __forceinline__ void best_of_quad(const float (&logit)[4], const RowP
   }
 }
 
-// ---- exact pruning of the Gumbel epilogue ----------------------------------------------------
-// An upper bound of gumbel_from_bits(x) from the bits alone. u >= 2^-(clz(x)+1) exactly (u is
-// (x + 0.5) 2^-32 rounded, or the clamp 1 - 2^-24 >= 1/2), and E = -log1p(-u) >= u, so
-// g = -log(E) <= -log(u) <= (clz(x) + 1) ln 2. The float ln 2 constant is rounded up and the
-// 1e-3 margin covers the few-ulp errors of log1pf / logf (ulp(23) = 2e-6), so the computed g never
-// exceeds the bound. gumbel_upper(0) = 22.8746 >= gumbel_from_bits(0) = 22.8736: the largest g.
-__device__ __forceinline__ float gumbel_upper(uint32_t x) {
-  return fmaf(static_cast<float>(__clz(x) + 1), 0.69314718f, 1e-3f);
-}
-constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(x) for every x
-
-// Score -> pruning threshold of a packed candidate word (pack_candidate's inverse): the score of a
-// real candidate of the same (row, sample), -Inf when empty, +Inf in the +Inf tier (then no finite
-// logit can win).
-__device__ __forceinline__ float packed_threshold(unsigned long long packed) {
-  if (packed == 0ull) return -INFINITY;
-  if (packed >> 63) return INFINITY;
-  uint32_t bits = static_cast<uint32_t>(packed >> 31);
-  bits = (bits & 0x80000000u) ? (bits & 0x7fffffffu) : ~bits;
-  return __uint_as_float(bits);
-}
-
-// best_of_quad with exact pruning, merged straight into the running best (bs, bk). `thr` is the
-// score of a candidate that exists elsewhere (or -Inf). Exact because fmaf is monotone in its
-// addend: a value whose fmaf(l, 1/T, bound) < max(thr, bs) scores strictly less than an existing
-// candidate, so it can neither win nor tie; NaN logits and NaN scores make no candidate anyway.
-//   * quad: if no value can reach the threshold even with the largest g, no Philox call;
-//   * value: bound from the Philox bits (gumbel_upper), the two logs only when it fails. The
-//     values left are evaluated in a warp-uniform loop (one per lane per trip), so a warp pays
-//     for the most values any one lane needs, not for every value some lane needs.
-// Every lane of the warp must call this (it uses __any_sync).
-__device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const RowParams& rp,
-                                                   uint32_t sample, int64_t vq, int64_t vend,
-                                                   float thr, float& bs, uint32_t& bk) {
-  uint32_t m = 0;
-  Philox4 r;
-  r.x[0] = r.x[1] = r.x[2] = r.x[3] = 0u;
-  if (vq < vend) {
-    if (rp.greedy) {
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        if (vq + o < vend) {
-          const Candidate c = make_candidate(l[o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
-          if (candidate_better(c.score, c.key, bs, bk)) {
-            bs = c.score;
-            bk = c.key;
-          }
-        }
-    } else {
-      const float t = fmaxf(thr, bs);
-      bool any = false;
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        any |= (vq + o < vend) && fmaf(l[o], rp.inv_temperature, kGumbelUpper) >= t;
-      if (any) {
-        r = noise_block(rp.seed, rp.offset, rp.stream, sample, static_cast<uint32_t>(vq >> 2));
-#pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if ((vq + o < vend) && fmaf(l[o], rp.inv_temperature, gumbel_upper(r.x[o])) >= t)
-            m |= 1u << o;
-      }
-    }
-  }
-  while (__any_sync(0xffffffffu, m != 0u)) {
-    if (m != 0u) {
-      const int o = __ffs(m) - 1;
-      m &= m - 1u;
-      const uint32_t x = o == 0 ? r.x[0] : o == 1 ? r.x[1] : o == 2 ? r.x[2] : r.x[3];
-      const float lo = o == 0 ? l[0] : o == 1 ? l[1] : o == 2 ? l[2] : l[3];
-      // re-test: the running best may have risen since the mask was built
-      if (fmaf(lo, rp.inv_temperature, gumbel_upper(x)) >= fmaxf(thr, bs)) {
-        const Candidate c = make_candidate(lo, rp.inv_temperature, false, gumbel_from_bits(x),
-                                           static_cast<uint32_t>(vq + o));
-        if (candidate_better(c.score, c.key, bs, bk)) {
-          bs = c.score;
-          bk = c.key;
-        }
-      }
-    }
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ float to_float(T x);
 template <>
@@ -228,7 +146,6 @@ struct GemmArgs {
   unsigned long long* winners;  // [batch, num_samples] packed candidates (sample epilogues), zeroed
   float* logits;                // [batch, vocab] (store epilogue)
   int64_t num_vtiles, num_chunks;
-  bool prune;                   // exact epilogue pruning (quad_update_pruned); off = v2 epilogue
 };
 
 // ---- PTX wrappers (sm_80+) -----------------------------------------------------------------------
@@ -273,12 +190,11 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 }
 
 // ---- tensor-core tile configurations -------------------------------------------------------------
-template <int BV, int NB, int WARPS_V, int WARPS_N, int STAGES, int BK = 64>
+template <int BV, int NB, int WARPS_V, int WARPS_N, int STAGES>
 struct MmaTile {
   static constexpr int kBV = BV;            // vocabulary rows per tile (MMA M)
   static constexpr int kNB = NB;            // batch columns per chunk (MMA N)
-  static constexpr int kBK = BK;            // k-slice: BK x 2 B per row = kChunks chunks of 16 B
-  static constexpr int kChunks = BK / 8;
+  static constexpr int kBK = 64;            // k-slice: 64 x 2 B = 128 B = 8 chunks of 16 B per row
   static constexpr int kWarpsV = WARPS_V;
   static constexpr int kWarpsN = WARPS_N;
   static constexpr int kThreads = 32 * WARPS_V * WARPS_N;
@@ -294,10 +210,9 @@ struct MmaTile {
   static_assert(BV % WARPS_V == 0 && NB % WARPS_N == 0, "warps must tile the block");
   static_assert(kMT % 2 == 0, "the 4-consecutive-vocab permutation pairs m16 tiles");
   static_assert(kNT == 1 || kNT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-  static_assert(BK % 64 == 0, "the XOR swizzle works on groups of 8 chunks");
-  static_assert((BV * kChunks) % kThreads == 0, "W chunks per stage spread evenly over the threads");
+  static_assert((BV * 8) % kThreads == 0, "W chunks per stage spread evenly over the threads");
   static_assert(STAGES >= 2, "a ring needs two stages");
-  static_assert(kSmemBytes <= 227 * 1024, "fits sm_90 (227 KB per block)");
+  static_assert(kSmemBytes <= 160 * 1024, "fits sm_80 (164 KB) and sm_90 (227 KB)");
 };
 
 // Decode configurations (B <= 64, memory-bound): 128 vocabulary rows per tile = 16 KB of W per
@@ -327,7 +242,7 @@ template <class Cfg, bool kF16, Epi kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kThreads = Cfg::kThreads;
-  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kStages = Cfg::kStages, kCh = Cfg::kChunks;
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kStages = Cfg::kStages;
   const uint32_t smem_w = smem_u32(smem);
   const uint32_t smem_h = smem_w + kStages * Cfg::kWStageBytes;
 
@@ -355,21 +270,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       const uint32_t sw = smem_w + ld_slot * Cfg::kWStageBytes;
       const uint32_t sh = smem_h + ld_slot * Cfg::kHStageBytes;
 #pragma unroll
-      for (int i = tid; i < kBV * kCh; i += kThreads) {
-        const int r = i / kCh, c = i % kCh;
+      for (int i = tid; i < kBV * 8; i += kThreads) {
+        const int r = i >> 3, c = i & 7;
         const int64_t v = ld_v0 + r, k = k0 + c * 8;
         const bool ok = v < V && k < D;
         const void* src = ok ? static_cast<const void*>(W + v * D + k) : a.weight;
         const int pr = permuted_row<Cfg>(r);
-        cp_async16(sw + (pr * kCh + (c ^ (pr & 7))) * 16, src, ok ? 16 : 0);
+        cp_async16(sw + (pr * 8 + (c ^ (pr & 7))) * 16, src, ok ? 16 : 0);
       }
 #pragma unroll
-      for (int i = tid; i < kNB * kCh; i += kThreads) {
-        const int r = i / kCh, c = i % kCh;
+      for (int i = tid; i < kNB * 8; i += kThreads) {
+        const int r = i >> 3, c = i & 7;
         const int64_t b = ld_b0 + r, k = k0 + c * 8;
         const bool ok = b < B && k < D;
         const void* src = ok ? static_cast<const void*>(H + b * D + k) : a.hidden;
-        cp_async16(sh + (r * kCh + (c ^ (r & 7))) * 16, src, ok ? 16 : 0);
+        cp_async16(sh + (r * 8 + (c ^ (r & 7))) * 16, src, ok ? 16 : 0);
       }
       ++ld_it;
       ld_slot = ld_slot + 1 == kStages ? 0 : ld_slot + 1;
@@ -422,19 +337,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       for (int mt = 0; mt < kMT; ++mt) {
         const int row = wv * Cfg::kWarpV + mt * 16 + (lane & 15);
         const int ch = ks * 2 + (lane >> 4);
-        ldmatrix_x4(af[buf][mt], sw + (row * kCh + (ch ^ (row & 7))) * 16);
+        ldmatrix_x4(af[buf][mt], sw + (row * 8 + (ch ^ (row & 7))) * 16);
       }
       if constexpr (kNT == 1) {
         const int row = wn * Cfg::kWarpN + (lane & 7);
         const int ch = ks * 2 + ((lane >> 3) & 1);
-        ldmatrix_x2(bf[buf][0][0], bf[buf][0][1], sh + (row * kCh + (ch ^ (row & 7))) * 16);
+        ldmatrix_x2(bf[buf][0][0], bf[buf][0][1], sh + (row * 8 + (ch ^ (row & 7))) * 16);
       } else {
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
           const int row = wn * Cfg::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
           const int ch = ks * 2 + ((lane >> 3) & 1);
           uint32_t r[4];
-          ldmatrix_x4(r, sh + (row * kCh + (ch ^ (row & 7))) * 16);
+          ldmatrix_x4(r, sh + (row * 8 + (ch ^ (row & 7))) * 16);
           bf[buf][2 * np][0] = r[0];
           bf[buf][2 * np][1] = r[1];
           bf[buf][2 * np + 1][0] = r[2];
@@ -474,20 +389,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       }
     }
 
-    // Grid-wide winners so far (kSampleOne with pruning): thresholds, read from L2 (a stale word is
-    // still the score of a real candidate, so any value read is a valid threshold).
-    unsigned long long gw[kNT][2];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        gw[nt][j] = 0ull;
-        if constexpr (kEpi == Epi::kSampleOne) {
-          const int64_t b = b0 + wn * Cfg::kWarpN + nt * 8 + t4 * 2 + j;
-          if (a.prune && b < B) gw[nt][j] = __ldcg(a.winners + b);
-        }
-      }
-
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -520,37 +421,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
           for (int s = 0; s < num_s; ++s) {
             float best_s = -INFINITY;
             uint32_t best_k = kNoToken;
-            if (a.prune) {
-              // kSampleOne: prune against the running winner and the grid-wide winner so far.
-              float thr = -INFINITY;
-              if constexpr (kEpi == Epi::kSampleOne) {
-                best_s = win_score[nt][j];
-                best_k = win_key[nt][j];
-                thr = packed_threshold(gw[nt][j]);
-              }
 #pragma unroll
-              for (int q = 0; q < kMT / 2; ++q) {
-                const int64_t vq = v0 + wv * Cfg::kWarpV + q * 32 + 4 * g;
-                float l[4];
+            for (int q = 0; q < kMT / 2; ++q) {
+              const int64_t vq = v0 + wv * Cfg::kWarpV + q * 32 + 4 * g;
+              float l[4];
 #pragma unroll
-                for (int o = 0; o < 4; ++o) l[o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
-                quad_update_pruned(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, thr, best_s,
-                                   best_k);
-              }
-            } else {
-#pragma unroll
-              for (int q = 0; q < kMT / 2; ++q) {
-                const int64_t vq = v0 + wv * Cfg::kWarpV + q * 32 + 4 * g;
-                float l[4];
-#pragma unroll
-                for (int o = 0; o < 4; ++o) l[o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
-                float cs;
-                uint32_t ck;
-                best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, cs, ck);
-                if (candidate_better(cs, ck, best_s, best_k)) {
-                  best_s = cs;
-                  best_k = ck;
-                }
+              for (int o = 0; o < 4; ++o) l[o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
+              float cs;
+              uint32_t ck;
+              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, cs, ck);
+              if (candidate_better(cs, ck, best_s, best_k)) {
+                best_s = cs;
+                best_k = ck;
               }
             }
             if constexpr (kEpi == Epi::kSampleOne) {
@@ -576,23 +458,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
     if constexpr (kEpi == Epi::kSampleOne) {
-      // Flush the running winners when the next item is another batch chunk (or there is none);
-      // with pruning, after every item, so that other CTAs prune against them (only when the
-      // warp's winner beats the word read at the start of this epilogue).
+      // Flush the running winners when the next item is another batch chunk (or there is none).
       const int64_t next = item + gridDim.x;
-      if (a.prune) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            warp_best<4, 16>(win_score[nt][j], win_key[nt][j]);
-            const int64_t b = b0 + wn * Cfg::kWarpN + nt * 8 + t4 * 2 + j;
-            if (g == 0 && b < B && win_key[nt][j] != kNoToken) {
-              const unsigned long long pk = pack_candidate(win_score[nt][j], win_key[nt][j]);
-              if (pk > gw[nt][j]) atomicMax(a.winners + b, pk);
-            }
-          }
-      }
       if (next >= total_items || next / a.num_vtiles != chunk) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)

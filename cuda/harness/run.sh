@@ -14,13 +14,13 @@ build() {
   echo "building harness ($(nvcc --version | tail -1))"
   local t0=$SECONDS
   : > "$LOG"
-  for f in cuda/fused_sample.cu cuda/reference.cu cuda/bench_kernels.cu cuda/harness/harness.cu; do
+  for f in cuda/fused_sample.cu cuda/reference.cu cuda/filters.cu cuda/bench_kernels.cu cuda/harness/harness.cu; do
     o=$B/$(basename "$f" .cu).o
     (nvcc $FLAGS -c "$f" -o "$o" > "$o.log" 2>&1 || { cat "$o.log"; exit 1; }) &
   done
   wait
   cat $B/*.o.log >> "$LOG"
-  nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/bench_kernels.o $B/harness.o -o $B/harness
+  nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/filters.o $B/bench_kernels.o $B/harness.o -o $B/harness
   echo "built in $((SECONDS - t0)) s"
 }
 if [ "${USE_PREBUILT:-0}" != 1 ] || ! [ -x $B/harness ] || ! $B/harness --probe; then
