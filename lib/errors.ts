@@ -10,7 +10,10 @@ export function describe(value: unknown): string {
     const length = (value as unknown as { length?: number }).length;
     return `${value.constructor.name}(${length ?? value.byteLength})`;
   }
-  if (Array.isArray(value)) return `an array of length ${value.length}`;
+  if (Array.isArray(value)) {
+    const short = value.length <= 8 && value.every((x) => typeof x === 'number' || typeof x === 'string');
+    return short ? `[${value.map((x) => (typeof x === 'string' ? JSON.stringify(x) : String(x))).join(', ')}]` : `an array of length ${value.length}`;
+  }
   if (typeof value === 'object') {
     const name = (value as object).constructor?.name;
     return name && name !== 'Object' ? `a ${name}` : 'an object';

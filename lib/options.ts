@@ -264,7 +264,9 @@ export function buildSpec(
   }
   if (opts.stream !== undefined) {
     if (typeof opts.stream !== 'bigint') throw typeError('stream', 'a bigint cudaStream_t handle', opts.stream);
-    if (o.device.kind !== 'cuda') throw typeError('stream', 'no stream on the cpu device', opts.stream);
+    if (o.device.kind !== 'cuda') {
+      throw new TypeError(`stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on ${o.device}`);
+    }
     if (opts.stream < 0n || opts.stream >= TWO_64) throw rangeError('stream', 'a 64-bit handle', opts.stream);
     spec.stream = opts.stream;
   }
