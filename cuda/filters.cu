@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "convert.cuh"
 #include "filters.h"
 #include "launchers.h"
 #include "noise.h"
@@ -493,15 +494,6 @@ __global__ void __launch_bounds__(kThreads)
 // Logits of the rows flagged in `rows` only (the fallback of the fused pass): one warp per
 // vocabulary entry, plain fp32 dot products. Slow by design and rare by construction.
 template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
 __global__ void flagged_rows_logits_kernel(SampleParams p, const int32_t* rows, const int32_t* any,
                                            float* logits) {
   if (*any == 0) return;
@@ -516,10 +508,10 @@ __global__ void flagged_rows_logits_kernel(SampleParams p, const int32_t* rows, 
       if (rows[b] == 0) continue;
       float acc = 0.0f;
       for (int64_t d = lane; d < p.dim; d += 32)
-        acc = fmaf(to_float(H[b * p.dim + d]), to_float(W[v * p.dim + d]), acc);
+        acc = fmaf(detail::to_float(H[b * p.dim + d]), detail::to_float(W[v * p.dim + d]), acc);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) logits[b * p.vocab + v] = acc + (bias ? to_float(bias[v]) : 0.0f);
+      if (lane == 0) logits[b * p.vocab + v] = acc + (bias ? detail::to_float(bias[v]) : 0.0f);
     }
   }
 }

@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "convert.cuh"
 #include "noise.h"
 #include "params.h"
 
@@ -112,22 +113,6 @@ __device__ __forceinline__ void best_of_quad(const float (&logit)[4], const RowP
       }
     }
   }
-}
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ float load_float(const void* base, int64_t i) {
-  return to_float<T>(static_cast<const T*>(base)[i]);
 }
 
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
