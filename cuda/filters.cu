@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "check_params.h"
 #include "convert.cuh"
 #include "filters.h"
 #include "launchers.h"
@@ -681,13 +682,11 @@ __global__ void __launch_bounds__(kThreads)
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+// check_params plus what the filtered outputs need.
 cudaError_t check(const SampleParams& p) {
-  if (p.batch < 1 || p.batch > kMaxBatch || p.vocab < 1 || p.vocab > 0x7ffffffe || p.dim < 1 ||
-      p.num_samples < 1 || p.num_samples > kMaxSamples || p.top_logprobs < 0 ||
-      p.top_logprobs > kMaxTopLogprobs)
-    return cudaErrorInvalidValue;
-  if (!p.hidden || !p.weight || !p.temperature || !p.seed || !p.offset || !p.tokens)
-    return cudaErrorInvalidValue;
+  const cudaError_t err = detail::check_params(p);
+  if (err != cudaSuccess) return err;
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) return cudaErrorInvalidValue;
   if (p.top_logprobs > 0 && (!p.top_tokens || !p.top_token_logprobs)) return cudaErrorInvalidValue;
   return cudaSuccess;
 }

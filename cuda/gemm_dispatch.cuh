@@ -9,6 +9,7 @@
 
 #include <atomic>
 
+#include "check_params.h"
 #include "tile_kernels.cuh"
 
 namespace flashsample {
@@ -125,19 +126,6 @@ inline GemmArgs gemm_args(const SampleParams& p) {
   a.logits = nullptr;
   a.num_vtiles = a.num_chunks = 0;
   return a;
-}
-
-// Checks every launcher repeats (the binding validates first; these would otherwise fault).
-inline cudaError_t check_params(const SampleParams& p) {
-  if (p.batch < 1 || p.batch > kMaxBatch || p.vocab < 1 || p.vocab > 0x7ffffffe || p.dim < 1 ||
-      p.num_samples < 1 || p.num_samples > kMaxSamples)
-    return cudaErrorInvalidValue;
-  if (p.hidden == nullptr || p.weight == nullptr || p.temperature == nullptr ||
-      p.seed == nullptr || p.offset == nullptr || p.tokens == nullptr)
-    return cudaErrorInvalidValue;
-  if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16)
-    return cudaErrorInvalidValue;
-  return cudaSuccess;
 }
 
 }  // namespace detail
