@@ -67,9 +67,19 @@ std::string cuda_message(const char* what, cudaError_t status) {
 // One compute stream and one copy stream per device, created on first use and kept for the life of
 // the process (the driver reclaims them at exit). Non-blocking: no implicit ordering with the
 // legacy default stream that other libraries may use.
+// Per device: `compute` runs the library's sampling work (unless a call brings its own stream),
+// `copy` brings results back, `transfer` allocates, fills and frees tensors. Tensor allocation,
+// upload and free never wait for `compute`: with hundreds of calls queued there, a device-wide
+// cudaFree or a synchronize of `compute` on the JS thread stalled the event loop for seconds
+// (H200 stress run, 2026-11-30: p99 lag 1787 ms with 256 calls in flight).
 struct DeviceStreams {
   cudaStream_t compute = nullptr;
   cudaStream_t copy = nullptr;
+  cudaStream_t transfer = nullptr;
+  // Tensors come from their own stream-ordered pool whose release threshold is 0: memory a
+  // disposed tensor held goes back to the driver at the next synchronization, so an engine
+  // sharing the GPU gets it back (the default pool, tuned to keep per-call workspaces, keeps all).
+  cudaMemPool_t tensor_pool = nullptr;
   bool ready = false;
 };
 
@@ -84,6 +94,13 @@ std::string device_streams(int ordinal, DeviceStreams** out) {
     FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
     FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
     FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking));
+    FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.transfer, cudaStreamNonBlocking));
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ordinal;
+    FS_CUDA_TRY("cudaMemPoolCreate (tensors)", cudaMemPoolCreate(&s.tensor_pool, &props));
     // Keep freed stream-ordered allocations in the pool instead of returning them to the driver
     // at every synchronization: per-call workspaces are small and frequent.
     cudaMemPool_t pool;
@@ -230,14 +247,31 @@ const GpuInfo& gpu_info() {
 }
 
 std::string gpu_malloc(int ordinal, size_t bytes, void** pointer) {
+  DeviceStreams* s;
+  std::string error = device_streams(ordinal, &s);
+  if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  FS_CUDA_TRY("cudaMalloc", cudaMalloc(pointer, bytes));
+  FS_CUDA_TRY("cudaMallocFromPoolAsync",
+              cudaMallocFromPoolAsync(pointer, bytes, s->tensor_pool, s->transfer));
+  // Waits for `transfer` only (the allocation itself): afterwards any stream may use the memory.
+  const cudaError_t status = cudaStreamSynchronize(s->transfer);
+  if (status != cudaSuccess) {
+    cudaFreeAsync(*pointer, s->transfer);
+    *pointer = nullptr;
+    return cuda_message("cudaStreamSynchronize (allocation)", status);
+  }
   return "";
 }
 
+// Called when the last reference to a tensor goes: no call of the library still uses it (calls
+// hold references until their work has completed), so a stream-ordered free on `transfer` is safe
+// and does not wait.
 std::string gpu_free(int ordinal, void* pointer) {
+  DeviceStreams* s;
+  std::string error = device_streams(ordinal, &s);
+  if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  FS_CUDA_TRY("cudaFree", cudaFree(pointer));
+  FS_CUDA_TRY("cudaFreeAsync", cudaFreeAsync(pointer, s->transfer));
   return "";
 }
 
@@ -246,11 +280,12 @@ std::string gpu_upload(int ordinal, void* device_dst, const void* host_src, size
   std::string error = device_streams(ordinal, &s);
   if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  // On the compute stream: a tensor filled now is ordered before every later call on the default
-  // stream of the library. The copy from pageable memory is staged before this returns.
+  // Only fresh tensors are filled (Device.tensor): nothing queued elsewhere reads them yet, so the
+  // copy goes on `transfer` and waits for itself only; the calls that read the tensor are enqueued
+  // after this returns.
   FS_CUDA_TRY("cudaMemcpyAsync (host to device)",
-              cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, s->compute));
-  FS_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(s->compute));
+              cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, s->transfer));
+  FS_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(s->transfer));
   return "";
 }
 
@@ -259,7 +294,7 @@ std::string gpu_download(int ordinal, void* host_dst, const void* device_src, si
   std::string error = device_streams(ordinal, &s);
   if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  // Ordered after the library's own work on that tensor.
+  // Ordered after the library's own work on that tensor (this runs on a worker thread).
   FS_CUDA_TRY("cudaMemcpyAsync (device to host)",
               cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, s->compute));
   FS_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(s->compute));

@@ -35,8 +35,8 @@ Storage::~Storage() {
   if (kind_ == MemoryKind::kHost) {
     std::free(data_);
   } else {
-    // cudaFree waits for the device; a failure here has nowhere to go but is harmless (the
-    // context is being torn down or already lost).
+    // A stream-ordered free that does not wait (gpu_free); a failure here has nowhere to go but
+    // is harmless (the context is being torn down or already lost).
     (void)gpu_free(ordinal_, data_);
   }
 }

@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "check_params.h"
 #include "tile_kernels.cuh"
+#include "wgmma_tile.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -26,12 +28,11 @@ inline bool mma_path_ok(const SampleParams& p) {
          (reinterpret_cast<uintptr_t>(p.hidden) & 15) == 0;
 }
 
-template <class Cfg, bool kF16, Epi kEpi>
-cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
-  auto kernel = mma_tile_kernel<Cfg, kF16, kEpi>;
-  // Resident CTAs on the device (SMs x CTAs per SM), computed once per device and kernel; the
-  // dynamic shared-memory limit is raised at the same time.
-  static std::atomic<int> resident_cache[kMaxDevices];
+// Launches a persistent tile kernel: one CTA per resident slot (SMs x CTAs per SM, computed once
+// per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
+template <class Cfg, class Kernel>
+cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[kMaxDevices], GemmArgs a,
+                              cudaStream_t stream) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -57,12 +58,54 @@ cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
+  static std::atomic<int> resident_cache[kMaxDevices];
+  return launch_persistent<Cfg>(mma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a, stream);
+}
+
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
+  static std::atomic<int> resident_cache[kMaxDevices];
+  return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a, stream);
+}
+
+// Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's
+// 90a cubin), unless FLASHSAMPLE_NO_WGMMA is set (then every batch takes the mma.sync kernels,
+// for comparisons and as an escape hatch). Cached per device.
+inline bool wgmma_usable() {
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 yes
+  static const bool disabled = [] {
+    const char* e = std::getenv("FLASHSAMPLE_NO_WGMMA");
+    return e != nullptr && e[0] != '\0' && e[0] != '0';
+  }();
+  if (disabled) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  int v = device < kMaxDevices ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    v = (major == 9 && minor == 0) ? 2 : 1;
+    if (device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   // Batch tiling: B <= 64 runs in one chunk of the smallest tile >= B (W read once); larger B in
   // chunks of 128 columns, walking W once per chunk (once for B <= 128, twice for B <= 256).
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
+  if (wgmma_usable()) {
+    // B > 16 on sm_90: warpgroup MMA (wgmma_tile.cuh); W read once up to B = 256.
+    if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
+    if (a.batch <= 64) return launch_wgmma<WgTile64, kF16, kEpi>(a, stream);
+    if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
+    return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
+  }
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);
   return launch_mma<Tile128, kF16, kEpi>(a, stream);

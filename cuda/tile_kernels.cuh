@@ -175,11 +175,12 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 }
 
 // ---- tensor-core tile configurations -------------------------------------------------------------
-template <int BV, int NB, int WARPS_V, int WARPS_N, int STAGES>
+template <int BV, int NB, int WARPS_V, int WARPS_N, int STAGES, int BK = 64>
 struct MmaTile {
   static constexpr int kBV = BV;            // vocabulary rows per tile (MMA M)
   static constexpr int kNB = NB;            // batch columns per chunk (MMA N)
-  static constexpr int kBK = 64;            // k-slice: 64 x 2 B = 128 B = 8 chunks of 16 B per row
+  static constexpr int kBK = BK;            // k-slice: BK x 2 B per row = kChunks chunks of 16 B
+  static constexpr int kChunks = BK / 8;
   static constexpr int kWarpsV = WARPS_V;
   static constexpr int kWarpsN = WARPS_N;
   static constexpr int kThreads = 32 * WARPS_V * WARPS_N;
@@ -195,7 +196,8 @@ struct MmaTile {
   static_assert(BV % WARPS_V == 0 && NB % WARPS_N == 0, "warps must tile the block");
   static_assert(kMT % 2 == 0, "the 4-consecutive-vocab permutation pairs m16 tiles");
   static_assert(kNT == 1 || kNT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-  static_assert((BV * 8) % kThreads == 0, "W chunks per stage spread evenly over the threads");
+  static_assert(BK % 64 == 0, "the XOR swizzle works on groups of 8 chunks");
+  static_assert((BV * kChunks) % kThreads == 0, "W chunks per stage spread evenly over the threads");
   static_assert(STAGES >= 2, "a ring needs two stages");
   static_assert(kSmemBytes <= 160 * 1024, "fits sm_80 (164 KB) and sm_90 (227 KB)");
 };
@@ -206,8 +208,11 @@ struct MmaTile {
 // of 64 x 32, one CTA per SM.
 // Measured v1 (H200, B = 1, llama3-8b): 4 stages 286 us, 6 stages 268 us, 8 stages 379 us (one
 // CTA of 4 warps per SM: too few warps), 256 x 8 with 8 warps 271 us.
-using Tile8 = MmaTile<128, 8, 4, 1, 6>;
-using Tile16 = MmaTile<128, 16, 4, 1, 6>;
+// Run 4 (v3 code): k-slices of 128 (256 contiguous bytes per W row per stage), 3 stages, 2 CTAs
+// per SM: B = 1 289 -> 258 us, B = 8 291 -> 262 us; the wider slice halves the DRAM page openings
+// per byte and the per-stage barriers.
+using Tile8 = MmaTile<128, 8, 4, 1, 3, 128>;
+using Tile16 = MmaTile<128, 16, 4, 1, 3, 128>;
 using Tile32 = MmaTile<128, 32, 4, 1, 4>;
 using Tile64 = MmaTile<128, 64, 4, 2, 4>;
 using Tile128 = MmaTile<128, 128, 2, 4, 4>;
@@ -227,7 +232,7 @@ template <class Cfg, bool kF16, Epi kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kThreads = Cfg::kThreads;
-  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kStages = Cfg::kStages;
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kStages = Cfg::kStages, kCh = Cfg::kChunks;
   const uint32_t smem_w = smem_u32(smem);
   const uint32_t smem_h = smem_w + kStages * Cfg::kWStageBytes;
 
@@ -255,21 +260,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       const uint32_t sw = smem_w + ld_slot * Cfg::kWStageBytes;
       const uint32_t sh = smem_h + ld_slot * Cfg::kHStageBytes;
 #pragma unroll
-      for (int i = tid; i < kBV * 8; i += kThreads) {
-        const int r = i >> 3, c = i & 7;
+      for (int i = tid; i < kBV * kCh; i += kThreads) {
+        const int r = i / kCh, c = i % kCh;
         const int64_t v = ld_v0 + r, k = k0 + c * 8;
         const bool ok = v < V && k < D;
         const void* src = ok ? static_cast<const void*>(W + v * D + k) : a.weight;
         const int pr = permuted_row<Cfg>(r);
-        cp_async16(sw + (pr * 8 + (c ^ (pr & 7))) * 16, src, ok ? 16 : 0);
+        cp_async16(sw + (pr * kCh + (c ^ (pr & 7))) * 16, src, ok ? 16 : 0);
       }
 #pragma unroll
-      for (int i = tid; i < kNB * 8; i += kThreads) {
-        const int r = i >> 3, c = i & 7;
+      for (int i = tid; i < kNB * kCh; i += kThreads) {
+        const int r = i / kCh, c = i % kCh;
         const int64_t b = ld_b0 + r, k = k0 + c * 8;
         const bool ok = b < B && k < D;
         const void* src = ok ? static_cast<const void*>(H + b * D + k) : a.hidden;
-        cp_async16(sh + (r * 8 + (c ^ (r & 7))) * 16, src, ok ? 16 : 0);
+        cp_async16(sh + (r * kCh + (c ^ (r & 7))) * 16, src, ok ? 16 : 0);
       }
       ++ld_it;
       ld_slot = ld_slot + 1 == kStages ? 0 : ld_slot + 1;
@@ -322,19 +327,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       for (int mt = 0; mt < kMT; ++mt) {
         const int row = wv * Cfg::kWarpV + mt * 16 + (lane & 15);
         const int ch = ks * 2 + (lane >> 4);
-        ldmatrix_x4(af[buf][mt], sw + (row * 8 + (ch ^ (row & 7))) * 16);
+        ldmatrix_x4(af[buf][mt], sw + (row * kCh + (ch ^ (row & 7))) * 16);
       }
       if constexpr (kNT == 1) {
         const int row = wn * Cfg::kWarpN + (lane & 7);
         const int ch = ks * 2 + ((lane >> 3) & 1);
-        ldmatrix_x2(bf[buf][0][0], bf[buf][0][1], sh + (row * 8 + (ch ^ (row & 7))) * 16);
+        ldmatrix_x2(bf[buf][0][0], bf[buf][0][1], sh + (row * kCh + (ch ^ (row & 7))) * 16);
       } else {
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
           const int row = wn * Cfg::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
           const int ch = ks * 2 + ((lane >> 3) & 1);
           uint32_t r[4];
-          ldmatrix_x4(r, sh + (row * 8 + (ch ^ (row & 7))) * 16);
+          ldmatrix_x4(r, sh + (row * kCh + (ch ^ (row & 7))) * 16);
           bf[buf][2 * np][0] = r[0];
           bf[buf][2 * np][1] = r[1];
           bf[buf][2 * np + 1][0] = r[2];

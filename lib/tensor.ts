@@ -1,5 +1,5 @@
 // Tensor: a shape, a dtype and native memory on one device (host memory for the CPU backend,
-// cudaMalloc'd memory for CUDA, or device memory owned by another engine).
+// stream-ordered pool memory for CUDA, or device memory owned by another engine).
 import type { Device } from './device';
 import { bytesPerElement, decodeBF16, decodeF16, DType, DTYPES } from './dtype';
 import { rangeError, typeError } from './errors';
