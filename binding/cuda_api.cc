@@ -318,8 +318,71 @@ std::string gpu_check_pointer(int ordinal, const void* pointer) {
   return "";
 }
 
+// Pinned host blocks for the per-call inputs. A cudaMemcpyAsync from pageable memory does not
+// return until the stream reaches it, so with hundreds of calls queued each launch blocked the JS
+// thread behind the others' kernels (H200 stress run 2026-11-30: p99 event-loop lag 1754 ms with
+// tensors already on their own stream). From pinned memory the copy is truly asynchronous. Blocks
+// (powers of two from 4 KB) are kept for reuse; a call returns its block once its work completed.
+class PinnedPool {
+ public:
+  // Returns a block of at least `bytes` (its capacity in *capacity), or nullptr.
+  void* acquire(size_t bytes, size_t* capacity) {
+    size_t cap = 4096;
+    while (cap < bytes) cap <<= 1;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& list = free_[bucket(cap)];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        cached_ -= cap;
+        *capacity = cap;
+        return p;
+      }
+    }
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, cap, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    *capacity = cap;
+    return p;
+  }
+  // Called off the JS thread (the call's worker) or after a synchronize: cudaFreeHost may wait.
+  void release(void* p, size_t capacity) {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + capacity <= kMaxCachedBytes) {
+        free_[bucket(capacity)].push_back(p);
+        cached_ += capacity;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+ private:
+  static constexpr size_t kMaxCachedBytes = size_t(256) << 20;
+  static int bucket(size_t cap) {
+    int b = 0;
+    while ((size_t(4096) << b) < cap) ++b;
+    return b;
+  }
+  std::mutex mutex_;
+  std::vector<void*> free_[48];
+  size_t cached_ = 0;
+};
+
+PinnedPool& pinned_pool() {
+  static PinnedPool* pool = new PinnedPool();  // never destroyed: no CUDA calls at exit
+  return *pool;
+}
+
 struct GpuCall {
   int ordinal = 0;
+  void* pinned = nullptr;  // the inputs' pinned block, returned to the pool in gpu_wait
+  size_t pinned_capacity = 0;
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
   uint8_t* scratch = nullptr;
@@ -343,12 +406,26 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   SampleParams p = params;
   const ScratchLayout layout = plan_scratch(p, rows);
   const std::vector<uint8_t> staging = pack_inputs(layout, p, rows);
+  size_t pinned_capacity = 0;
+  void* pinned = pinned_pool().acquire(staging.size(), &pinned_capacity);
+  if (pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for the call's inputs";
+  std::memcpy(pinned, staging.data(), staging.size());
   void* scratch = nullptr;
-  FS_CUDA_TRY("cudaMallocAsync (per-call arrays)", cudaMallocAsync(&scratch, layout.total, stream));
-  auto release = [&] { cudaFreeAsync(scratch, stream); };
-  cudaError_t status = cudaMemcpyAsync(scratch, staging.data(), staging.size(),
-                                       cudaMemcpyHostToDevice, stream);
+  cudaError_t status = cudaMallocAsync(&scratch, layout.total, stream);
   if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    pinned_pool().release(pinned, pinned_capacity);
+    return cuda_message("cudaMallocAsync (per-call arrays)", status);
+  }
+  // Error paths: wait for what was enqueued before the pinned block can be reused.
+  auto release = [&] {
+    cudaFreeAsync(scratch, stream);
+    cudaStreamSynchronize(stream);
+    pinned_pool().release(pinned, pinned_capacity);
+  };
+  status = cudaMemcpyAsync(scratch, pinned, staging.size(), cudaMemcpyHostToDevice, stream);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
     release();
     return cuda_message("cudaMemcpyAsync (per-row parameters)", status);
   }
@@ -364,6 +441,8 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   }
   auto* call = new GpuCall();
   call->ordinal = ordinal;
+  call->pinned = pinned;
+  call->pinned_capacity = pinned_capacity;
   call->stream = stream;
   call->scratch = static_cast<uint8_t*>(scratch);
   call->layout = layout;
@@ -378,7 +457,6 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
     (void)cudaGetLastError();
     if (call->done) cudaEventDestroy(call->done);
     delete call;
-    cudaStreamSynchronize(stream);
     release();
     return cuda_message("cudaEventRecord", status);
   }
@@ -398,6 +476,9 @@ std::string gpu_wait(GpuCall* call, GpuOutputs* out) {
   status = cudaEventSynchronize(call->done);
   if (status != cudaSuccess) fail("the sampling kernels", status);
   cudaEventDestroy(call->done);
+  // The inputs' copy completed before the event (or the context is lost): the block is free.
+  pinned_pool().release(call->pinned, call->pinned_capacity);
+  call->pinned = nullptr;
   DeviceStreams* s = nullptr;
   if (error.empty()) error = device_streams(call->ordinal, &s);
   const ScratchLayout& l = call->layout;

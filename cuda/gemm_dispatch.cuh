@@ -100,11 +100,15 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
   if (wgmma_usable()) {
-    // B > 16 on sm_90: warpgroup MMA (wgmma_tile.cuh); W read once up to B = 256.
+    // sm_90: warpgroup MMA (wgmma_tile.cuh) where it measured faster (bench, H200, 2026-11-30,
+    // llama3-8b): B = 32 305 us vs 345 (mma.sync), B = 128 980 vs 1064, B = 256 1733 vs 2101 (W
+    // read once, not twice). B = 64 stays on mma.sync: 464 vs 522 (WgTile64 keeps only 2 stages in
+    // flight per CTA).
     if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
-    if (a.batch <= 64) return launch_wgmma<WgTile64, kF16, kEpi>(a, stream);
-    if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
-    return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
+    if (a.batch > 64) {
+      if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
+      return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
+    }
   }
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);

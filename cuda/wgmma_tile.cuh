@@ -170,6 +170,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_tile_kernel(const Gemm
       win_key[nt][j] = kNoToken;
     }
 
+  // Row parameters of the current batch chunk, loaded once per chunk into shared memory: read
+  // per column and per item in the epilogue, global loads there stalled 8-warp CTAs.
+  __shared__ float row_inv_t[kNB];
+  __shared__ unsigned long long row_seed[kNB], row_offset[kNB];
+  __shared__ uint8_t row_greedy[kNB];
+  int64_t params_chunk = -1;
+
   float acc0[kAcc], acc1[kAcc];  // m64 blocks p = 0 and p = 1
 #pragma unroll
   for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;
@@ -209,6 +216,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_tile_kernel(const Gemm
     const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
     const int64_t vq = v0 + wi * 32 + 4 * g;  // this thread's vocabulary quad
 
+    if constexpr (kEpi != Epi::kStore) {
+      if (chunk != params_chunk) {  // CTA-uniform
+        __syncthreads();
+        for (int n = tid; n < kNB; n += kThreads) {
+          const int64_t b = b0 + n;
+          RowParams r;
+          if (b < B) {
+            r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+          } else {
+            r.greedy = true;  // padding column: no noise, never written
+            r.inv_temperature = 0.0f;
+            r.seed = r.offset = 0;
+          }
+          row_inv_t[n] = r.inv_temperature;
+          row_greedy[n] = r.greedy ? 1 : 0;
+          row_seed[n] = r.seed;
+          row_offset[n] = r.offset;
+        }
+        __syncthreads();
+        params_chunk = chunk;
+      }
+    }
+
     float bias[4];
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
@@ -238,25 +268,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_tile_kernel(const Gemm
           }
         } else {
           RowParams rp;
-          if (col_ok) {
-            rp = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+          rp.inv_temperature = row_inv_t[n];
+          rp.greedy = row_greedy[n] != 0;
+          rp.seed = row_seed[n];
+          rp.offset = row_offset[n];
+          rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+          if constexpr (kEpi == Epi::kSampleOne) {
+            // Exact pruning (quad_update_pruned): the threshold is the best running winner of
+            // the 8 lanes that hold this column (each a real candidate of the row), so a value
+            // whose bound cannot reach it skips the two logs, and a quad none of whose values
+            // can reach it even with the largest g skips its Philox call.
+            float thr = win_score[nt][j];
+            thr = fmaxf(thr, __shfl_xor_sync(0xffffffffu, thr, 4));
+            thr = fmaxf(thr, __shfl_xor_sync(0xffffffffu, thr, 8));
+            thr = fmaxf(thr, __shfl_xor_sync(0xffffffffu, thr, 16));
+            quad_update_pruned(l, rp, 0u, vq, col_ok ? V : 0, thr, win_score[nt][j], win_key[nt][j]);
           } else {
-            rp.greedy = true;  // padding column: no noise, never written
-            rp.inv_temperature = 0.0f;
-            rp.seed = rp.offset = 0;
-            rp.stream = 0;
-          }
-          const int num_s = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
-          for (int s = 0; s < num_s; ++s) {
-            float best_s;
-            uint32_t best_k;
-            best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
-            if constexpr (kEpi == Epi::kSampleOne) {
-              if (candidate_better(best_s, best_k, win_score[nt][j], win_key[nt][j])) {
-                win_score[nt][j] = best_s;
-                win_key[nt][j] = best_k;
-              }
-            } else {
+            for (int s = 0; s < a.num_samples; ++s) {
+              float best_s;
+              uint32_t best_k;
+              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
               warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
               if (g == 0 && col_ok && best_k != kNoToken)
                 atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));

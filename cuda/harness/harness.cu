@@ -629,7 +629,6 @@ int main(int argc, char** argv) {
   };
   row("Tile8 <128,8,4w,3st,bk128> (prod)", 1, time_variant<Tile8>(bb, 1));
   row("<128,8,4w,6st> (v2 prod)", 1, time_variant<MmaTile<128, 8, 4, 1, 6>>(bb, 1));
-  row("<256,8,8w,3st,bk128>", 1, time_variant<MmaTile<256, 8, 8, 1, 3, 128>>(bb, 1));
   row("Tile8 (prod) B=8", 8, time_variant<Tile8>(bb, 8));
   row("Tile16 <128,16,4w,3st,bk128> (prod)", 16, time_variant<Tile16>(bb, 16));
   row("<128,16,4w,6st> (v2 prod)", 16, time_variant<MmaTile<128, 16, 4, 1, 6>>(bb, 16));
@@ -658,9 +657,15 @@ int main(int argc, char** argv) {
   row("wg<64,1wg,3st>", 64, time_variant<WgTile<64, 1, 3>, true>(bb, 64));
   row("wg<64,1wg,5st>", 64, time_variant<WgTile<64, 1, 5>, true>(bb, 64));
   row("wg<32,2wg,4st>", 64, time_variant<WgTile<32, 2, 4>, true>(bb, 64));
+  row("wg<32,2wg,6st>", 64, time_variant<WgTile<32, 2, 6>, true>(bb, 64));
+  compare_wgmma_mma<WgTile<32, 2, 6>, Tile64>(bb, 64);
+  compare_wgmma_mma<WgTile<64, 1, 5>, Tile64>(bb, 64);
   row("WgTile128 <64,2wg,4st> (prod)", 128, time_variant<WgTile128, true>(bb, 128));
   row("wg<64,2wg,3st>", 128, time_variant<WgTile<64, 2, 3>, true>(bb, 128));
   row("wg<128,1wg,4st>", 128, time_variant<WgTile<128, 1, 4>, true>(bb, 128));
+  row("wg<128,1wg,3st> (2 CTAs/SM)", 128, time_variant<WgTile<128, 1, 3>, true>(bb, 128));
+  row("wg<128,1wg,3st> (2 CTAs/SM)", 256, time_variant<WgTile<128, 1, 3>, true>(bb, 256));
+  compare_wgmma_mma<WgTile<128, 1, 3>, Tile128>(bb, 128);
   row("WgTile256 <128,2wg,4st> (prod)", 256, time_variant<WgTile256, true>(bb, 256));
   row("wg<128,2wg,3st>", 256, time_variant<WgTile<128, 2, 3>, true>(bb, 256));
   row("WgTile256 S=4", 256, time_variant<WgTile256, true>(bb, 256, 4));
