@@ -247,7 +247,13 @@ interface Memory {
 
 function memory(): Memory {
   const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, native: native.memoryStats() };
+  const stats = native.memoryStats();
+  if (!stats.mallocInUse) {
+    // no glibc, or a malloc that mallinfo2 does not see (valgrind's): unknown, not zero
+    stats.mallocInUse = undefined;
+    stats.mallocFree = undefined;
+  }
+  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, native: stats };
 }
 
 /** Memory that live objects hold: the JS heap in use and malloc's bytes in use (glibc). */
