@@ -4,10 +4,15 @@
 
 #include <thread>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "../cuda/noise.h"
 #include "cuda_api.h"
 #include "napi_util.h"
 #include "native_buffer.h"
+#include "storage.h"
 
 namespace flashsample {
 namespace binding {
@@ -42,6 +47,28 @@ Napi::Value CpuThreads(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), n == 0 ? 1 : n);
 }
 
+// memoryStats(): the native buffers alive and the external memory reported to V8 (storage.h);
+// diagnostics for the stress script, not part of the public API.
+Napi::Value MemoryStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const StorageStats s = storage_stats();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("hostBuffers", static_cast<double>(s.host_buffers));
+  out.Set("hostBytes", static_cast<double>(s.host_bytes));
+  out.Set("deviceBuffers", static_cast<double>(s.device_buffers));
+  out.Set("deviceBytes", static_cast<double>(s.device_bytes));
+  out.Set("externalBuffers", static_cast<double>(s.external_buffers));
+  out.Set("reportedBytes", static_cast<double>(s.reported_bytes));
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  // The whole process's malloc (Node's, V8's and ours): bytes in use, and bytes free but still
+  // held by the allocator (what RSS keeps after a burst of allocations is freed).
+  const struct mallinfo2 m = mallinfo2();
+  out.Set("mallocInUse", static_cast<double>(m.uordblks + m.hblkhd));
+  out.Set("mallocFree", static_cast<double>(m.fordblks));
+#endif
+  return out;
+}
+
 uint32_t u32_arg(const Napi::CallbackInfo& info, size_t i) {
   if (!info[i].IsNumber()) throw_error(info.Env(), "philox: expected 32-bit unsigned numbers");
   return info[i].As<Napi::Number>().Uint32Value();
@@ -66,6 +93,7 @@ Napi::Value Gumbel(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeBuffer", NativeBuffer::Define(env));
   exports.Set("gpuStatus", Napi::Function::New<GpuStatus>(env, "gpuStatus"));
+  exports.Set("memoryStats", Napi::Function::New<MemoryStats>(env, "memoryStats"));
   exports.Set("cpuThreads", Napi::Function::New<CpuThreads>(env, "cpuThreads"));
   exports.Set("philox", Napi::Function::New<Philox>(env, "philox"));
   exports.Set("gumbel", Napi::Function::New<Gumbel>(env, "gumbel"));

@@ -51,6 +51,7 @@ NativeBuffer::NativeBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Na
   if (!storage_) throw_error(env, error);
   reported_bytes_ = static_cast<int64_t>(bytes);
   Napi::MemoryManagement::AdjustExternalMemory(env, reported_bytes_);
+  add_reported_bytes(reported_bytes_);
 }
 
 NativeBuffer::~NativeBuffer() {
@@ -59,13 +60,17 @@ NativeBuffer::~NativeBuffer() {
   // finalizer may not use for JS calls but may for this adjustment.
   if (storage_ && reported_bytes_) {
     Napi::MemoryManagement::AdjustExternalMemory(Env(), -reported_bytes_);
+    add_reported_bytes(-reported_bytes_);
   }
 }
 
 void NativeBuffer::release(Napi::Env env) {
   if (!storage_) return;
   storage_.reset();
-  if (reported_bytes_) Napi::MemoryManagement::AdjustExternalMemory(env, -reported_bytes_);
+  if (reported_bytes_) {
+    Napi::MemoryManagement::AdjustExternalMemory(env, -reported_bytes_);
+    add_reported_bytes(-reported_bytes_);
+  }
   reported_bytes_ = 0;
 }
 

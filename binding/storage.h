@@ -44,5 +44,20 @@ class Storage {
 
 using StorageRef = std::shared_ptr<Storage>;
 
+// Process-wide counts of the Storage objects alive (owned or wrapped) and of the bytes that
+// NativeBuffers have reported to V8 with napi_adjust_external_memory and not yet taken back. The
+// stress script reads them (native.memoryStats()) to check that every allocation is freed and every
+// report undone, independently of what the allocator or V8 do with RSS.
+struct StorageStats {
+  int64_t host_buffers;
+  int64_t host_bytes;
+  int64_t device_buffers;
+  int64_t device_bytes;
+  int64_t external_buffers;  // wrapped with fromDevicePointer (never freed here)
+  int64_t reported_bytes;
+};
+StorageStats storage_stats();
+void add_reported_bytes(int64_t delta);
+
 }  // namespace binding
 }  // namespace flashsample

@@ -1,6 +1,6 @@
 // open('cpu' | 'cuda' | 'cuda:N' | 'auto') and Device.tensor(): where tensors live and samplers run.
 import { bytesPerElement, DType, encodeBF16, encodeF16 } from './dtype';
-import { rangeError, typeError } from './errors';
+import { isTyped, rangeError, typeError } from './errors';
 import { native } from './native';
 import { checkDType, checkShape, elementCount, Tensor, TensorData } from './tensor';
 
@@ -88,18 +88,18 @@ export class Device {
 function encodePayload(data: unknown, dtype: DType): Float32Array | Uint16Array | Int32Array | BigUint64Array {
   switch (dtype) {
     case 'f32':
-      if (data instanceof Float32Array) return data;
+      if (isTyped(data, 'Float32Array')) return data;
       throw typeError('data', "a Float32Array for dtype 'f32'", data);
     case 'f16':
     case 'bf16':
-      if (data instanceof Uint16Array) return data;
-      if (data instanceof Float32Array) return dtype === 'bf16' ? encodeBF16(data) : encodeF16(data);
+      if (isTyped(data, 'Uint16Array')) return data;
+      if (isTyped(data, 'Float32Array')) return dtype === 'bf16' ? encodeBF16(data) : encodeF16(data);
       throw typeError('data', `a Float32Array or a Uint16Array of raw bits for dtype '${dtype}'`, data);
     case 'i32':
-      if (data instanceof Int32Array) return data;
+      if (isTyped(data, 'Int32Array')) return data;
       throw typeError('data', "an Int32Array for dtype 'i32'", data);
     case 'u64':
-      if (data instanceof BigUint64Array) return data;
+      if (isTyped(data, 'BigUint64Array')) return data;
       throw typeError('data', "a BigUint64Array for dtype 'u64'", data);
   }
 }

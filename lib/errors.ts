@@ -1,6 +1,34 @@
 // Uniform argument errors: every message names the argument, what was expected and what came.
 
+/** Text that describe() shows as is (e.g. a shape `[4]` or a tensor's `Tensor(f32[4] on cpu)`). */
+export class Raw {
+  constructor(readonly text: string) {}
+}
+export const raw = (text: string): Raw => new Raw(text);
+
+// %TypedArray%.prototype[Symbol.toStringTag]: the element type's name for a typed array of any
+// realm (a vm context, a worker's transferred array), undefined for everything else; a plain
+// object cannot fake it, unlike `constructor.name`.
+const typedArrayTag = Object.getOwnPropertyDescriptor(
+  Object.getPrototypeOf(Uint8Array.prototype),
+  Symbol.toStringTag,
+)!.get! as (this: unknown) => string | undefined;
+
+interface TypedArrays {
+  Float32Array: Float32Array;
+  Uint16Array: Uint16Array;
+  Int32Array: Int32Array;
+  Uint32Array: Uint32Array;
+  BigUint64Array: BigUint64Array;
+}
+
+/** `x` is a typed array of that element type, from this realm or another one. */
+export function isTyped<K extends keyof TypedArrays>(x: unknown, kind: K): x is TypedArrays[K] {
+  return ArrayBuffer.isView(x) && typedArrayTag.call(x) === kind;
+}
+
 export function describe(value: unknown): string {
+  if (value instanceof Raw) return value.text;
   if (value === null) return 'null';
   if (value === undefined) return 'undefined';
   if (typeof value === 'bigint') return `${value}n`;

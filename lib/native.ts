@@ -61,8 +61,24 @@ export interface NativeGpuStatus {
   devices: { name: string; sm: number; multiprocessors: number; memory: number }[];
 }
 
+/** Diagnostics (binding/storage.h): native buffers alive, and bytes reported to V8 as external memory. */
+export interface NativeMemoryStats {
+  hostBuffers: number;
+  hostBytes: number;
+  deviceBuffers: number;
+  deviceBytes: number;
+  /** Wrapped with Tensor.fromDevicePointer (never freed by flashsample). */
+  externalBuffers: number;
+  /** napi_adjust_external_memory total still outstanding. */
+  reportedBytes: number;
+  /** glibc only (mallinfo2), the whole process: bytes malloc has handed out, and bytes it holds free. */
+  mallocInUse?: number;
+  mallocFree?: number;
+}
+
 export interface NativeAddon {
   NativeBuffer: NativeBufferClass;
+  memoryStats(): NativeMemoryStats;
   gpuStatus(): NativeGpuStatus;
   cpuThreads(): number;
   philox(c0: number, c1: number, c2: number, c3: number, k0: number, k1: number): number[];

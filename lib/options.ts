@@ -1,7 +1,7 @@
 // Validates SampleOptions once, with uniform messages, into the plain spec the native side takes.
 import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
-import { checkKnownKeys, describe, rangeError, typeError } from './errors';
+import { checkKnownKeys, describe, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeSpec } from './native';
 import { Tensor } from './tensor';
 
@@ -48,11 +48,22 @@ const REFERENCE_KEYS = [...SAMPLE_KEYS, 'method'] as const;
 export const MAX_TOP_LOGPROBS = 1024;
 const TWO_64 = 1n << 64n;
 
+/** Something that claims to be a Tensor: ours, one of another copy of the library, or an object
+ *  made from the prototype. checkTensor tells them apart. */
+function looksLikeTensor(value: unknown): boolean {
+  return value instanceof Tensor || (typeof value === 'object' && value !== null && value.constructor?.name === 'Tensor');
+}
+
 export function checkTensor(name: string, value: unknown): Tensor {
-  if (!(value instanceof Tensor)) throw typeError(name, 'a Tensor (from Device.tensor)', value);
+  if (!Tensor.isTensor(value)) {
+    const got = looksLikeTensor(value) ? raw('a Tensor that this copy of flashsample did not create') : value;
+    throw typeError(name, 'a Tensor (from Device.tensor)', got);
+  }
   if (value.disposed) throw new TypeError(`${name}: the tensor has been disposed`);
   return value;
 }
+
+const shapeText = (t: Tensor) => raw(`[${t.shape.join(', ')}]`);
 
 interface Operands {
   device: Device;
@@ -65,15 +76,17 @@ interface Operands {
 export function checkOperands(H: unknown, W: unknown): Operands {
   const h = checkTensor('H', H);
   const w = checkTensor('W', W);
-  if (!FLOAT_DTYPES.includes(h.dtype as FloatDType)) throw typeError('H', "dtype 'f32', 'f16' or 'bf16'", h.dtype);
+  if (!FLOAT_DTYPES.includes(h.dtype as FloatDType)) {
+    throw typeError('H', "a float dtype ('f32', 'f16' or 'bf16')", raw(`'${h.dtype}'`));
+  }
   if (h.dtype !== w.dtype) {
     throw new TypeError(`W: expected the dtype of H ('${h.dtype}'), got '${w.dtype}'`);
   }
   if (!h.device.sameAs(w.device)) {
     throw new TypeError(`W: expected a tensor on the device of H (${h.device}), got one on ${w.device}`);
   }
-  if (h.shape.length !== 2) throw rangeError('H', 'shape [B, D]', `shape [${h.shape.join(', ')}]`);
-  if (w.shape.length !== 2) throw rangeError('W', 'shape [V, D]', `shape [${w.shape.join(', ')}]`);
+  if (h.shape.length !== 2) throw rangeError('H', 'shape [B, D]', shapeText(h));
+  if (w.shape.length !== 2) throw rangeError('W', 'shape [V, D]', shapeText(w));
   const [batch, dim] = h.shape;
   const [vocab, wdim] = w.shape;
   if (wdim !== dim) {
@@ -94,7 +107,7 @@ function perRowFloat(
     if (!ok(value)) throw rangeError(name, domain, value);
     return new Float32Array(batch).fill(value);
   }
-  if (value instanceof Float32Array) {
+  if (isTyped(value, 'Float32Array')) {
     if (value.length !== batch) throw rangeError(name, `a Float32Array of length ${batch} (one per row)`, value);
     for (let i = 0; i < batch; i++) {
       if (!ok(value[i])) throw rangeError(`${name}[${i}]`, domain, value[i]);
@@ -122,17 +135,16 @@ function perRowU64(
   if (typeof value === 'number' || typeof value === 'bigint') {
     return { rows: new BigUint64Array(batch).fill(u64(name, value)), perRow: false };
   }
-  if (value instanceof BigUint64Array) {
+  if (isTyped(value, 'BigUint64Array')) {
     if (value.length !== batch) throw rangeError(name, `a BigUint64Array of length ${batch} (one per row)`, value);
     return { rows: value.slice(), perRow: true };
   }
-  if (value instanceof Tensor) {
-    checkTensor(name, value);
-    if (value.dtype !== 'u64' || value.size !== batch) {
-      throw typeError(name, `a u64 tensor of ${batch} elements`, `${value}`);
-    }
-    if (!value.device.sameAs(device)) throw typeError(name, `a tensor on ${device}`, `${value}`);
-    return { rows: value, perRow: true };
+  if (looksLikeTensor(value)) {
+    const t = checkTensor(name, value);
+    if (t.dtype !== 'u64') throw typeError(name, `a u64 tensor of ${batch} elements`, raw(`${t}`));
+    if (t.size !== batch) throw rangeError(name, `a u64 tensor of ${batch} elements (one per row)`, raw(`${t}`));
+    if (!t.device.sameAs(device)) throw typeError(name, `a tensor on ${device}`, raw(`${t}`));
+    return { rows: t, perRow: true };
   }
   if (Array.isArray(value)) {
     throw typeError(name, `a number, a bigint or a BigUint64Array of length ${batch}`, value);
@@ -147,7 +159,7 @@ function perRowInt(name: string, value: unknown, batch: number, max: number): In
     if (!ok(value)) throw rangeError(name, domain, value);
     return new Int32Array(batch).fill(value);
   }
-  if (value instanceof Int32Array) {
+  if (isTyped(value, 'Int32Array')) {
     if (value.length !== batch) throw rangeError(name, `an Int32Array of length ${batch} (one per row)`, value);
     for (let i = 0; i < batch; i++) if (!ok(value[i])) throw rangeError(`${name}[${i}]`, domain, value[i]);
     return value.slice();
@@ -174,7 +186,8 @@ export function buildSpec(
     'temperature', opts.temperature, batch, 1, (x) => Number.isFinite(x) && x >= 0, 'a finite number >= 0',
   );
   const numSamples = opts.numSamples ?? 1;
-  if (typeof numSamples !== 'number' || !Number.isInteger(numSamples) || numSamples < 1 || numSamples > native.maxSamples) {
+  if (typeof numSamples !== 'number') throw typeError('numSamples', `an integer in [1, ${native.maxSamples}]`, numSamples);
+  if (!Number.isInteger(numSamples) || numSamples < 1 || numSamples > native.maxSamples) {
     throw rangeError('numSamples', `an integer in [1, ${native.maxSamples}]`, numSamples);
   }
   if (batch * numSamples > 2 ** 31 - 1) {
@@ -212,11 +225,9 @@ export function buildSpec(
 
   if (opts.bias !== undefined) {
     const bias = checkTensor('bias', opts.bias);
-    if (bias.dtype !== o.dtype) throw typeError('bias', `dtype '${o.dtype}' (the dtype of W)`, bias.dtype);
-    if (!bias.device.sameAs(o.device)) throw typeError('bias', `a tensor on ${o.device}`, `${bias}`);
-    if (bias.size !== vocab || bias.shape.length !== 1) {
-      throw rangeError('bias', `shape [${vocab}]`, `shape [${bias.shape.join(', ')}]`);
-    }
+    if (bias.dtype !== o.dtype) throw typeError('bias', `dtype '${o.dtype}' (the dtype of W)`, raw(`'${bias.dtype}'`));
+    if (!bias.device.sameAs(o.device)) throw typeError('bias', `a tensor on ${o.device}`, raw(`${bias}`));
+    if (bias.size !== vocab || bias.shape.length !== 1) throw rangeError('bias', `shape [${vocab}]`, shapeText(bias));
     spec.bias = bias.handle('bias');
   }
   if (opts.topK !== undefined) spec.topK = perRowInt('topK', opts.topK, batch, 2 ** 31 - 1);
@@ -227,7 +238,8 @@ export function buildSpec(
     spec.minP = perRowFloat('minP', opts.minP, batch, 0, (x) => x >= 0 && x < 1, 'a number in [0, 1)');
   }
   if (opts.softcap !== undefined) {
-    if (typeof opts.softcap !== 'number' || !Number.isFinite(opts.softcap) || opts.softcap < 0) {
+    if (typeof opts.softcap !== 'number') throw typeError('softcap', 'a finite number >= 0', opts.softcap);
+    if (!Number.isFinite(opts.softcap) || opts.softcap < 0) {
       throw rangeError('softcap', 'a finite number >= 0', opts.softcap);
     }
     spec.softcap = opts.softcap;
@@ -235,18 +247,18 @@ export function buildSpec(
   if (opts.allowedTokens !== undefined) {
     const words = batch * Math.ceil(vocab / 32);
     const a = opts.allowedTokens;
-    if (a instanceof Uint32Array) {
+    if (isTyped(a, 'Uint32Array')) {
       if (a.length !== words) {
         throw rangeError('allowedTokens', `a Uint32Array of ${words} words (B * ceil(V / 32))`, a);
       }
       spec.allowed = a.slice();
-    } else if (a instanceof Tensor) {
-      checkTensor('allowedTokens', a);
-      if (a.dtype !== 'i32' || a.size !== words) {
-        throw typeError('allowedTokens', `an i32 tensor of ${words} words (B * ceil(V / 32))`, `${a}`);
-      }
-      if (!a.device.sameAs(o.device)) throw typeError('allowedTokens', `a tensor on ${o.device}`, `${a}`);
-      spec.allowed = a.handle('allowedTokens');
+    } else if (looksLikeTensor(a)) {
+      const t = checkTensor('allowedTokens', a);
+      const expected = `an i32 tensor of ${words} words (B * ceil(V / 32))`;
+      if (t.dtype !== 'i32') throw typeError('allowedTokens', expected, raw(`${t}`));
+      if (t.size !== words) throw rangeError('allowedTokens', expected, raw(`${t}`));
+      if (!t.device.sameAs(o.device)) throw typeError('allowedTokens', `a tensor on ${o.device}`, raw(`${t}`));
+      spec.allowed = t.handle('allowedTokens');
     } else {
       throw typeError('allowedTokens', `a Uint32Array of ${words} words or an i32 tensor`, a);
     }
@@ -257,17 +269,18 @@ export function buildSpec(
   }
   if (opts.topLogprobs !== undefined) {
     const n = opts.topLogprobs;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
+    if (typeof n !== 'number') throw typeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
+    if (!Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
       throw rangeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
     }
     spec.topLogprobs = n;
   }
   if (opts.stream !== undefined) {
     if (typeof opts.stream !== 'bigint') throw typeError('stream', 'a bigint cudaStream_t handle', opts.stream);
+    if (opts.stream < 0n || opts.stream >= TWO_64) throw rangeError('stream', 'a cudaStream_t handle in [0, 2^64)', opts.stream);
     if (o.device.kind !== 'cuda') {
       throw new TypeError(`stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on ${o.device}`);
     }
-    if (opts.stream < 0n || opts.stream >= TWO_64) throw rangeError('stream', 'a 64-bit handle', opts.stream);
     spec.stream = opts.stream;
   }
   return { spec, operands: o, numSamples };

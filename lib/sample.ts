@@ -1,7 +1,7 @@
 // The samplers: validate (options.ts), hand the spec to the native side, turn row statuses into
 // errors naming the row.
 import type { Device } from './device';
-import { rangeError, typeError } from './errors';
+import { raw, rangeError, typeError } from './errors';
 import { native, NativeResult, NativeSpec } from './native';
 import { buildSpec, checkTensor, ReferenceOptions, SampleOptions } from './options';
 import { Tensor } from './tensor';
@@ -59,11 +59,11 @@ export async function sampleFused(H: Tensor, W: Tensor, options?: SampleOptions)
 export async function sampleFusedInto(out: Tensor, H: Tensor, W: Tensor, options?: SampleOptions): Promise<void> {
   const { spec, operands, numSamples } = buildSpec(H, W, options, 'fused');
   const target = checkTensor('out', out);
-  if (target.dtype !== 'i32') throw typeError('out', "an 'i32' tensor", target.dtype);
+  if (target.dtype !== 'i32') throw typeError('out', "an 'i32' tensor", raw(`${target}`));
   if (target.size !== operands.batch * numSamples) {
-    throw rangeError('out', `${operands.batch * numSamples} elements (B * numSamples)`, `${target}`);
+    throw rangeError('out', `an 'i32' tensor of ${operands.batch * numSamples} elements (B * numSamples)`, raw(`${target}`));
   }
-  if (!target.device.sameAs(operands.device)) throw typeError('out', `a tensor on ${operands.device}`, `${target}`);
+  if (!target.device.sameAs(operands.device)) throw typeError('out', `a tensor on ${operands.device}`, raw(`${target}`));
   spec.out = target.handle('out');
   toResult(await native.sample(spec));
 }

@@ -1,8 +1,8 @@
 // Tensor: a shape, a dtype and native memory on one device (host memory for the CPU backend,
 // stream-ordered pool memory for CUDA, or device memory owned by another engine).
-import type { Device } from './device';
+import { Device } from './device';
 import { bytesPerElement, decodeBF16, decodeF16, DType, DTYPES } from './dtype';
-import { rangeError, typeError } from './errors';
+import { raw, rangeError, typeError } from './errors';
 import { native, NativeBufferHandle } from './native';
 
 // Node 20 may lack Symbol.dispose; the well-known symbol is registered under this name.
@@ -15,15 +15,18 @@ export type TensorData = Float32Array | Uint16Array | Int32Array | BigUint64Arra
 // memory when collected too; this registry just makes that happen for tensors dropped unused.
 const collected = new FinalizationRegistry<NativeBufferHandle>((handle) => handle.dispose());
 
+/** The most elements a tensor may have: its size in bytes (8 per element at most) stays an exact
+ *  double, which is how it reaches the native side. */
+export const MAX_ELEMENTS = 2 ** 50;
+
 export function checkShape(name: string, shape: unknown): number[] {
-  if (!Array.isArray(shape) || shape.length === 0) {
-    throw typeError(name, 'a non-empty array of non-negative integers', shape);
+  const expected = 'a non-empty array of non-negative integers';
+  if (!Array.isArray(shape) || shape.length === 0 || shape.some((d) => typeof d !== 'number')) {
+    throw typeError(name, expected, shape);
   }
-  for (const d of shape) {
-    if (typeof d !== 'number' || !Number.isSafeInteger(d) || d < 0) {
-      throw typeError(name, 'a non-empty array of non-negative integers', shape);
-    }
-  }
+  // Numbers that are negative, fractional, NaN or infinite: the right kind, out of the domain.
+  if (shape.some((d) => !Number.isSafeInteger(d) || d < 0)) throw rangeError(name, expected, shape);
+  if (elementCount(shape) > MAX_ELEMENTS) throw rangeError(name, `at most 2^50 elements in all`, shape);
   return [...shape];
 }
 
@@ -61,18 +64,22 @@ export class Tensor {
    * The pointer must be device memory of `device`, 16-byte aligned (the kernels' vector loads).
    */
   static fromDevicePointer(device: Device, ptr: bigint, shape: number[], dtype: DType): Tensor {
-    if (!device || typeof device !== 'object' || !('kind' in device)) {
-      throw typeError('device', 'a Device from open()', device);
-    }
-    if (device.kind !== 'cuda') throw typeError('device', "a 'cuda' device", device.kind);
+    if (!(device instanceof Device)) throw typeError('device', 'a Device from open()', device);
+    // The arguments' own form first, then whether the device can take them.
     if (typeof ptr !== 'bigint') throw typeError('ptr', 'a bigint device address', ptr);
     if (ptr <= 0n || ptr >= 1n << 64n) throw rangeError('ptr', 'a non-null 64-bit device address', ptr);
     if (ptr % 16n !== 0n) throw rangeError('ptr', 'a 16-byte aligned address (vectorized loads)', ptr);
     const dims = checkShape('shape', shape);
     const type = checkDType('dtype', dtype);
+    if (device.kind !== 'cuda') throw typeError('device', "a 'cuda' device", raw(`${device}`));
     const bytes = elementCount(dims) * bytesPerElement(type);
     const handle = native.NativeBuffer.wrap(device.ordinal, ptr, bytes);
     return new Tensor(device, handle, dims, type, false);
+  }
+
+  /** @internal A Tensor this copy of the library created (not an object made from its prototype). */
+  static isTensor(value: unknown): value is Tensor {
+    return typeof value === 'object' && value !== null && #handle in value;
   }
 
   get disposed(): boolean {
@@ -113,10 +120,10 @@ export class Tensor {
 
   /** The elements, f16 and bf16 decoded to Float32Array. */
   async toArray(): Promise<Float32Array | Int32Array | BigUint64Array> {
-    const raw = await this.toRawArray();
-    if (this.dtype === 'bf16') return decodeBF16(raw as Uint16Array);
-    if (this.dtype === 'f16') return decodeF16(raw as Uint16Array);
-    return raw as Float32Array | Int32Array | BigUint64Array;
+    const bytes = await this.toRawArray();
+    if (this.dtype === 'bf16') return decodeBF16(bytes as Uint16Array);
+    if (this.dtype === 'f16') return decodeF16(bytes as Uint16Array);
+    return bytes as Float32Array | Int32Array | BigUint64Array;
   }
 
   /** Frees the memory (once every call in flight that uses it has finished). Idempotent. */
@@ -132,6 +139,6 @@ export class Tensor {
   }
 
   toString(): string {
-    return `Tensor(${this.dtype}[${this.shape.join(', ')}] on ${this.device.kind}${this.disposed ? ', disposed' : ''})`;
+    return `Tensor(${this.dtype}[${this.shape.join(', ')}] on ${this.device}${this.disposed ? ', disposed' : ''})`;
   }
 }

@@ -1,0 +1,419 @@
+// The README's table of errors (issue 6, "every bad input"), checked row by row: every error message
+// in the table's second column is a key of `cases` below, and the calls of that case must fail with
+// exactly that type and message (a message ending in "…" is a prefix). A row added to the README
+// without a case here, or a case whose message the README lost, fails the first test. Rows that need
+// a GPU are skipped with the reason where none is usable; `open('cuda')` without a GPU is skipped
+// where one is.
+
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vm from 'vm';
+import { open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device } from '../lib/index';
+import { cudaStatus, failure, rng } from './helpers';
+
+const cpu = open('cpu');
+const gpuState = cudaStatus();
+
+// ------------------------------------------------------------------------------------------------
+// The table, read from the README
+// ------------------------------------------------------------------------------------------------
+
+function readmeErrors(): string[] {
+  const text = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8');
+  const start = text.indexOf('### Errors');
+  if (start < 0) throw new Error('README.md has no "### Errors" section');
+  const rest = text.slice(start);
+  const end = rest.search(/\n## /);
+  const section = end < 0 ? rest : rest.slice(0, end);
+  const messages: string[] = [];
+  for (const line of section.split('\n')) {
+    if (!line.startsWith('|') || /^\|\s*-/.test(line)) continue;
+    const cells = line.split(/(?<!\\)\|/).slice(1, -1);
+    if (cells.length < 2 || cells[0].trim() === 'input') continue;
+    for (const m of cells[1].matchAll(/`([^`]+)`/g)) {
+      if (/^(TypeError|RangeError|Error): /.test(m[1])) messages.push(m[1]);
+    }
+  }
+  return messages;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Inputs: every case builds what it needs; the tensors are disposed after each test
+// ------------------------------------------------------------------------------------------------
+
+const made: Tensor[] = [];
+function keep<T extends Tensor>(t: T): T {
+  made.push(t);
+  return t;
+}
+afterEach(() => {
+  while (made.length) made.pop()!.dispose();
+});
+
+function values(n: number, seed: number): Float32Array {
+  const r = rng(seed);
+  return Float32Array.from({ length: n }, () => r() * 2 - 1);
+}
+const tensor = (dev: Device, shape: number[], dtype: 'f32' | 'f16' | 'bf16' = 'bf16', seed = 1) =>
+  keep(dev.tensor(values(shape.reduce((a, b) => a * b, 1), seed), shape, dtype));
+
+/** B = 3 rows, V = 111 tokens, D = 8 on the CPU, bf16. */
+function operands(dev: Device = cpu, dtype: 'f32' | 'f16' | 'bf16' = 'bf16') {
+  return { H: tensor(dev, [3, 8], dtype, 1), W: tensor(dev, [111, 8], dtype, 2) };
+}
+
+function gpu(): Device {
+  return open('cuda');
+}
+
+type Run = () => unknown;
+interface Case {
+  /** 'gpu': needs a usable GPU; 'no-gpu': only where none is usable. */
+  needs?: 'gpu' | 'no-gpu';
+  /** Each call must fail with the message (a sync throw or a rejection). */
+  runs: Run[];
+}
+
+const cases: Record<string, Case> = {
+  [`TypeError: device: expected 'cpu', 'cuda', 'cuda:N' or 'auto', got "tpu"`]: {
+    runs: [() => open('tpu' as never)],
+  },
+  [`Error: device: cannot open 'cuda': no usable GPU: …`]: {
+    needs: 'no-gpu',
+    runs: [() => open('cuda')],
+  },
+  [`RangeError: device: expected a CUDA device index below …`]: {
+    needs: 'gpu',
+    runs: [() => open('cuda:99' as never)],
+  },
+  [`RangeError: data: expected 12 elements for shape [3, 4], got Float32Array(10)`]: {
+    runs: [() => cpu.tensor(new Float32Array(10), [3, 4], 'f32')],
+  },
+  [`TypeError: data: expected a Float32Array for dtype 'f32', got Int32Array(12)`]: {
+    runs: [() => cpu.tensor(new Int32Array(12), [3, 4], 'f32')],
+  },
+  [`TypeError: shape: expected a non-empty array of non-negative integers, got []`]: {
+    runs: [() => cpu.tensor(new Float32Array(1), [], 'f32'), () => cpu.empty([], 'f32')],
+  },
+  [`RangeError: shape: expected a non-empty array of non-negative integers, got [3, -4]`]: {
+    runs: [() => cpu.tensor(new Float32Array(12), [3, -4], 'f32'), () => cpu.empty([3, -4], 'i32')],
+  },
+  [`RangeError: shape: expected a non-empty array of non-negative integers, got [1.5, 8]`]: {
+    runs: [() => cpu.tensor(new Float32Array(12), [1.5, 8], 'f32')],
+  },
+  [`RangeError: shape: expected at most 2^50 elements in all, got [1099511627776, 1048576]`]: {
+    runs: [() => cpu.empty([2 ** 40, 2 ** 20], 'f32')],
+  },
+  [`TypeError: dtype: expected one of 'f32', 'f16', 'bf16', 'i32', 'u64', got "f64"`]: {
+    runs: [() => cpu.tensor(new Float32Array(4), [4], 'f64' as never), () => cpu.empty([4], 'f64' as never)],
+  },
+  [`Error: out of host memory allocating 4503599627370496 bytes`]: {
+    // 4 PiB: beyond the 47-bit user address space of x86-64 and arm64 Linux, so it fails everywhere.
+    runs: [() => cpu.empty([2 ** 50], 'f32')],
+  },
+  [`Error: cudaMallocFromPoolAsync failed: cudaErrorMemoryAllocation (out of memory)`]: {
+    needs: 'gpu',
+    runs: [() => gpu().empty([25_000_000_000], 'u64')], // 200 GB
+  },
+  [`TypeError: H: expected a Tensor (from Device.tensor), got an object`]: {
+    runs: [
+      () => sampleFused({} as never, operands().W),
+      () => sampleReference({ shape: [3, 8], dtype: 'bf16' } as never, operands().W),
+    ],
+  },
+  [`TypeError: W: expected a Tensor (from Device.tensor), got a Tensor that this copy of flashsample did not create`]: {
+    runs: [
+      // an object made from the prototype: instanceof says Tensor, but it has no native memory
+      () => sampleFused(operands().H, Object.create(Tensor.prototype)),
+      // a Tensor of another copy of the package (its own class, also named Tensor)
+      () => {
+        class Tensor {
+          shape = [111, 8];
+          dtype = 'bf16';
+          disposed = false;
+        }
+        return sampleFused(operands().H, new Tensor() as never);
+      },
+    ],
+  },
+  [`TypeError: H: the tensor has been disposed`]: {
+    runs: [
+      () => {
+        const { H, W } = operands();
+        H.dispose();
+        return sampleFused(H, W);
+      },
+      () => {
+        const { H, W } = operands();
+        H.dispose();
+        return sampleReference(H, W, { method: 'gumbel' });
+      },
+    ],
+  },
+  [`TypeError: tensor: the tensor has been disposed`]: {
+    runs: [
+      () => {
+        const t = cpu.tensor(new Float32Array(4), [4], 'f32');
+        t.dispose();
+        return t.toArray();
+      },
+    ],
+  },
+  [`RangeError: H: expected shape [B, D], got [4]`]: {
+    runs: [() => sampleFused(tensor(cpu, [4]), operands().W)],
+  },
+  [`RangeError: W: expected shape [V, 64] (D of H), got [100, 32]`]: {
+    runs: [() => sampleFused(tensor(cpu, [2, 64]), tensor(cpu, [100, 32]))],
+  },
+  [`RangeError: H: expected a batch size in [1, 65535], got 0`]: {
+    runs: [() => sampleFused(tensor(cpu, [0, 8]), operands().W)],
+  },
+  [`RangeError: W: expected a vocabulary size in [1, 2^31 - 2], got 0`]: {
+    runs: [() => sampleFused(operands().H, tensor(cpu, [0, 8]))],
+  },
+  [`RangeError: H: expected a hidden size D >= 1, got 0`]: {
+    runs: [() => sampleFused(tensor(cpu, [3, 0]), tensor(cpu, [111, 0]))],
+  },
+  [`RangeError: H: expected a batch size in [1, 65535], got 65536`]: {
+    runs: [() => sampleFused(tensor(cpu, [65536, 1]), tensor(cpu, [5, 1]))],
+  },
+  [`RangeError: W: expected a vocabulary size in [1, 2^31 - 2], got 2147483647`]: {
+    // D = 0 keeps the tensors empty; the vocabulary is checked before the hidden size
+    runs: [() => sampleFused(tensor(cpu, [1, 0]), tensor(cpu, [2 ** 31 - 1, 0]))],
+  },
+  [`TypeError: H: expected a float dtype ('f32', 'f16' or 'bf16'), got 'i32'`]: {
+    runs: [() => sampleFused(keep(cpu.tensor(new Int32Array(24), [3, 8], 'i32')), keep(cpu.tensor(new Int32Array(888), [111, 8], 'i32')))],
+  },
+  [`TypeError: W: expected the dtype of H ('bf16'), got 'f16'`]: {
+    runs: [() => sampleFused(tensor(cpu, [3, 8], 'bf16'), tensor(cpu, [111, 8], 'f16'))],
+  },
+  [`TypeError: W: expected a tensor on the device of H (cpu), got one on cuda:0`]: {
+    needs: 'gpu',
+    runs: [() => sampleFused(tensor(cpu, [3, 8], 'f32'), tensor(gpu(), [111, 8], 'f32'))],
+  },
+  [`TypeError: bias: expected a tensor on cpu, got Tensor(f32[100] on cuda:0)`]: {
+    needs: 'gpu',
+    runs: [() => sampleFused(tensor(cpu, [3, 8], 'f32'), tensor(cpu, [100, 8], 'f32'), { bias: tensor(gpu(), [100], 'f32') })],
+  },
+  [`TypeError: devicePointer: only CUDA tensors have one`]: {
+    runs: [() => operands().H.devicePointer],
+  },
+  [`TypeError: options: expected an object, got 42`]: {
+    runs: [() => sampleFused(operands().H, operands().W, 42 as never)],
+  },
+  [`TypeError: options: unknown option "temprature"; did you mean "temperature"? …`]: {
+    runs: [
+      () => sampleFused(operands().H, operands().W, { temprature: 0.5 } as never),
+      () => sampleReference(operands().H, operands().W, { temprature: 0.5 } as never),
+    ],
+  },
+  [`RangeError: temperature: expected a finite number >= 0, got NaN`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { temperature: NaN })],
+  },
+  [`RangeError: temperature[2]: expected a finite number >= 0, got -Infinity`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { temperature: new Float32Array([1, 0, -Infinity]) })],
+  },
+  [`TypeError: temperature: expected a number or a Float32Array of length 3, got "1"`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { temperature: '1' as never })],
+  },
+  [`RangeError: numSamples: expected an integer in [1, 65536], got 1.5`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { numSamples: 1.5 })],
+  },
+  [`RangeError: numSamples: expected batch * numSamples below 2^31 (batch is 65535), got 65536`]: {
+    runs: [() => sampleFused(tensor(cpu, [65535, 1]), tensor(cpu, [5, 1]), { numSamples: 65536 })],
+  },
+  [`RangeError: seed: expected a bigint in [0, 2^64), got 18446744073709551616n`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { seed: 2n ** 64n })],
+  },
+  [`RangeError: offset: expected an integer in [0, 2^53) (use a bigint for larger values), got -1`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { offset: -1 })],
+  },
+  [`TypeError: seed: expected a number, a bigint, a BigUint64Array of length 3 or a u64 tensor, got "7"`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { seed: '7' as never })],
+  },
+  [`RangeError: seed: expected a BigUint64Array of length 3 (one per row), got BigUint64Array(2)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { seed: new BigUint64Array(2) })],
+  },
+  [`RangeError: topP: expected a Float32Array of length 3 (one per row), got Float32Array(4)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topP: new Float32Array(4).fill(0.5) })],
+  },
+  [`RangeError: offset: expected a u64 tensor of 3 elements (one per row), got Tensor(u64[2] on cpu)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { offset: keep(cpu.tensor(new BigUint64Array(2), [2], 'u64')) })],
+  },
+  [`RangeError: topP: expected a number in (0, 1], got 0`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topP: 0 })],
+  },
+  [`RangeError: topK: expected an integer in [0, 2147483647], got 2.5`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topK: 2.5 })],
+  },
+  [`TypeError: softcap: expected a finite number >= 0, got "1"`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { softcap: '1' as never })],
+  },
+  [`TypeError: logprobs: expected a boolean, got 1`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { logprobs: 1 as never })],
+  },
+  [`RangeError: bias: expected shape [111], got [112]`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bias: tensor(cpu, [112]) })],
+  },
+  [`TypeError: bias: expected dtype 'bf16' (the dtype of W), got 'f32'`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bias: tensor(cpu, [111], 'f32') })],
+  },
+  [`RangeError: allowedTokens: expected a Uint32Array of 12 words (B * ceil(V / 32)), got Uint32Array(3)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { allowedTokens: new Uint32Array(3) })],
+  },
+  [`RangeError: out: expected an 'i32' tensor of 12 elements (B * numSamples), got Tensor(i32[3] on cpu)`]: {
+    runs: [() => sampleFusedInto(keep(cpu.empty([3], 'i32')), operands().H, operands().W, { numSamples: 4 })],
+  },
+  [`TypeError: method: expected 'inverse-cdf' or 'gumbel', got "magic"`]: {
+    runs: [() => sampleReference(operands().H, operands().W, { method: 'magic' as never })],
+  },
+  [`RangeError: row 2: no token can be drawn: …`]: {
+    runs: [
+      () => {
+        const mask = new Uint32Array(12).fill(0xffffffff);
+        mask.fill(0, 8, 12); // row 2: nothing allowed
+        const { H, W } = operands();
+        return sampleFused(H, W, { allowedTokens: mask });
+      },
+      () => {
+        const mask = new Uint32Array(12).fill(0xffffffff);
+        mask.fill(0, 8, 12);
+        const { H, W } = operands();
+        return sampleReference(H, W, { allowedTokens: mask, method: 'gumbel' });
+      },
+    ],
+  },
+  [`RangeError: ptr: expected a non-null 64-bit device address, got 0n`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 0n, [4], 'f32')],
+  },
+  [`RangeError: ptr: expected a 16-byte aligned address (vectorized loads), got 4098n`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 4098n, [4], 'f32')],
+  },
+  [`TypeError: ptr: expected a bigint device address, got 4096`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 4096 as never, [4], 'f32')],
+  },
+  [`TypeError: device: expected a 'cuda' device, got cpu`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 4096n, [4], 'f32')],
+  },
+  [`Error: ptr: the pointer is not device memory …`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        // the address of host memory (a CPU tensor's, 64-byte aligned), handed over as if on the GPU
+        const host = tensor(cpu, [64], 'f32');
+        return Tensor.fromDevicePointer(gpu(), host.handle('host').pointer, [64], 'f32');
+      },
+    ],
+  },
+  [`TypeError: stream: expected a bigint cudaStream_t handle, got 5`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { stream: 5 as never })],
+  },
+  [`RangeError: stream: expected a cudaStream_t handle in [0, 2^64), got -1n`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { stream: -1n })],
+  },
+  [`TypeError: stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on cpu`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { stream: 0n })],
+  },
+};
+
+// ------------------------------------------------------------------------------------------------
+// The tests
+// ------------------------------------------------------------------------------------------------
+
+/** `Type: message` of a failure; the type by constructor name (native errors come from Node's
+ *  realm, not jest's, so instanceof would not do). */
+function render(e: Error): string {
+  return `${e?.constructor?.name}: ${e?.message}`;
+}
+
+function matches(got: string, documented: string): boolean {
+  return documented.endsWith('…') ? got.startsWith(documented.slice(0, -1)) : got === documented;
+}
+
+test('every error in the README table has a case here, and every case is in the table', () => {
+  const documented = readmeErrors();
+  expect(documented.length).toBeGreaterThan(40);
+  expect(new Set(documented).size).toBe(documented.length); // each message once
+  expect([...documented].sort()).toEqual(Object.keys(cases).sort());
+});
+
+describe('README error table', () => {
+  for (const [message, c] of Object.entries(cases)) {
+    const skip =
+      c.needs === 'gpu' && !gpuState.usable
+        ? `needs a GPU: ${gpuState.reason}`
+        : c.needs === 'no-gpu' && gpuState.usable
+          ? 'a GPU is usable here'
+          : '';
+    if (skip) {
+      test.skip(`${message} — skipped: ${skip}`, () => undefined);
+      continue;
+    }
+    test(message, async () => {
+      for (const run of c.runs) {
+        const got = render(await failure(run));
+        if (!matches(got, message)) expect(got).toEqual(message); // fails, showing both
+      }
+    });
+  }
+
+  test('after all of these errors the library still samples', async () => {
+    const { H, W } = operands();
+    const a = await sampleFused(H, W, { seed: 9n, numSamples: 2 });
+    const b = await sampleReference(H, W, { seed: 9n, numSamples: 2, method: 'gumbel' });
+    expect(Array.from(a.tokens)).toEqual(Array.from(b.tokens));
+    for (const t of a.tokens) expect(t >= 0 && t < 111).toBe(true);
+  });
+
+  (gpuState.usable ? test : test.skip)(
+    `after a device out-of-memory error the next call on the GPU works${gpuState.usable ? '' : ` — skipped: needs a GPU: ${gpuState.reason}`}`,
+    async () => {
+      const dev = gpu();
+      await failure(() => dev.empty([25_000_000_000], 'u64'));
+      const { H, W } = operands(dev);
+      const r = await sampleFused(H, W, { seed: 9n });
+      expect(r.tokens.length).toBe(3);
+      for (const t of r.tokens) expect(t >= 0 && t < 111).toBe(true);
+    },
+  );
+});
+
+describe('inputs that must be accepted', () => {
+  test('typed arrays from another realm (a vm context) work like local ones', async () => {
+    const foreign = vm.runInNewContext('({ f32: (n) => new Float32Array(n), u64: (n) => new BigUint64Array(n), u32: (n) => new Uint32Array(n) })') as {
+      f32: (n: number) => Float32Array;
+      u64: (n: number) => BigUint64Array;
+      u32: (n: number) => Uint32Array;
+    };
+    expect(foreign.f32(1)).not.toBeInstanceOf(Float32Array); // really from another realm
+    const local = { H: values(24, 1), W: values(888, 2) };
+    const h = foreign.f32(24);
+    h.set(local.H);
+    const w = foreign.f32(888);
+    w.set(local.W);
+    const seeds = foreign.u64(3);
+    seeds.set([1n, 2n, 3n]);
+    const temps = foreign.f32(3);
+    temps.set([0.5, 1, 2]);
+    const mask = foreign.u32(12);
+    mask.fill(0xffffffff);
+    const H1 = keep(cpu.tensor(h, [3, 8], 'bf16'));
+    const W1 = keep(cpu.tensor(w, [111, 8], 'bf16'));
+    const H2 = keep(cpu.tensor(local.H, [3, 8], 'bf16'));
+    const W2 = keep(cpu.tensor(local.W, [111, 8], 'bf16'));
+    const a = await sampleFused(H1, W1, { seed: seeds, temperature: temps, allowedTokens: mask, numSamples: 8 });
+    const b = await sampleFused(H2, W2, {
+      seed: new BigUint64Array([1n, 2n, 3n]),
+      temperature: new Float32Array([0.5, 1, 2]),
+      allowedTokens: new Uint32Array(12).fill(0xffffffff),
+      numSamples: 8,
+    });
+    expect(Array.from(a.tokens)).toEqual(Array.from(b.tokens));
+  });
+
+  test('empty tensors can be made (shape [0, 8]); only the samplers reject them', () => {
+    const t = keep(cpu.empty([0, 8], 'f32'));
+    expect(t.size).toBe(0);
+    expect(keep(cpu.tensor(new Float32Array(0), [0], 'f32')).size).toBe(0);
+  });
+});
