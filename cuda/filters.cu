@@ -130,13 +130,88 @@ __device__ uint64_t radix_select(const Elems& e, Select select, Weight weight, d
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0.0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
-      const float l = e.val[i];
-      if (l != l) continue;
-      const uint64_t key = order_key(l, e.index(i));
-      if (!select(l, key)) continue;
-      if (shift < 56 && ((key ^ prefix) >> (shift + 8)) != 0) continue;
-      atomicAdd(&hist[(key >> shift) & 255], weight(l));
+    // float64 shared-memory atomicAdd is a compare-and-swap loop, and in the first passes most
+    // keys share one or two buckets: a warp whose lanes fall into at most 4 buckets adds each
+    // bucket's weight once (butterfly sums), otherwise every lane adds its own.
+    const int lane = threadIdx.x & 31;
+    for (int64_t base = 0; base < e.n; base += blockDim.x) {  // warp-uniform trip count
+      const int64_t i = base + threadIdx.x;
+      int bucket = 256;  // none
+      double w = 0.0;
+      if (i < e.n) {
+        const float l = e.val[i];
+        if (l == l) {
+          const uint64_t key = order_key(l, e.index(i));
+          if (select(l, key) && (shift == 56 || ((key ^ prefix) >> (shift + 8)) == 0)) {
+            bucket = static_cast<int>((key >> shift) & 255);
+            w = weight(l);
+          }
+        }
+      }
+      const unsigned same = __match_any_sync(0xffffffffu, bucket);
+      const unsigned leaders = __ballot_sync(0xffffffffu, bucket != 256 && lane == __ffs(same) - 1);
+      if (__popc(leaders) <= 4) {
+        unsigned pending = leaders;
+        while (pending != 0u) {
+          const int leader = __ffs(pending) - 1;
+          pending &= pending - 1u;
+          const int bl = __shfl_sync(0xffffffffu, bucket, leader);
+          double x = bucket == bl ? w : 0.0;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+          if (lane == leader) atomicAdd(&hist[bl], x);
+        }
+      } else if (bucket != 256) {
+        atomicAdd(&hist[bucket], w);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int d = 255;
+      for (; d > 0; --d) {
+        if (above + hist[d] >= target) break;
+        above += hist[d];
+      }
+      s_prefix = prefix | (static_cast<uint64_t>(d) << shift);
+      s_above = above;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    above = s_above;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// radix_select for unit weights over every element: the key of the target-th largest element
+// (target <= the number of non-NaN elements). Integer histograms with warp-aggregated atomics: the
+// float64 shared-memory atomics of radix_select are compare-and-swap loops, and the first passes
+// put almost every key into one or two buckets (the float's sign and exponent), so the fold
+// kernel's selections serialized on a single address (H200, 2026-11-30: topk50 at B = 1 took
+// 4.0 ms against 274 us plain).
+__device__ uint64_t radix_select_count(const Elems& e, uint32_t target) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint64_t s_prefix;
+  __shared__ uint32_t s_above;
+  const int lane = threadIdx.x & 31;
+  uint64_t prefix = 0;
+  uint32_t above = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
+    __syncthreads();
+    for (int64_t base = 0; base < e.n; base += blockDim.x) {  // warp-uniform trip count
+      const int64_t i = base + threadIdx.x;
+      int bucket = 256;  // none
+      if (i < e.n) {
+        const float l = e.val[i];
+        if (l == l) {
+          const uint64_t key = order_key(l, e.index(i));
+          if (shift == 56 || ((key ^ prefix) >> (shift + 8)) == 0)
+            bucket = static_cast<int>((key >> shift) & 255);
+        }
+      }
+      const unsigned same = __match_any_sync(0xffffffffu, bucket);
+      if (bucket != 256 && lane == __ffs(same) - 1) atomicAdd(&hist[bucket], __popc(same));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -188,6 +263,9 @@ struct RowStats {
   long long posinf;    // +Inf candidates
   int32_t count;       // candidates kept (<= kCandidateCap)
   int32_t pad;
+  // Order key of the kCandidateCap-th largest candidate at the last selection (0 before any):
+  // a value with a smaller key has kCandidateCap candidates above it, so it can never be kept.
+  unsigned long long floor_key;
 };
 
 // The draws of an unfiltered row made during the fused pass (one per sample).
@@ -539,6 +617,7 @@ __global__ void init_state_kernel(FusedState st, int64_t B, int S) {
     s.posinf = 0;
     s.count = 0;
     s.pad = 0;
+    s.floor_key = 0ull;
     st.stats[i] = s;
     st.fallback[i] = 0;
   }
@@ -549,13 +628,19 @@ __global__ void init_state_kernel(FusedState st, int64_t B, int S) {
   }
 }
 
-// One block per row: folds the chunk's logits [v0, v0 + count) into the row's state.
+// One block per row: folds the chunk's logits [v0, v0 + count) into the row's state. Every value
+// goes into the row's statistics and running winners; only values whose order key reaches the
+// row's floor key enter the candidate buffer, and the buffer is cut back to the kCandidateCap
+// largest (radix selection) only when it would overflow and at the end of the chunk. Exact: the
+// kept set is the top kCandidateCap by order key of everything seen (a value below the floor has
+// kCandidateCap candidates above it), whatever the order of the cuts.
 __global__ void __launch_bounds__(kThreads)
     fold_chunk_kernel(const float* chunk_logits, int64_t v0, int64_t count, SampleParams p,
                       FusedState st) {
-  __shared__ float s_val[kCandidateCap + kSubChunk];
-  __shared__ uint32_t s_idx[kCandidateCap + kSubChunk];
-  __shared__ int s_n;
+  constexpr int kBuffer = kCandidateCap + kSubChunk;
+  __shared__ float s_val[kBuffer];
+  __shared__ uint32_t s_idx[kBuffer];
+  __shared__ int s_n, s_w;
   const int64_t b = blockIdx.x;
   const RowControl c = load_control(p, b);
   // The running winners serve every row that ends up keeping all its candidates: rows without
@@ -566,47 +651,89 @@ __global__ void __launch_bounds__(kThreads)
   const bool greedy = T == 0.0f;
   const float inv_t = greedy ? 0.0f : 1.0f / T;
   RowStats stats = st.stats[b];  // every thread reads; thread 0 writes back
+  const float* row = chunk_logits + b * count;
+  auto value_at = [&](int64_t i) {  // i: position in the chunk
+    const int64_t v = v0 + i;
+    return candidate_value(row[i], p.softcap, allowed_bit(p.allowed, words, b, v));
+  };
+
+  for (int i = threadIdx.x; i < stats.count; i += blockDim.x) {
+    s_val[i] = st.cand_val[b * kCandidateCap + i];
+    s_idx[i] = st.cand_idx[b * kCandidateCap + i];
+  }
+  if (threadIdx.x == 0) s_n = stats.count;
+  __syncthreads();
+
+  // Cuts the buffer back to its kCandidateCap largest keys and raises the floor (in place: each
+  // thread first takes its survivors into registers, then they are written to the front).
+  auto cut = [&]() {
+    const int n = s_n;
+    if (n <= kCandidateCap) return;
+    const uint64_t threshold = radix_select_count(Elems{s_val, s_idx, n}, kCandidateCap);
+    // Exactly kCandidateCap keys are >= threshold (keys are distinct); order in the buffer does
+    // not matter.
+    if (threadIdx.x == 0) s_w = 0;
+    __syncthreads();
+    float keep_v[kBuffer / kThreads];
+    uint32_t keep_i[kBuffer / kThreads];
+    int kept_here = 0;
+#pragma unroll
+    for (int r = 0; r < kBuffer / kThreads; ++r) {
+      const int i = r * kThreads + threadIdx.x;
+      if (i < n && order_key(s_val[i], s_idx[i]) >= threshold) {
+        keep_v[kept_here] = s_val[i];
+        keep_i[kept_here] = s_idx[i];
+        ++kept_here;
+      }
+    }
+    __syncthreads();
+    const int at = atomicAdd(&s_w, kept_here);
+    for (int r = 0; r < kept_here; ++r) {
+      s_val[at + r] = keep_v[r];
+      s_idx[at + r] = keep_i[r];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) s_n = kCandidateCap;
+    if (threshold > stats.floor_key) stats.floor_key = threshold;
+    __syncthreads();
+  };
 
   for (int64_t sub = 0; sub < count; sub += kSubChunk) {
     const int64_t n_sub = count - sub < kSubChunk ? count - sub : kSubChunk;
-    // The kept candidates first, then this sub-chunk's candidates.
-    for (int i = threadIdx.x; i < stats.count; i += blockDim.x) {
-      s_val[i] = st.cand_val[b * kCandidateCap + i];
-      s_idx[i] = st.cand_idx[b * kCandidateCap + i];
-    }
-    if (threadIdx.x == 0) s_n = stats.count;
-    __syncthreads();
+    // Pass 1: statistics and how many values reach the floor.
     float local_max = -INFINITY;
     long long local_valid = 0, local_inf = 0;
+    int local_up = 0;
     for (int64_t i = threadIdx.x; i < n_sub; i += blockDim.x) {
-      const int64_t v = v0 + sub + i;
-      const float l = candidate_value(chunk_logits[b * count + sub + i], p.softcap,
-                                      allowed_bit(p.allowed, words, b, v));
+      const float l = value_at(sub + i);
       if (l != l) continue;
       ++local_valid;
       if (l == INFINITY) ++local_inf;
       else local_max = fmaxf(local_max, l);
-      const int at = atomicAdd(&s_n, 1);
-      s_val[at] = l;
-      s_idx[at] = static_cast<uint32_t>(v);
+      if (order_key(l, static_cast<uint32_t>(v0 + sub + i)) >= stats.floor_key) ++local_up;
     }
     const float sub_max = block_reduce(local_max, Max(), -INFINITY);
     const long long sub_valid = block_reduce(local_valid, Sum(), 0ll);
     const long long sub_inf = block_reduce(local_inf, Sum(), 0ll);
-    const int n_all = s_n;
-    const int first_new = stats.count;
+    const int sub_up = block_reduce(local_up, Sum(), 0);
+    if (s_n + sub_up > kBuffer) cut();  // CTA-uniform; after it s_n = kCandidateCap
 
-    // Online log-sum-exp (float64) of the finite candidates.
+    // Pass 2: the log-sum-exp terms (float64), the buffer appends, then the Gumbel draws.
     const float new_max = fmaxf(stats.max_logit, sub_max);
-    double sub_z = 0.0;
-    if (!greedy && new_max != -INFINITY) {
-      double local_z = 0.0;
-      for (int i = first_new + threadIdx.x; i < n_all; i += blockDim.x) {
-        const float l = s_val[i];
-        if (l != INFINITY) local_z += exp((static_cast<double>(l) - new_max) / static_cast<double>(T));
+    double local_z = 0.0;
+    for (int64_t i = threadIdx.x; i < n_sub; i += blockDim.x) {
+      const float l = value_at(sub + i);
+      if (l != l) continue;
+      const uint32_t v = static_cast<uint32_t>(v0 + sub + i);
+      if (!greedy && l != INFINITY && new_max != -INFINITY)
+        local_z += exp((static_cast<double>(l) - new_max) / static_cast<double>(T));
+      if (order_key(l, v) >= stats.floor_key) {
+        const int at = atomicAdd(&s_n, 1);
+        s_val[at] = l;
+        s_idx[at] = v;
       }
-      sub_z = block_reduce(local_z, Sum(), 0.0);
     }
+    const double sub_z = block_reduce(local_z, Sum(), 0.0);
     if (!greedy && new_max != -INFINITY) {
       const double rescale = stats.max_logit == -INFINITY
                                  ? 0.0
@@ -617,52 +744,39 @@ __global__ void __launch_bounds__(kThreads)
     stats.valid += sub_valid;
     stats.posinf += sub_inf;
 
-    // Running Gumbel winners over every candidate (used when the row keeps everything).
-    {
-      for (int j = 0; j < p.num_samples; ++j) {
-        Pick best{-INFINITY, kNoToken, 0.0f};
-        for (int i = first_new + threadIdx.x; i < n_all; i += blockDim.x) {
-          const float l = s_val[i];
-          const uint32_t v = s_idx[i];
-          const float g = greedy ? 0.0f : gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
-          const Candidate cand = make_candidate(l, inv_t, greedy, g, v);
-          if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
-        }
-        best = block_best(best);
-        if (threadIdx.x == 0) {
-          const int64_t w = b * p.num_samples + j;
-          if (candidate_better(best.score, best.key, st.win_score[w], st.win_key[w])) {
-            st.win_score[w] = best.score;
-            st.win_key[w] = best.key;
-            st.win_logit[w] = best.logit;
-          }
+    for (int j = 0; j < p.num_samples; ++j) {
+      Pick best{-INFINITY, kNoToken, 0.0f};
+      for (int64_t i = threadIdx.x; i < n_sub; i += blockDim.x) {
+        const float l = value_at(sub + i);
+        if (l != l) continue;
+        const uint32_t v = static_cast<uint32_t>(v0 + sub + i);
+        const float g = greedy ? 0.0f : gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
+        const Candidate cand = make_candidate(l, inv_t, greedy, g, v);
+        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+      }
+      best = block_best(best);
+      if (threadIdx.x == 0) {
+        const int64_t w = b * p.num_samples + j;
+        if (candidate_better(best.score, best.key, st.win_score[w], st.win_key[w])) {
+          st.win_score[w] = best.score;
+          st.win_key[w] = best.key;
+          st.win_logit[w] = best.logit;
         }
       }
     }
-
-    // Keep the kCandidateCap largest keys.
-    int kept = n_all;
-    uint64_t threshold = 0;
-    if (n_all > kCandidateCap) {
-      const Elems e{s_val, s_idx, n_all};
-      threshold = radix_select(e, [](float, uint64_t) { return true; },
-                               [](float) { return 1.0; }, static_cast<double>(kCandidateCap));
-      kept = kCandidateCap;
-      stats.overflow = 1;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) s_n = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n_all; i += blockDim.x) {
-      if (n_all > kCandidateCap && order_key(s_val[i], s_idx[i]) < threshold) continue;
-      const int at = atomicAdd(&s_n, 1);
-      st.cand_val[b * kCandidateCap + at] = s_val[i];
-      st.cand_idx[b * kCandidateCap + at] = s_idx[i];
-    }
-    stats.count = kept;
     __syncthreads();
   }
-  if (threadIdx.x == 0) st.stats[b] = stats;
+  cut();
+  const int kept = s_n;
+  for (int i = threadIdx.x; i < kept; i += blockDim.x) {
+    st.cand_val[b * kCandidateCap + i] = s_val[i];
+    st.cand_idx[b * kCandidateCap + i] = s_idx[i];
+  }
+  if (threadIdx.x == 0) {
+    stats.count = kept;
+    stats.overflow = stats.valid > kCandidateCap ? 1 : 0;
+    st.stats[b] = stats;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)

@@ -61,7 +61,7 @@ for tool in "${TOOLS[@]}"; do
       [[ -n "${LEAK_CHECK:-}" ]] && opts+=(--leak-check full)
       opts+=(--check-device-heap yes) ;;
     racecheck) opts+=(--racecheck-report all) ;;     # shared-memory hazards, with warnings
-    initcheck) opts+=(--track-unused-memory no) ;;   # reads of uninitialized global memory
+    initcheck) ;;                                    # reads of uninitialized global memory
     synccheck) ;;                                    # illegal __syncthreads / warp syncs
   esac
   echo "=== compute-sanitizer --tool $tool: ${SUITES[*]} (log: $LOGDIR/$tool.log)"
