@@ -21,11 +21,22 @@ class PromiseWorker : public Napi::AsyncWorker {
   using Work = std::function<std::string()>;
   using Resolve = std::function<Napi::Value(Napi::Env)>;
 
+  // `settled`, when given, runs on the JS thread after the promise is settled either way.
+  using Settled = std::function<void(Napi::Env)>;
+
   static Napi::Promise Start(Napi::Env env, Work work, Resolve resolve) {
-    auto* worker = new PromiseWorker(env, std::move(work), std::move(resolve));
+    auto* worker = new PromiseWorker(env, Napi::Promise::Deferred::New(env), std::move(work),
+                                     std::move(resolve), nullptr);
     Napi::Promise promise = worker->deferred_.Promise();
     worker->Queue();
     return promise;
+  }
+  // Settles an existing deferred (a call whose promise was handed out before its work started).
+  static void StartFor(Napi::Env env, Napi::Promise::Deferred deferred, Work work, Resolve resolve,
+                       Settled settled) {
+    auto* worker = new PromiseWorker(env, std::move(deferred), std::move(work), std::move(resolve),
+                                     std::move(settled));
+    worker->Queue();
   }
 
  protected:
@@ -40,18 +51,25 @@ class PromiseWorker : public Napi::AsyncWorker {
     } catch (const Napi::Error& e) {
       deferred_.Reject(e.Value());
     }
+    if (settled_) settled_(env);
   }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnError(const Napi::Error& e) override {
+    deferred_.Reject(e.Value());
+    if (settled_) settled_(Env());
+  }
 
  private:
-  PromiseWorker(Napi::Env env, Work work, Resolve resolve)
+  PromiseWorker(Napi::Env env, Napi::Promise::Deferred deferred, Work work, Resolve resolve,
+                Settled settled)
       : Napi::AsyncWorker(env, "flashsample"),
-        deferred_(Napi::Promise::Deferred::New(env)),
+        deferred_(std::move(deferred)),
         work_(std::move(work)),
-        resolve_(std::move(resolve)) {}
+        resolve_(std::move(resolve)),
+        settled_(std::move(settled)) {}
   Napi::Promise::Deferred deferred_;
   Work work_;
   Resolve resolve_;
+  Settled settled_;
 };
 
 inline Napi::Promise rejected(Napi::Env env, const std::string& message) {
