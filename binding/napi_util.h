@@ -21,22 +21,11 @@ class PromiseWorker : public Napi::AsyncWorker {
   using Work = std::function<std::string()>;
   using Resolve = std::function<Napi::Value(Napi::Env)>;
 
-  // `settled`, when given, runs on the JS thread after the promise is settled either way.
-  using Settled = std::function<void(Napi::Env)>;
-
   static Napi::Promise Start(Napi::Env env, Work work, Resolve resolve) {
-    auto* worker = new PromiseWorker(env, Napi::Promise::Deferred::New(env), std::move(work),
-                                     std::move(resolve), nullptr);
+    auto* worker = new PromiseWorker(env, std::move(work), std::move(resolve));
     Napi::Promise promise = worker->deferred_.Promise();
     worker->Queue();
     return promise;
-  }
-  // Settles an existing deferred (a call whose promise was handed out before its work started).
-  static void StartFor(Napi::Env env, Napi::Promise::Deferred deferred, Work work, Resolve resolve,
-                       Settled settled) {
-    auto* worker = new PromiseWorker(env, std::move(deferred), std::move(work), std::move(resolve),
-                                     std::move(settled));
-    worker->Queue();
   }
 
  protected:
@@ -51,25 +40,18 @@ class PromiseWorker : public Napi::AsyncWorker {
     } catch (const Napi::Error& e) {
       deferred_.Reject(e.Value());
     }
-    if (settled_) settled_(env);
   }
-  void OnError(const Napi::Error& e) override {
-    deferred_.Reject(e.Value());
-    if (settled_) settled_(Env());
-  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
-  PromiseWorker(Napi::Env env, Napi::Promise::Deferred deferred, Work work, Resolve resolve,
-                Settled settled)
+  PromiseWorker(Napi::Env env, Work work, Resolve resolve)
       : Napi::AsyncWorker(env, "flashsample"),
-        deferred_(std::move(deferred)),
+        deferred_(Napi::Promise::Deferred::New(env)),
         work_(std::move(work)),
-        resolve_(std::move(resolve)),
-        settled_(std::move(settled)) {}
+        resolve_(std::move(resolve)) {}
   Napi::Promise::Deferred deferred_;
   Work work_;
   Resolve resolve_;
-  Settled settled_;
 };
 
 inline Napi::Promise rejected(Napi::Env env, const std::string& message) {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <memory>
 
 #include "../cuda/cpu/cpu_sampler.h"
@@ -195,71 +194,6 @@ Napi::Value results_to_js(Napi::Env env, const GpuOutputs& out, bool tokens_on_o
   return result;
 }
 
-// ---- admission of CUDA calls on the library's own streams --------------------------------------
-// At most kMaxInFlight such calls per device are enqueued on the GPU at once; later ones wait, in
-// call order, in a queue on the JS thread (holding their tensors), and are launched from the JS
-// thread when an earlier call settles. Why: a launch blocks the calling thread when the stream's
-// queue of pending work is full, and with hundreds of calls in flight (the filtered path enqueues
-// a dozen operations per call) the JS thread stalled for 350-510 ms in every phase of the H200
-// stress run (2026-11-30) after the pageable-copy stall was fixed. 64 calls keep the GPU busy
-// (each is >= 50 us of device work). Calls that bring their own stream are launched at once and
-// not counted: the engine orders (and bounds) its own stream, and sampleFusedInto must be
-// enqueued before the call returns so that the engine's next kernels follow it.
-constexpr int kMaxInFlight = 64;
-constexpr int kMaxOrdinals = 64;
-
-struct ParkedCall {
-  std::shared_ptr<CallInputs> call;
-  std::shared_ptr<GpuOutputs> results;
-  bool tokens_on_output;
-  Napi::Promise::Deferred deferred;
-};
-
-struct Admission {  // touched on the JS thread only
-  int in_flight = 0;
-  std::deque<ParkedCall> parked;
-};
-// One per JS thread (a Node environment lives on one thread; worker_threads get their own).
-thread_local Admission g_admission[kMaxOrdinals];
-
-void launch_admitted(Napi::Env env, ParkedCall c, bool counted);
-
-void admit_next(Napi::Env env, int ordinal) {
-  Admission& a = g_admission[ordinal];
-  --a.in_flight;
-  while (a.in_flight < kMaxInFlight && !a.parked.empty()) {
-    ParkedCall next = std::move(a.parked.front());
-    a.parked.pop_front();
-    ++a.in_flight;
-    launch_admitted(env, std::move(next), true);
-  }
-}
-
-// Launches on the JS thread, then waits on a worker; settles c.deferred.
-void launch_admitted(Napi::Env env, ParkedCall c, bool counted) {
-  const int ordinal = c.call->ordinal;
-  GpuCall* gpu_call = nullptr;
-  const std::string error = gpu_launch_sample(ordinal, c.call->kind, c.call->params, c.call->rows,
-                                              c.call->out_tokens, c.call->stream, &gpu_call);
-  if (!error.empty()) {
-    c.deferred.Reject(Napi::Error::New(env, error).Value());
-    if (counted) admit_next(env, ordinal);
-    return;
-  }
-  auto call = c.call;
-  auto results = c.results;
-  const bool tokens_on_output = c.tokens_on_output;
-  PromiseWorker::StartFor(
-      env, std::move(c.deferred),
-      [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); },
-      [call, results, tokens_on_output](Napi::Env env) {
-        return results_to_js(env, *results, tokens_on_output);
-      },
-      [ordinal, counted](Napi::Env env) {
-        if (counted) admit_next(env, ordinal);
-      });
-}
-
 // sample(spec): Promise<{tokens?, rowStatus, logprobs?, topTokens?, topLogprobs?, fallbackRows}>
 Napi::Value Sample(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -281,21 +215,17 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
         });
   }
 
-  ParkedCall c{call, results, tokens_on_output, Napi::Promise::Deferred::New(env)};
-  Napi::Promise promise = c.deferred.Promise();
-  const int ordinal = call->ordinal;
-  if (call->stream != 0 || ordinal < 0 || ordinal >= kMaxOrdinals) {
-    launch_admitted(env, std::move(c), false);
-    return promise;
-  }
-  Admission& a = g_admission[ordinal];
-  if (a.in_flight < kMaxInFlight && a.parked.empty()) {
-    ++a.in_flight;
-    launch_admitted(env, std::move(c), true);
-  } else {
-    a.parked.push_back(std::move(c));
-  }
-  return promise;
+  GpuCall* gpu_call = nullptr;
+  const std::string error =
+      gpu_launch_sample(call->ordinal, call->kind, call->params, call->rows, call->out_tokens,
+                        call->stream, &gpu_call);
+  if (!error.empty()) return rejected(env, error);
+  return PromiseWorker::Start(
+      env,
+      [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); },
+      [call, results, tokens_on_output](Napi::Env env) {
+        return results_to_js(env, *results, tokens_on_output);
+      });
 }
 
 // timeSampler(spec, inputs: {hidden, weight}[], warmup, iters): Promise<Float64Array> of
