@@ -18,8 +18,9 @@ export function rotationCopies(wBytes: number, l2Bytes: number = L2_BYTES): numb
   return Math.max(2, Math.floor((2 * l2Bytes) / Math.max(1, wBytes)) + 1);
 }
 
-/** mulberry32: a small seeded generator, so runs are reproducible. Returns floats in [0, 1). */
-function mulberry32(seed: number): () => number {
+/** mulberry32: a small seeded generator, so runs are reproducible. Returns floats in [0, 1).
+ *  The one generator of the bench, the stress script and the test helpers. */
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

@@ -53,6 +53,7 @@ import {
   type SampleResult,
   type Tensor,
 } from '../lib/index';
+import { mulberry32 } from './inputs';
 
 // ------------------------------------------------------------------------------------------------
 // Arguments
@@ -132,16 +133,6 @@ function parseArgs(argv: string[]): Args {
 // Problems: mixed shapes, dtypes and options, with host copies of their data
 // ------------------------------------------------------------------------------------------------
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Problem {
   id: number;
@@ -282,7 +273,7 @@ async function main(): Promise<number> {
   const start = memory();
 
   // ---- problems and their reference answers ---------------------------------------------------
-  const r = rng(args.seed);
+  const r = mulberry32(args.seed);
   const problems: Problem[] = [];
   for (let i = 0; i < args.problems; i++) problems.push(makeProblem(dev, i, r));
   const t0 = performance.now();

@@ -4,6 +4,7 @@
 
 import { open, sampleFused, sampleFusedInto, encodeBF16, encodeF16, Tensor, type Device, type SampleOptions } from '../lib/index';
 import {
+  MAX_S,
   addInto,
   agreement,
   cudaStatus,
@@ -20,7 +21,6 @@ import {
 
 const st = cudaStatus();
 const suite = st.usable ? describe : describe.skip;
-const MAX_S = 65536;
 
 suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
   let gpu: Device;

@@ -8,6 +8,7 @@
 
 import type { Device, SampleOptions } from '../lib/index';
 import {
+  MAX_S,
   ALPHA,
   FLOAT_DTYPES,
   SAMPLERS,
@@ -32,7 +33,6 @@ import {
   typedKind,
 } from './helpers';
 
-const MAX_S = 65536;
 
 /** Draws S samples per row and checks each group of rows (rows with the same expected
  *  distribution, pooled) against `probsOf(row)`. Returns the failures as readable lines. */

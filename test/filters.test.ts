@@ -5,6 +5,7 @@
 
 import type { SampleOptions, SampleResult } from '../lib/index';
 import {
+  MAX_S,
   ALPHA,
   FLOAT_DTYPES,
   SAMPLERS,
@@ -30,7 +31,6 @@ import {
   typedKind,
 } from './helpers';
 
-const MAX_S = 65536;
 
 /** A top-p value halfway between the prefix masses around p0 (so fp32 vs float64 rounding of the
  *  cumulative sum cannot move the boundary). */

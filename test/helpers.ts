@@ -23,17 +23,9 @@ export const FLOAT_DTYPES: FDType[] = ['f32', 'f16', 'bf16'];
 // Deterministic randomness for building inputs (never for the draws under test).
 // ------------------------------------------------------------------------------------------------
 
-/** mulberry32: a small, fast, seeded 32-bit generator; returns floats in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32 (bench/inputs.ts): a small, fast, seeded 32-bit generator; floats in [0, 1). */
+import { mulberry32 as rng } from '../bench/inputs';
+export { rng };
 
 export function shuffle<T>(a: T[], r: () => number): T[] {
   for (let i = a.length - 1; i > 0; i--) {
@@ -756,6 +748,9 @@ export function describeDevices(body: (name: 'cpu' | 'cuda', dev: () => Device) 
 }
 
 /** Scales the big sample counts (FS_TEST_SCALE=4 for a release run; default 1). */
+/** The most samples per row the API takes (numSamples); the distribution suites' cap. */
+export const MAX_S = 65536;
+
 export const SCALE = Number(process.env.FS_TEST_SCALE ?? '1') || 1;
 export function scaled(n: number, max = Infinity): number {
   return Math.min(max, Math.max(1, Math.round(n * SCALE)));
