@@ -311,6 +311,26 @@ async function main(): Promise<number> {
     if (failures.length < 10) failures.push(msg);
   };
 
+  // Time the JS thread spends inside each synchronous API step (after the warm-up phase): what
+  // blocks the event loop, if anything, shows up here with its name.
+  const syncSteps = new Map<string, { calls: number; totalMs: number; maxMs: number; over10ms: number }>();
+  const timedSync = <T>(name: string, fn: () => T): T => {
+    const t0 = performance.now();
+    try {
+      return fn();
+    } finally {
+      if (lagPhases.length > 0) {
+        const ms = performance.now() - t0;
+        const s = syncSteps.get(name) ?? { calls: 0, totalMs: 0, maxMs: 0, over10ms: 0 };
+        s.calls++;
+        s.totalMs += ms;
+        s.maxMs = Math.max(s.maxMs, ms);
+        if (ms > 10) s.over10ms++;
+        syncSteps.set(name, s);
+      }
+    }
+  };
+
   const one = async (k: number): Promise<void> => {
     const p = problems[(k * 7919) % problems.length];
     const useReference = k % 11 === 5; // a share of reference calls in the mix
@@ -319,22 +339,28 @@ async function main(): Promise<number> {
     let W = p.W;
     let bias = p.bias;
     if (disposeEarly) {
-      H = dev.tensor(p.h, [p.B, p.D], p.dtype);
-      W = dev.tensor(p.w, [p.V, p.D], p.dtype);
-      bias = p.b ? dev.tensor(p.b, [p.V], p.dtype) : undefined;
+      [H, W, bias] = timedSync('device.tensor() x ' + (p.b ? 3 : 2), () => [
+        dev.tensor(p.h, [p.B, p.D], p.dtype),
+        dev.tensor(p.w, [p.V, p.D], p.dtype),
+        p.b ? dev.tensor(p.b, [p.V], p.dtype) : undefined,
+      ]);
       liveBytes += p.bytes;
       peakBytes = Math.max(peakBytes, liveBytes);
     }
     const opts = { ...p.options, bias };
     let pending: Promise<SampleResult>;
     try {
-      pending = useReference ? sampleReference(H, W, { ...opts, method: 'gumbel' }) : sampleFused(H, W, opts);
+      pending = timedSync(useReference ? 'sampleReference() launch' : 'sampleFused() launch', () =>
+        useReference ? sampleReference(H, W, { ...opts, method: 'gumbel' }) : sampleFused(H, W, opts),
+      );
     } finally {
       if (disposeEarly) {
         // while the call is in flight
-        H.dispose();
-        W.dispose();
-        bias?.dispose();
+        timedSync('dispose() in flight', () => {
+          H.dispose();
+          W.dispose();
+          bias?.dispose();
+        });
         liveBytes -= p.bytes;
         disposedInFlight++;
       }
@@ -425,6 +451,15 @@ async function main(): Promise<number> {
     `max ${lagMax.toFixed(1)} ms; p99 ${lagP99.toFixed(1)} ms in the worst phase after the warm-up (limits ${args.maxLagMs} / ${args.p99LagMs} ms); ` +
       `warm-up phase: max ${warmLag.max.toFixed(1)}, p99 ${warmLag.p99.toFixed(1)} ms; per phase p99: ${lagPhases.map((x) => x.p99.toFixed(0)).join(' / ')} ms`,
   );
+  // Where the JS thread's synchronous time went after the warm-up (API steps, timed here), and the
+  // host-side CUDA steps inside them since the process started (native.hostStepStats()).
+  const stepRows = [...syncSteps.entries()].map(([name, x]) => [name, String(x.calls), x.totalMs.toFixed(1), (x.totalMs / x.calls).toFixed(3), x.maxMs.toFixed(1), String(x.over10ms)]);
+  if (dev.kind === 'cuda') {
+    for (const x of native.hostStepStats())
+      if (x.calls > 0) stepRows.push([`  native: ${x.name}`, String(x.calls), x.totalMs.toFixed(1), (x.totalMs / x.calls).toFixed(3), x.maxMs.toFixed(1), String(x.over10ms)]);
+  }
+  console.log('\n  synchronous steps on the JS thread (API steps after the warm-up; native steps: the whole run):');
+  console.log('  ' + table([['step', 'calls', 'total ms', 'mean ms', 'max ms', '> 10 ms'], ...stepRows]).replace(/\n/g, '\n  '));
 
   // ---- memory after the run -----------------------------------------------------------------------
   // Growth from the end of the warm-up phase to the end of the run. A leak keeps objects alive: the

@@ -69,6 +69,24 @@ Napi::Value MemoryStats(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// hostStepStats(): [{name, calls, totalMs, maxMs, over10ms}] per host-side CUDA step (cuda_api.h);
+// diagnostics for the stress script, not part of the public API.
+Napi::Value HostStepStatsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::vector<HostStepStats> stats = host_step_stats();
+  Napi::Array out = Napi::Array::New(env, stats.size());
+  for (size_t i = 0; i < stats.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", stats[i].name);
+    o.Set("calls", static_cast<double>(stats[i].calls));
+    o.Set("totalMs", stats[i].total_ms);
+    o.Set("maxMs", stats[i].max_ms);
+    o.Set("over10ms", static_cast<double>(stats[i].over_10ms));
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
 uint32_t u32_arg(const Napi::CallbackInfo& info, size_t i) {
   if (!info[i].IsNumber()) throw_error(info.Env(), "philox: expected 32-bit unsigned numbers");
   return info[i].As<Napi::Number>().Uint32Value();
@@ -94,6 +112,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeBuffer", NativeBuffer::Define(env));
   exports.Set("gpuStatus", Napi::Function::New<GpuStatus>(env, "gpuStatus"));
   exports.Set("memoryStats", Napi::Function::New<MemoryStats>(env, "memoryStats"));
+  exports.Set("hostStepStats", Napi::Function::New<HostStepStatsJs>(env, "hostStepStats"));
   exports.Set("cpuThreads", Napi::Function::New<CpuThreads>(env, "cpuThreads"));
   exports.Set("philox", Napi::Function::New<Philox>(env, "philox"));
   exports.Set("gumbel", Napi::Function::New<Gumbel>(env, "gumbel"));

@@ -4,6 +4,9 @@
 #include "cuda_api.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -16,6 +19,71 @@
 
 namespace flashsample {
 namespace binding {
+
+namespace {
+
+// Host-side steps timed for host_step_stats(): a step that waits for the device on the JS thread
+// shows up as a large max or many calls over 10 ms.
+enum class HostStep : int {
+  kTensorAlloc,
+  kTensorUpload,
+  kTensorFree,
+  kCallPinnedBlock,
+  kCallScratchAlloc,
+  kCallInputsCopy,
+  kCallKernels,
+  kCallEvent,
+  kCount
+};
+constexpr const char* kHostStepNames[] = {
+    "tensor alloc", "tensor upload", "tensor free", "call pinned block",
+    "call scratch alloc", "call inputs copy", "call kernels", "call event"};
+static_assert(sizeof(kHostStepNames) / sizeof(kHostStepNames[0]) ==
+              static_cast<size_t>(HostStep::kCount));
+
+struct HostStepCounter {
+  std::atomic<uint64_t> calls{0}, total_ns{0}, max_ns{0}, slow{0};
+};
+HostStepCounter g_host_steps[static_cast<int>(HostStep::kCount)];
+
+// Runs fn() and records its duration under `step`.
+template <class Fn>
+auto timed(HostStep step, Fn&& fn) -> decltype(fn()) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Record {
+    HostStep step;
+    std::chrono::steady_clock::time_point t0;
+    ~Record() {
+      const uint64_t ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+              .count());
+      HostStepCounter& c = g_host_steps[static_cast<int>(step)];
+      c.calls.fetch_add(1, std::memory_order_relaxed);
+      c.total_ns.fetch_add(ns, std::memory_order_relaxed);
+      if (ns > 10000000) c.slow.fetch_add(1, std::memory_order_relaxed);
+      uint64_t prev = c.max_ns.load(std::memory_order_relaxed);
+      while (ns > prev && !c.max_ns.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {
+      }
+    }
+  } record{step, t0};
+  return fn();
+}
+
+}  // namespace
+
+std::vector<HostStepStats> host_step_stats() {
+  std::vector<HostStepStats> out;
+  for (int i = 0; i < static_cast<int>(HostStep::kCount); ++i) {
+    HostStepStats s;
+    s.name = kHostStepNames[i];
+    s.calls = g_host_steps[i].calls.load(std::memory_order_relaxed);
+    s.total_ms = g_host_steps[i].total_ns.load(std::memory_order_relaxed) / 1e6;
+    s.max_ms = g_host_steps[i].max_ns.load(std::memory_order_relaxed) / 1e6;
+    s.over_10ms = g_host_steps[i].slow.load(std::memory_order_relaxed);
+    out.push_back(s);
+  }
+  return out;
+}
 
 #if !FLASHSAMPLE_WITH_CUDA
 
@@ -76,12 +144,27 @@ struct DeviceStreams {
   cudaStream_t compute = nullptr;
   cudaStream_t copy = nullptr;
   cudaStream_t transfer = nullptr;
-  // Tensors come from their own stream-ordered pool whose release threshold is 0: memory a
-  // disposed tensor held goes back to the driver at the next synchronization, so an engine
-  // sharing the GPU gets it back (the default pool, tuned to keep per-call workspaces, keeps all).
+  // Tensors come from their own stream-ordered pool, which keeps at most
+  // tensor_pool_keep_bytes() of freed memory for reuse: beyond that, memory a disposed tensor held
+  // goes back to the driver at the next synchronization, so an engine sharing the GPU gets it
+  // back (the default pool, tuned to keep per-call workspaces, keeps all).
   cudaMemPool_t tensor_pool = nullptr;
   bool ready = false;
 };
+
+// How much freed tensor memory the tensor pool keeps for reuse instead of returning it to the
+// driver at the next synchronization: FLASHSAMPLE_TENSOR_POOL_KEEP_MB, default 256 MiB. With 0
+// every tensor allocation after a free mapped fresh memory (see bench/NOTES.md, "Stress").
+uint64_t tensor_pool_keep_bytes() {
+  static const uint64_t keep = [] {
+    const char* e = std::getenv("FLASHSAMPLE_TENSOR_POOL_KEEP_MB");
+    if (e == nullptr || e[0] == '\0') return uint64_t(256) << 20;
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(e, &end, 10);
+    return (end != nullptr && *end == '\0' && mb < (1ull << 40)) ? uint64_t(mb) << 20 : uint64_t(256) << 20;
+  }();
+  return keep;
+}
 
 std::mutex g_streams_mutex;
 DeviceStreams g_streams[64];
@@ -101,6 +184,9 @@ std::string device_streams(int ordinal, DeviceStreams** out) {
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = ordinal;
     FS_CUDA_TRY("cudaMemPoolCreate (tensors)", cudaMemPoolCreate(&s.tensor_pool, &props));
+    uint64_t keep = tensor_pool_keep_bytes();
+    FS_CUDA_TRY("cudaMemPoolSetAttribute (tensors)",
+                cudaMemPoolSetAttribute(s.tensor_pool, cudaMemPoolAttrReleaseThreshold, &keep));
     // Keep freed stream-ordered allocations in the pool instead of returning them to the driver
     // at every synchronization: per-call workspaces are small and frequent.
     cudaMemPool_t pool;
@@ -251,14 +337,15 @@ std::string gpu_malloc(int ordinal, size_t bytes, void** pointer) {
   std::string error = device_streams(ordinal, &s);
   if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  FS_CUDA_TRY("cudaMallocFromPoolAsync",
-              cudaMallocFromPoolAsync(pointer, bytes, s->tensor_pool, s->transfer));
   // Waits for `transfer` only (the allocation itself): afterwards any stream may use the memory.
-  const cudaError_t status = cudaStreamSynchronize(s->transfer);
+  const cudaError_t status = timed(HostStep::kTensorAlloc, [&] {
+    const cudaError_t e = cudaMallocFromPoolAsync(pointer, bytes, s->tensor_pool, s->transfer);
+    return e != cudaSuccess ? e : cudaStreamSynchronize(s->transfer);
+  });
   if (status != cudaSuccess) {
     cudaFreeAsync(*pointer, s->transfer);
     *pointer = nullptr;
-    return cuda_message("cudaStreamSynchronize (allocation)", status);
+    return cuda_message("cudaMallocFromPoolAsync (tensor)", status);
   }
   return "";
 }
@@ -271,7 +358,8 @@ std::string gpu_free(int ordinal, void* pointer) {
   std::string error = device_streams(ordinal, &s);
   if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  FS_CUDA_TRY("cudaFreeAsync", cudaFreeAsync(pointer, s->transfer));
+  FS_CUDA_TRY("cudaFreeAsync",
+              timed(HostStep::kTensorFree, [&] { return cudaFreeAsync(pointer, s->transfer); }));
   return "";
 }
 
@@ -283,9 +371,11 @@ std::string gpu_upload(int ordinal, void* device_dst, const void* host_src, size
   // Only fresh tensors are filled (Device.tensor): nothing queued elsewhere reads them yet, so the
   // copy goes on `transfer` and waits for itself only; the calls that read the tensor are enqueued
   // after this returns.
-  FS_CUDA_TRY("cudaMemcpyAsync (host to device)",
-              cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, s->transfer));
-  FS_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(s->transfer));
+  FS_CUDA_TRY("cudaMemcpyAsync (host to device)", timed(HostStep::kTensorUpload, [&] {
+                const cudaError_t e = cudaMemcpyAsync(device_dst, host_src, bytes,
+                                                      cudaMemcpyHostToDevice, s->transfer);
+                return e != cudaSuccess ? e : cudaStreamSynchronize(s->transfer);
+              }));
   return "";
 }
 
@@ -407,11 +497,13 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   const ScratchLayout layout = plan_scratch(p, rows);
   const std::vector<uint8_t> staging = pack_inputs(layout, p, rows);
   size_t pinned_capacity = 0;
-  void* pinned = pinned_pool().acquire(staging.size(), &pinned_capacity);
+  void* pinned = timed(HostStep::kCallPinnedBlock,
+                       [&] { return pinned_pool().acquire(staging.size(), &pinned_capacity); });
   if (pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for the call's inputs";
   std::memcpy(pinned, staging.data(), staging.size());
   void* scratch = nullptr;
-  cudaError_t status = cudaMallocAsync(&scratch, layout.total, stream);
+  cudaError_t status = timed(HostStep::kCallScratchAlloc,
+                             [&] { return cudaMallocAsync(&scratch, layout.total, stream); });
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     pinned_pool().release(pinned, pinned_capacity);
@@ -423,7 +515,9 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
     cudaStreamSynchronize(stream);
     pinned_pool().release(pinned, pinned_capacity);
   };
-  status = cudaMemcpyAsync(scratch, pinned, staging.size(), cudaMemcpyHostToDevice, stream);
+  status = timed(HostStep::kCallInputsCopy, [&] {
+    return cudaMemcpyAsync(scratch, pinned, staging.size(), cudaMemcpyHostToDevice, stream);
+  });
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     release();
@@ -431,8 +525,10 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   }
   bind_scratch(&p, layout, static_cast<uint8_t*>(scratch), rows, params.logprobs != nullptr);
   if (device_tokens) p.tokens = device_tokens;
-  status = cudaMemsetAsync(p.fallback_rows, 0, 4, stream);
-  if (status == cudaSuccess) status = launch(kind, p, stream);
+  status = timed(HostStep::kCallKernels, [&] {
+    const cudaError_t e = cudaMemsetAsync(p.fallback_rows, 0, 4, stream);
+    return e != cudaSuccess ? e : launch(kind, p, stream);
+  });
   if (status == cudaSuccess) status = cudaGetLastError();
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
@@ -451,8 +547,11 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   call->top_n = static_cast<size_t>(std::max(p.top_logprobs, 0));
   call->tokens_on_device = device_tokens != nullptr;
   call->want_logprobs = params.logprobs != nullptr;
-  status = cudaEventCreateWithFlags(&call->done, cudaEventDisableTiming | cudaEventBlockingSync);
-  if (status == cudaSuccess) status = cudaEventRecord(call->done, stream);
+  status = timed(HostStep::kCallEvent, [&] {
+    const cudaError_t e =
+        cudaEventCreateWithFlags(&call->done, cudaEventDisableTiming | cudaEventBlockingSync);
+    return e != cudaSuccess ? e : cudaEventRecord(call->done, stream);
+  });
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     if (call->done) cudaEventDestroy(call->done);

@@ -78,5 +78,16 @@ std::string gpu_time_sampler(int ordinal, SamplerKind kind, const std::vector<Sa
                              std::vector<double>* microseconds);
 std::string gpu_read_bandwidth(int ordinal, size_t bytes, int iters, double* bytes_per_second);
 
+// Diagnostics for the stress script's event-loop check: the time spent in each host-side CUDA step
+// of tensor management and call launch (all of which run on the JS thread), since the process
+// started. Not part of the public API.
+struct HostStepStats {
+  const char* name;
+  uint64_t calls = 0;
+  double total_ms = 0, max_ms = 0;
+  uint64_t over_10ms = 0;  // calls of the step that took longer than 10 ms
+};
+std::vector<HostStepStats> host_step_stats();
+
 }  // namespace binding
 }  // namespace flashsample

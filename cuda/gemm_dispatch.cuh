@@ -95,26 +95,25 @@ inline bool wgmma_usable() {
 
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
-  // Batch tiling on sm_90 as run through the whole GPU test suite (H200, 2026-11-30): wgmma for
-  // B = 17-32 and B > 64, mma.sync elsewhere. Harness run 7 (llama3-8b, GEMM + sampling epilogue,
-  // winner words equal to mma.sync's on the bench inputs) measured wgmma faster at B = 16 (282.7 vs
-  // 323.1 us with WgTile<16, 1, 6>) and B = 64 (WgTile64 379.9 vs 487.3): adopt those two after the
-  // suite has run on them (cuda/harness/NOTES.md, run 7).
+  // Batch tiling, measured with harness run 7 (H200, llama3-8b, GEMM + sampling epilogue, winner
+  // words equal to mma.sync's on the bench inputs; cuda/harness/NOTES.md):
   //   B <= 8: mma.sync k-128 (Tile8) 269.6 us (wgmma <8, 1 wg, 6 st> 269.3: a tie)
+  //   B <= 16: wgmma WgTile16 282.7 us; mma.sync Tile16 323.1
   //   B <= 32: wgmma WgTile32 309.2 us; mma.sync Tile32 371.5
+  //   B <= 64: wgmma WgTile64 379.9 us; mma.sync Tile64 487.3
   //   B <= 128: wgmma WgTile128 633.7 us; mma.sync Tile128 1155.6
   //   B <= 256: wgmma WgTile256 1247.6 us (W read once; mma.sync reads it twice)
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns.
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi>(a, stream);
-  if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
   if (wgmma_usable()) {
+    if (a.batch <= 16) return launch_wgmma<WgTile16, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
-    if (a.batch > 64) {
-      if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
-      return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
-    }
+    if (a.batch <= 64) return launch_wgmma<WgTile64, kF16, kEpi>(a, stream);
+    if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
+    return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
   }
+  if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);
   return launch_mma<Tile128, kF16, kEpi>(a, stream);

@@ -49,8 +49,10 @@ struct WgTile {
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory");
 };
 
-// B <= 32 and 64: one warpgroup, 2 CTAs per SM. B <= 128: two warpgroups of 64 columns.
-// B <= 256: two warpgroups of 128 columns (128 accumulators per thread). Timings: gemm_dispatch.cuh.
+// B <= 16, 32 and 64: one warpgroup (2 CTAs per SM at 32 and 64). B <= 128: two warpgroups of 64
+// columns. B <= 256: two warpgroups of 128 columns (128 accumulators per thread). Timings:
+// gemm_dispatch.cuh.
+using WgTile16 = WgTile<16, 1, 6>;
 using WgTile32 = WgTile<32, 1, 5>;
 using WgTile64 = WgTile<64, 1, 4>;
 using WgTile128 = WgTile<64, 2, 4>;

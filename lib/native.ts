@@ -76,9 +76,19 @@ export interface NativeMemoryStats {
   mallocFree?: number;
 }
 
+/** Diagnostics (binding/cuda_api.h): time spent in each host-side CUDA step since the process started. */
+export interface NativeHostStepStats {
+  name: string;
+  calls: number;
+  totalMs: number;
+  maxMs: number;
+  over10ms: number;
+}
+
 export interface NativeAddon {
   NativeBuffer: NativeBufferClass;
   memoryStats(): NativeMemoryStats;
+  hostStepStats(): NativeHostStepStats[];
   gpuStatus(): NativeGpuStatus;
   cpuThreads(): number;
   philox(c0: number, c1: number, c2: number, c3: number, k0: number, k1: number): number[];
