@@ -338,14 +338,16 @@ std::string gpu_malloc(int ordinal, size_t bytes, void** pointer) {
   if (!error.empty()) return error;
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
   // Waits for `transfer` only (the allocation itself): afterwards any stream may use the memory.
+  *pointer = nullptr;
   const cudaError_t status = timed(HostStep::kTensorAlloc, [&] {
     const cudaError_t e = cudaMallocFromPoolAsync(pointer, bytes, s->tensor_pool, s->transfer);
     return e != cudaSuccess ? e : cudaStreamSynchronize(s->transfer);
   });
   if (status != cudaSuccess) {
-    cudaFreeAsync(*pointer, s->transfer);
+    (void)cudaGetLastError();  // not sticky: the next call must not see this error
+    if (*pointer != nullptr) cudaFreeAsync(*pointer, s->transfer);
     *pointer = nullptr;
-    return cuda_message("cudaMallocFromPoolAsync (tensor)", status);
+    return cuda_message("cudaMallocFromPoolAsync", status);
   }
   return "";
 }

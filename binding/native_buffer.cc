@@ -1,8 +1,10 @@
 #include "native_buffer.h"
 
 #include <cstring>
+#include <vector>
 
 #include "cuda_api.h"
+#include "half_encode.h"
 #include "napi_util.h"
 
 namespace flashsample {
@@ -93,21 +95,45 @@ Napi::Value NativeBuffer::Wrap(const Napi::CallbackInfo& info) {
   return object;
 }
 
-// upload(view: ArrayBufferView): copies the bytes of `view` to the start of the buffer.
+// upload(view: ArrayBufferView, encode = 0): copies the bytes of `view` to the start of the
+// buffer; with encode 1 (f16) or 2 (bf16), `view` is a Float32Array converted on the way
+// (half_encode.h), so the tensor receives 2 bytes per value.
 Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) throw_error(env, "tensor: the tensor has been disposed");
-  if (info.Length() != 1 || !info[0].IsTypedArray()) throw_error(env, "upload: expected a typed array");
+  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsTypedArray() ||
+      (info.Length() == 2 && !info[1].IsNumber())) {
+    throw_error(env, "upload: expected a typed array and an optional encoding");
+  }
   auto view = info[0].As<Napi::TypedArray>();
-  const size_t bytes = view.ByteLength();
+  const auto encoding = static_cast<HalfEncoding>(info.Length() == 2 ? info[1].As<Napi::Number>().Int32Value() : 0);
+  if (encoding != HalfEncoding::kNone && encoding != HalfEncoding::kF16 && encoding != HalfEncoding::kBF16) {
+    throw_error(env, "upload: encoding must be 0, 1 (f16) or 2 (bf16)");
+  }
+  if (encoding != HalfEncoding::kNone && view.TypedArrayType() != napi_float32_array) {
+    throw_error(env, "upload: encoding f16 / bf16 needs a Float32Array");
+  }
+  const size_t view_bytes = view.ByteLength();
+  const size_t bytes = encoding == HalfEncoding::kNone ? view_bytes : view_bytes / 2;
   if (bytes > storage_->bytes()) throw_error(env, "upload: more bytes than the tensor holds");
   const uint8_t* src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  if (bytes == 0) return env.Undefined();
   if (storage_->kind() == MemoryKind::kHost) {
-    if (bytes) std::memcpy(storage_->data(), src, bytes);
-  } else {
-    std::string error = gpu_upload(storage_->ordinal(), storage_->data(), src, bytes);
-    if (!error.empty()) throw_error(env, error);
+    if (encoding == HalfEncoding::kNone) {
+      std::memcpy(storage_->data(), src, bytes);
+    } else {
+      encode_half(src, static_cast<uint16_t*>(storage_->data()), view_bytes / 4, encoding);
+    }
+    return env.Undefined();
   }
+  std::vector<uint16_t> staging;
+  if (encoding != HalfEncoding::kNone) {
+    staging.resize(view_bytes / 4);
+    encode_half(src, staging.data(), staging.size(), encoding);
+    src = reinterpret_cast<const uint8_t*>(staging.data());
+  }
+  std::string error = gpu_upload(storage_->ordinal(), storage_->data(), src, bytes);
+  if (!error.empty()) throw_error(env, error);
   return env.Undefined();
 }
 

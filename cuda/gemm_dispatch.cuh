@@ -30,7 +30,9 @@ inline bool mma_path_ok(const SampleParams& p) {
 
 // Launches a persistent tile kernel: one CTA per resident slot (SMs x CTAs per SM, computed once
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
-template <class Cfg, class Kernel>
+// kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
+// tile_kernels.cuh) when every range holds at least one full tile; classic tiles otherwise.
+template <class Cfg, bool kBalanced = false, class Kernel>
 cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[kMaxDevices], GemmArgs a,
                               cudaStream_t stream) {
   int device = 0;
@@ -52,16 +54,26 @@ cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[
   }
   a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
   a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  a.range_rows = a.num_ranges = 0;
+  if constexpr (kBalanced) {
+    const int64_t rows = ((a.vocab + resident - 1) / resident + 3) / 4 * 4;
+    if (rows >= Cfg::kBV) {
+      a.range_rows = rows;
+      a.num_ranges = resident;
+      a.num_vtiles = resident * ((rows + Cfg::kBV - 1) / Cfg::kBV);
+    }
+  }
   const int64_t items = a.num_vtiles * a.num_chunks;
   const int64_t grid = items < resident ? items : resident;
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <class Cfg, bool kF16, Epi kEpi>
+template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
 cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
   static std::atomic<int> resident_cache[kMaxDevices];
-  return launch_persistent<Cfg>(mma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a, stream);
+  return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a,
+                                           stream);
 }
 
 template <class Cfg, bool kF16, Epi kEpi>
@@ -105,7 +117,8 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   //   B <= 256: wgmma WgTile256 1247.6 us (W read once; mma.sync reads it twice)
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns.
-  if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi>(a, stream);
+  // B <= 16 on mma.sync: balanced vocabulary ranges (tile_rows), one per CTA.
+  if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
   if (wgmma_usable()) {
     if (a.batch <= 16) return launch_wgmma<WgTile16, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
@@ -113,7 +126,7 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
     if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
     return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
   }
-  if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi>(a, stream);
+  if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);
   return launch_mma<Tile128, kF16, kEpi>(a, stream);

@@ -202,7 +202,29 @@ struct GemmArgs {
   unsigned long long* winners;  // [batch, num_samples] packed candidates (sample epilogues), zeroed
   float* logits;                // [batch, vocab] (store epilogue)
   int64_t num_vtiles, num_chunks;
+  // Balanced ranges (range_rows > 0; mma_tile_kernel only): see tile_rows.
+  int64_t range_rows = 0, num_ranges = 0;
 };
+
+// Vocabulary rows [v0, v_end) of tile `vtile` (0 <= vtile < num_vtiles).
+// Classic tiling (range_rows == 0): tile t covers [t·BV, t·BV + BV) (clipped to the vocabulary).
+// Balanced ranges: the vocabulary is cut into num_ranges contiguous ranges of range_rows rows (a
+// multiple of 4, so vocabulary quads and their Philox counters stay whole), one per CTA of the
+// persistent grid (grid = num_ranges, so tile `vtile` belongs to CTA vtile % num_ranges), each
+// walked in tiles of BV whose last one is partial. Every CTA then streams the same W bytes: with
+// classic tiles the last round of a memory-bound grid runs part-empty (llama3-8b at B = 1: 1002
+// tiles on 264 CTA slots = 3.8 rounds; qwen3-8b: 1187 = 4.5 rounds).
+__device__ __forceinline__ void tile_rows(const GemmArgs& a, int64_t vtile, int bv, int64_t& v0,
+                                          int64_t& v_end) {
+  if (a.range_rows == 0) {
+    v0 = vtile * bv;
+    v_end = a.vocab;
+    return;
+  }
+  const int64_t r = vtile % a.num_ranges, t = vtile / a.num_ranges;
+  v0 = r * a.range_rows + t * bv;
+  v_end = min(a.vocab, (r + 1) * a.range_rows);
+}
 
 // ---- PTX wrappers (sm_80+) -----------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -324,7 +346,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
   // Load cursor: iteration ld_it is k-slice ld_kt of this CTA's work item ld_item.
   int64_t ld_it = 0, ld_item = blockIdx.x;
   int ld_kt = 0, ld_slot = 0;
-  int64_t ld_v0 = (ld_item % a.num_vtiles) * kBV, ld_b0 = (ld_item / a.num_vtiles) * kNB;
+  int64_t ld_v0, ld_vend, ld_b0 = (ld_item / a.num_vtiles) * kNB;
+  tile_rows(a, ld_item % a.num_vtiles, kBV, ld_v0, ld_vend);
   auto load_stage = [&]() {
     if (ld_it < total_it) {
       const int64_t k0 = static_cast<int64_t>(ld_kt) * Cfg::kBK;
@@ -334,7 +357,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       for (int i = tid; i < kBV * kCh; i += kThreads) {
         const int r = i / kCh, c = i % kCh;
         const int64_t v = ld_v0 + r, k = k0 + c * 8;
-        const bool ok = v < V && k < D;
+        const bool ok = v < ld_vend && k < D;
         const void* src = ok ? static_cast<const void*>(W + v * D + k) : a.weight;
         const int pr = permuted_row<Cfg>(r);
         cp_async16(sw + (pr * kCh + (c ^ (pr & 7))) * 16, src, ok ? 16 : 0);
@@ -352,7 +375,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
       if (++ld_kt == KT) {
         ld_kt = 0;
         ld_item += gridDim.x;
-        ld_v0 = (ld_item % a.num_vtiles) * kBV;
+        tile_rows(a, ld_item % a.num_vtiles, kBV, ld_v0, ld_vend);
         ld_b0 = (ld_item / a.num_vtiles) * kNB;
       }
     }
@@ -434,7 +457,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
 
     // ---------------- epilogue of one work item ----------------
     const int64_t chunk = item / a.num_vtiles, vtile = item % a.num_vtiles;
-    const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
+    const int64_t b0 = chunk * kNB;
+    int64_t v0, v_end;
+    tile_rows(a, vtile, kBV, v0, v_end);
 
     // Bias of this lane's vocabulary quads.
     float bias[kMT / 2][4];
@@ -444,7 +469,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
 #pragma unroll
       for (int o = 0; o < 4; ++o) {
         bias[q][o] = 0.0f;
-        if (a.bias != nullptr && vq + o < V)
+        if (a.bias != nullptr && vq + o < v_end)
           bias[q][o] = kF16 ? load_float<__half>(a.bias, vq + o)
                             : load_float<__nv_bfloat16>(a.bias, vq + o);
       }
@@ -464,7 +489,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
               const int64_t vq = v0 + wv * Cfg::kWarpV + q * 32 + 4 * g;
 #pragma unroll
               for (int o = 0; o < 4; ++o)
-                if (vq + o < V)
+                if (vq + o < v_end)
                   a.logits[b * V + vq + o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
             }
           }
@@ -490,7 +515,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
               for (int o = 0; o < 4; ++o) l[o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
               float cs;
               uint32_t ck;
-              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, cs, ck);
+              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? v_end : 0, cs, ck);
               if (candidate_better(cs, ck, best_s, best_k)) {
                 best_s = cs;
                 best_k = ck;

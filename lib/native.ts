@@ -4,7 +4,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 
 export interface NativeBufferHandle {
-  upload(view: ArrayBufferView): void;
+  /** encoding: 0 copy as is, 1 Float32Array -> f16 bits, 2 Float32Array -> bf16 bits (binding/half_encode.h) */
+  upload(view: ArrayBufferView, encoding?: HalfEncoding): void;
   download(): Promise<ArrayBuffer>;
   dispose(): void;
   readonly pointer: bigint;
@@ -84,6 +85,8 @@ export interface NativeHostStepStats {
   maxMs: number;
   over10ms: number;
 }
+
+export type HalfEncoding = 0 | 1 | 2;
 
 export interface NativeAddon {
   NativeBuffer: NativeBufferClass;

@@ -158,6 +158,37 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // The addon converts Float32Array data itself (binding/half_encode.h, split over threads above
+    // 2^20 values): it must give the bits of the JS encoders for every class of input — all
+    // exponents, ties at both precisions, subnormals of both, NaN payloads, ±Inf, overflow.
+    test('f16 and bf16 tensors from a Float32Array hold exactly the bits of encodeF16 / encodeBF16 (3M values)', async () => {
+      const n = 3 * 2 ** 20 + 77;
+      const xs = new Float32Array(n);
+      const bits = new Uint32Array(xs.buffer);
+      const r2 = rng(12);
+      for (let i = 0; i < n; i++) {
+        const kind = i % 4;
+        if (kind === 0) bits[i] = Math.floor(r2() * 2 ** 32) >>> 0; // any pattern: NaNs, Inf, subnormals
+        else if (kind === 1) xs[i] = (r2() - 0.5) * 2 ** Math.floor(r2() * 80 - 40);
+        else if (kind === 2) bits[i] = ((Math.floor(r2() * 2 ** 16) << 16) | 0x8000) >>> 0; // bf16 ties
+        else bits[i] = ((Math.floor(r2() * 2 ** 19) << 13) | 0x1000) >>> 0; // f16 ties
+      }
+      for (const dtype of ['f16', 'bf16'] as const) {
+        const want = dtype === 'f16' ? encodeF16(xs) : encodeBF16(xs);
+        const t = dev().tensor(xs, [n], dtype);
+        try {
+          const raw = (await t.toRawArray()) as Uint16Array;
+          let bad = -1;
+          for (let i = 0; i < n && bad < 0; i++) if (raw[i] !== want[i]) bad = i;
+          if (bad >= 0) {
+            throw new Error(`${dtype} of 0x${bits[bad].toString(16)}: tensor holds 0x${raw[bad].toString(16)}, encoder gives 0x${want[bad].toString(16)}`);
+          }
+        } finally {
+          t.dispose();
+        }
+      }
+    });
+
     for (const dtype of ['f16', 'bf16'] as const) {
       const enc = dtype === 'f16' ? toF16Bits : toBF16Bits;
       const dec = dtype === 'f16' ? fromF16Bits : fromBF16Bits;

@@ -497,7 +497,7 @@ static void raise_smem_limit() {
   }
 }
 
-template <class Cfg, bool kWgmma = false>
+template <class Cfg, bool kWgmma = false, bool kBalanced = false>
 static double time_variant(Bench& bb, int64_t B, int S = 1) {
   using cuda::detail::Epi;
   raise_smem_limit<Cfg, kWgmma>();
@@ -510,10 +510,44 @@ static double time_variant(Bench& bb, int64_t B, int S = 1) {
       if (S == 1) CK((cuda::detail::launch_wgmma<Cfg, false, Epi::kSampleOne>(a, 0)));
       else CK((cuda::detail::launch_wgmma<Cfg, false, Epi::kSampleMany>(a, 0)));
     } else {
-      if (S == 1) CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleOne>(a, 0)));
-      else CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleMany>(a, 0)));
+      if (S == 1) CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleOne, kBalanced>(a, 0)));
+      else CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleMany, kBalanced>(a, 0)));
     }
   });
+}
+
+// Winner words of the balanced-range schedule against classic tiles (same kernel): each logit is
+// the same sum in the same order, so every row must agree exactly. S samples per row.
+template <class Cfg>
+static void compare_balanced(Bench& bb, int64_t B, int S) {
+  using cuda::detail::Epi;
+  raise_smem_limit<Cfg, false>();
+  std::vector<unsigned long long> w[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    w[pass].resize(B * S);
+    SampleParams p = bb.params(B, S, 0);
+    cuda::detail::GemmArgs a = cuda::detail::gemm_args(p);
+    a.winners = bb.winners;
+    CK(cudaMemset(bb.winners, 0, B * S * 8));
+    if (S == 1) {
+      if (pass == 0) CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleOne, false>(a, 0)));
+      else CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleOne, true>(a, 0)));
+    } else {
+      if (pass == 0) CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleMany, false>(a, 0)));
+      else CK((cuda::detail::launch_mma<Cfg, false, Epi::kSampleMany, true>(a, 0)));
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(w[pass].data(), bb.winners, B * S * 8, cudaMemcpyDeviceToHost));
+  }
+  int64_t diff = 0, empty = 0;
+  for (int64_t i = 0; i < B * S; ++i) {
+    diff += w[0][i] != w[1][i];
+    empty += w[1][i] == 0;
+  }
+  printf("  balanced vs classic winners, V=%lld B=%-3lld S=%d: %lld of %lld differ, %lld empty => %s\n",
+         (long long)bb.V, (long long)B, S, (long long)diff, (long long)(B * S), (long long)empty,
+         (diff == 0 && empty == 0) ? "OK" : "MISMATCH");
+  fflush(stdout);
 }
 
 // Winner words of the wgmma kernel against the mma.sync kernel on the bench inputs (std-4-ish
@@ -651,6 +685,26 @@ int main(int argc, char** argv) {
     printf("  %-34s B=%-4lld %8.1f  %.3f\n", name, (long long)B, us, us / bb.floor_us(B));
     fflush(stdout);
   };
+  // Balanced ranges (tile_rows) against classic tiles, llama3-8b and qwen3-8b vocabularies.
+  for (int64_t vocab : {int64_t(128256), int64_t(151936)}) {
+    const int64_t V0 = bb.V;
+    const int nbuf0 = bb.nbuf;
+    bb.V = vocab;
+    bb.nbuf = vocab == V0 ? nbuf0 : 2;  // the 3 x 1.05 GB allocation holds 2 x 1.25 GB
+    compare_balanced<Tile8>(bb, 1, 1);
+    compare_balanced<Tile8>(bb, 8, 1);
+    compare_balanced<Tile8>(bb, 3, 4);
+    compare_balanced<Tile16>(bb, 16, 1);
+    char name[96];
+    for (int64_t B : {1, 8}) {
+      snprintf(name, sizeof name, "Tile8 classic V=%lld", (long long)vocab);
+      row(name, B, time_variant<Tile8, false, false>(bb, B));
+      snprintf(name, sizeof name, "Tile8 balanced V=%lld", (long long)vocab);
+      row(name, B, time_variant<Tile8, false, true>(bb, B));
+    }
+    bb.V = V0;
+    bb.nbuf = nbuf0;
+  }
   row("Tile8 <128,8,4w,3st,bk128> (prod)", 1, time_variant<Tile8>(bb, 1));
   row("<128,8,4w,6st> (v2 prod)", 1, time_variant<MmaTile<128, 8, 4, 1, 6>>(bb, 1));
   row("Tile8 (prod) B=8", 8, time_variant<Tile8>(bb, 8));
