@@ -22,6 +22,7 @@
 #include "../launchers.h"
 #include "../noise.h"
 #include "../params.h"
+#include "../wgmma_ws.cuh"
 
 using namespace flashsample;
 
@@ -580,6 +581,247 @@ static void compare_wgmma_mma(Bench& bb, int64_t B) {
   fflush(stdout);
 }
 
+// ---- v5: warp-specialized ping-pong kernel (cuda/wgmma_ws.cuh), harness only ----------------
+// These helpers never exit on a CUDA error: they print it and return a failure, so a broken
+// configuration (launch refused, shared memory too large) costs its row, not the rest of the run.
+// A sticky error (a fault inside the kernel) leaves the context unusable: ws_sticky() says so
+// and stops the harness (every later call would fail anyway).
+static bool ws_soft(cudaError_t e, const char* what, int line) {
+  if (e == cudaSuccess) return true;
+  printf("  [ws] CUDA error %s (%s) in %s, harness.cu:%d\n", cudaGetErrorName(e), cudaGetErrorString(e),
+         what, line);
+  fflush(stdout);
+  return false;
+}
+#define WS_SOFT(call) ws_soft((call), #call, __LINE__)
+
+static void ws_sticky(const char* where) {
+  cudaGetLastError();  // clears a non-sticky launch error
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    printf("  [ws] %s: device error %s (%s) is sticky: the CUDA context is lost, harness stops\n", where,
+           cudaGetErrorName(e), cudaGetErrorString(e));
+    fflush(stdout);
+    exit(2);
+  }
+}
+
+template <class Cfg>
+static cudaError_t ws_raise_smem_limit() {
+  using namespace cuda::detail;
+  cudaError_t e;
+  if ((e = cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kSampleOne>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes)) != cudaSuccess)
+    return e;
+  if ((e = cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kSampleMany>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes)) != cudaSuccess)
+    return e;
+  return cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kStore>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+}
+
+template <class Cfg>
+static cudaError_t ws_launch(cuda::detail::GemmArgs a, cuda::detail::Epi epi) {
+  using namespace cuda::detail;
+  if (epi == Epi::kStore) return launch_ws<Cfg, false, Epi::kStore>(a, 0);
+  if (epi == Epi::kSampleMany) return launch_ws<Cfg, false, Epi::kSampleMany>(a, 0);
+  return launch_ws<Cfg, false, Epi::kSampleOne>(a, 0);
+}
+
+// median_us without exits: -1 on any CUDA error (printed).
+static double median_us_soft(int iters, const std::function<cudaError_t(int)>& fn) {
+  for (int i = 0; i < 3; ++i)
+    if (!WS_SOFT(fn(i))) return -1.0;
+  if (!WS_SOFT(cudaDeviceSynchronize())) return -1.0;
+  std::vector<cudaEvent_t> ev(iters + 1);
+  for (auto& e : ev)
+    if (!WS_SOFT(cudaEventCreate(&e))) return -1.0;
+  bool ok = WS_SOFT(cudaEventRecord(ev[0]));
+  for (int i = 0; ok && i < iters; ++i) ok = WS_SOFT(fn(i)) && WS_SOFT(cudaEventRecord(ev[i + 1]));
+  ok = ok && WS_SOFT(cudaEventSynchronize(ev[iters]));
+  std::vector<float> ts;
+  for (int i = 0; ok && i < iters; ++i) {
+    float ms = 0.0f;
+    ok = WS_SOFT(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    ts.push_back(ms * 1000.0f);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  if (!ok) return -1.0;
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+// GEMM + sample epilogue of the ws kernel on the bench inputs (memset included, as time_variant).
+template <class Cfg>
+static double time_ws(Bench& bb, int64_t B, int S = 1) {
+  using namespace cuda::detail;
+  if (!WS_SOFT(ws_raise_smem_limit<Cfg>())) return -1.0;
+  const double us = median_us_soft(50, [&](int i) -> cudaError_t {
+    SampleParams p = bb.params(B, S, i);
+    GemmArgs a = gemm_args(p);
+    a.winners = bb.winners;
+    const cudaError_t e = cudaMemsetAsync(bb.winners, 0, B * S * 8, 0);
+    if (e != cudaSuccess) return e;
+    return ws_launch<Cfg>(a, S == 1 ? Epi::kSampleOne : Epi::kSampleMany);
+  });
+  ws_sticky("time_ws");
+  return us;
+}
+
+// Winner words of the ws kernel against mma.sync (MmaCfg) and wgmma_tile_kernel (WgCfg) on the
+// bench inputs, S samples (S = 1: the pruned kSampleOne epilogues; S > 1: kSampleMany). The ws
+// kernel sums every logit in the same order as wgmma_tile_kernel (same wgmma k16 steps, same
+// fp32 accumulators), so it must match it exactly; against mma.sync only near-ties could move.
+template <class WsCfg, class MmaCfg, class WgCfg>
+static void compare_ws(Bench& bb, int64_t B, int S, const char* name) {
+  using namespace cuda::detail;
+  const Epi epi = S == 1 ? Epi::kSampleOne : Epi::kSampleMany;
+  raise_smem_limit<WgCfg, true>();
+  raise_smem_limit<MmaCfg, false>();
+  if (!WS_SOFT(ws_raise_smem_limit<WsCfg>())) {
+    printf("  %s: ws vs mma.sync / wgmma_tile, B=%lld S=%d: SKIPPED (launch setup failed)\n", name, (long long)B, S);
+    return;
+  }
+  const int64_t n = B * S;
+  std::vector<unsigned long long> w[3] = {std::vector<unsigned long long>(n), std::vector<unsigned long long>(n),
+                                          std::vector<unsigned long long>(n)};
+  for (int pass = 0; pass < 3; ++pass) {
+    SampleParams p = bb.params(B, S, 0);
+    GemmArgs a = gemm_args(p);
+    a.winners = bb.winners;
+    CK(cudaMemset(bb.winners, 0, n * 8));
+    if (pass == 0) {
+      if (!WS_SOFT(ws_launch<WsCfg>(a, epi))) {
+        ws_sticky("compare_ws");
+        printf("  %s: B=%lld S=%d: SKIPPED (launch failed)\n", name, (long long)B, S);
+        return;
+      }
+      ws_sticky("compare_ws");
+    } else if (pass == 1) {
+      if (S == 1) CK((launch_mma<MmaCfg, false, Epi::kSampleOne>(a, 0)));
+      else CK((launch_mma<MmaCfg, false, Epi::kSampleMany>(a, 0)));
+    } else {
+      if (S == 1) CK((launch_wgmma<WgCfg, false, Epi::kSampleOne>(a, 0)));
+      else CK((launch_wgmma<WgCfg, false, Epi::kSampleMany>(a, 0)));
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(w[pass].data(), bb.winners, n * 8, cudaMemcpyDeviceToHost));
+  }
+  int64_t d_mma = 0, d_wg = 0, empty = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    d_mma += w[0][i] != w[1][i];
+    d_wg += w[0][i] != w[2][i];
+    empty += w[0][i] == 0;
+  }
+  printf("  %s: ws vs mma.sync winners B=%-4lld S=%d: %lld of %lld differ; vs wgmma_tile %lld differ; "
+         "%lld empty => %s\n",
+         name, (long long)B, S, (long long)d_mma, (long long)n, (long long)d_wg, (long long)empty,
+         (d_mma == 0 && d_wg == 0 && empty == 0) ? "IDENTICAL" : "MISMATCH");
+  fflush(stdout);
+}
+
+// The ws kernel on a small odd shape (partial vocabulary tile, padding columns, bias): kStore
+// logits against wgmma_tile_kernel's (bitwise: same summation order) and mma.sync's (max abs
+// difference; a different order), every [B, V] element written and nothing past it; then the
+// kSampleOne winner words against mma.sync's and wgmma_tile_kernel's.
+template <class WsCfg>
+static void check_ws_small(const Bench& bb, int64_t V, int64_t D, int64_t B, const char* name) {
+  using namespace cuda::detail;
+  if (!WS_SOFT(ws_raise_smem_limit<WsCfg>())) {
+    printf("  %s V=%lld D=%lld B=%lld: SKIPPED (launch setup failed)\n", name, (long long)V, (long long)D,
+           (long long)B);
+    return;
+  }
+  CK(cudaFuncSetAttribute(wgmma_tile_kernel<WgTile128, false, Epi::kStore>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, WgTile128::kSmemBytes));
+  CK(cudaFuncSetAttribute(mma_tile_kernel<Tile128, false, Epi::kStore>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, Tile128::kSmemBytes));
+  raise_smem_limit<WgTile128, true>();
+  raise_smem_limit<Tile128, false>();
+  const int64_t guard = 4096, nl = B * V;
+  void *dW, *dH, *dBias;
+  float* dL[3];
+  CK(cudaMalloc(&dW, V * D * 2));
+  CK(cudaMalloc(&dH, B * D * 2));
+  CK(cudaMalloc(&dBias, V * 2));
+  fill(dW, V * D, DType::kBF16, 501, 3.0f / std::sqrt(static_cast<float>(D)), 0);
+  fill(dH, B * D, DType::kBF16, 502, 1.0f, 0);
+  fill(dBias, V, DType::kBF16, 503, 1.0f, 0);
+  for (auto& l : dL) {
+    CK(cudaMalloc(&l, (nl + guard) * 4));
+    CK(cudaMemset(l, 0xFF, (nl + guard) * 4));  // NaN sentinel
+  }
+  SampleParams p = bb.params(B, 1, 0);
+  p.hidden = dH;
+  p.weight = dW;
+  p.bias = dBias;
+  p.vocab = V;
+  p.dim = D;
+  GemmArgs a = gemm_args(p);
+  bool launched = true;
+  a.logits = dL[0];
+  launched = WS_SOFT(ws_launch<WsCfg>(a, Epi::kStore));
+  ws_sticky("check_ws_small store");
+  a.logits = dL[1];
+  CK((launch_wgmma<WgTile128, false, Epi::kStore>(a, 0)));
+  a.logits = dL[2];
+  CK((launch_mma<Tile128, false, Epi::kStore>(a, 0)));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint32_t> h[3];
+  for (int k = 0; k < 3; ++k) {
+    h[k].resize(nl + guard);
+    CK(cudaMemcpy(h[k].data(), dL[k], (nl + guard) * 4, cudaMemcpyDeviceToHost));
+  }
+  int64_t unwritten = 0, guard_hit = 0, bit_diff = 0;
+  double max_abs = 0.0;
+  for (int64_t i = 0; i < nl; ++i) {
+    unwritten += h[0][i] == 0xFFFFFFFFu;
+    bit_diff += h[0][i] != h[1][i];
+    float x, y;
+    memcpy(&x, &h[0][i], 4);
+    memcpy(&y, &h[2][i], 4);
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(x - y)));
+  }
+  for (int64_t i = nl; i < nl + guard; ++i) guard_hit += h[0][i] != 0xFFFFFFFFu;
+  const bool store_ok = launched && unwritten == 0 && guard_hit == 0 && bit_diff == 0 && max_abs < 1e-3;
+  printf("  %s V=%lld D=%lld B=%lld store: %lld/%lld differ in bits from wgmma_tile, max |ws - mma.sync| %.3g, "
+         "unwritten %lld, written past the end %lld => %s\n",
+         name, (long long)V, (long long)D, (long long)B, (long long)bit_diff, (long long)nl, max_abs,
+         (long long)unwritten, (long long)guard_hit, store_ok ? "OK" : "MISMATCH");
+  // winners (kSampleOne, bench temperatures / seeds)
+  std::vector<unsigned long long> w[3] = {std::vector<unsigned long long>(B), std::vector<unsigned long long>(B),
+                                          std::vector<unsigned long long>(B)};
+  a.logits = nullptr;
+  a.winners = bb.winners;
+  for (int pass = 0; pass < 3; ++pass) {
+    CK(cudaMemset(bb.winners, 0, B * 8));
+    if (pass == 0) {
+      launched = WS_SOFT(ws_launch<WsCfg>(a, Epi::kSampleOne)) && launched;
+      ws_sticky("check_ws_small sample");
+    } else if (pass == 1) {
+      CK((launch_mma<Tile128, false, Epi::kSampleOne>(a, 0)));
+    } else {
+      CK((launch_wgmma<WgTile128, false, Epi::kSampleOne>(a, 0)));
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(w[pass].data(), bb.winners, B * 8, cudaMemcpyDeviceToHost));
+  }
+  int64_t d_mma = 0, d_wg = 0, empty = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    d_mma += w[0][b] != w[1][b];
+    d_wg += w[0][b] != w[2][b];
+    empty += w[0][b] == 0;
+  }
+  printf("  %s V=%lld D=%lld B=%lld winners: %lld differ from mma.sync, %lld from wgmma_tile, %lld empty => %s\n",
+         name, (long long)V, (long long)D, (long long)B, (long long)d_mma, (long long)d_wg, (long long)empty,
+         (launched && d_mma == 0 && d_wg == 0 && empty == 0) ? "IDENTICAL" : "MISMATCH");
+  fflush(stdout);
+  for (auto& l : dL) CK(cudaFree(l));
+  CK(cudaFree(dW));
+  CK(cudaFree(dH));
+  CK(cudaFree(dBias));
+}
+
 int main(int argc, char** argv) {
   g_threads = std::max(2u, std::thread::hardware_concurrency());
   const bool skip_checks = argc > 1 && std::string(argv[1]) == "--bench-only";
@@ -718,6 +960,40 @@ int main(int argc, char** argv) {
   row("<256,128,4x2w,3st>", 128, time_variant<MmaTile<256, 128, 4, 2, 3>>(bb, 128));
   row("<128,128,2x4w,3st>", 128, time_variant<MmaTile<128, 128, 2, 4, 3>>(bb, 128));
   printf("\nwgmma (sm_90a) checks and variants:\n");
+  // v5 first (cuda/wgmma_ws.cuh): a failing configuration prints a [ws] line and the run goes on.
+  {
+    auto ws_row = [&](const char* name, int64_t B, double us) {
+      if (us < 0) printf("  %-34s B=%-4lld   FAILED (error above)\n", name, (long long)B);
+      else row(name, B, us);
+      fflush(stdout);
+    };
+    using WsTile128Chunk = WsTile<128, 6, false>;  // wgmma_tile_kernel's item order
+    using WsTile128S5 = WsTile<128, 5, true>;
+    printf("  v5 warp-specialized ping-pong (wgmma_ws_kernel) checks:\n");
+    check_ws_small<WsTile128>(bb, 1000, 4096, 99, "ws<128,6st>");
+    check_ws_small<WsTile128>(bb, 111, 64, 3, "ws<128,6st>");
+    check_ws_small<WsTile128>(bb, 32000, 256, 200, "ws<128,6st>");
+    check_ws_small<WsTile128Chunk>(bb, 32000, 256, 200, "ws<128,6st,chunk-major>");
+    check_ws_small<WsTile64>(bb, 1000, 4096, 99, "ws<64,9st>");
+    check_ws_small<WsTile64>(bb, 111, 64, 3, "ws<64,9st>");
+    check_ws_small<WsTile64>(bb, 32000, 256, 200, "ws<64,9st>");
+    compare_ws<WsTile128, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st>");
+    compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st>");
+    compare_ws<WsTile64, Tile128, WgTile128>(bb, 128, 1, "ws<64,9st>");
+    compare_ws<WsTile128Chunk, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,chunk-major>");
+    compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st>");
+    compare_ws<WsTile128, Tile32, WgTile32>(bb, 32, 1, "ws<128,6st>");
+    printf("  v5 timings:\n");
+    ws_row("ws<128,6st> B=128 (1 chunk)", 128, time_ws<WsTile128>(bb, 128));
+    ws_row("ws<128,5st> B=128", 128, time_ws<WsTile128S5>(bb, 128));
+    ws_row("ws<64,9st> B=128 (2 chunks)", 128, time_ws<WsTile64>(bb, 128));
+    ws_row("ws<128,6st> B=256 (vtile-major)", 256, time_ws<WsTile128>(bb, 256));
+    ws_row("ws<128,6st,chunk-major> B=256", 256, time_ws<WsTile128Chunk>(bb, 256));
+    ws_row("ws<64,9st> B=256 (4 chunks)", 256, time_ws<WsTile64>(bb, 256));
+    ws_row("ws<128,6st> B=256 S=4", 256, time_ws<WsTile128>(bb, 256, 4));
+    ws_row("ws<128,6st> B=64", 64, time_ws<WsTile128>(bb, 64));
+    printf("  (production wgmma_tile for reference: WgTile128 B=128 and WgTile256 B=256 rows below)\n");
+  }
   compare_wgmma_mma<WgTile32, Tile32>(bb, 32);
   compare_wgmma_mma<WgTile64, Tile64>(bb, 64);
   compare_wgmma_mma<WgTile128, Tile128>(bb, 128);

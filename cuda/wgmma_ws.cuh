@@ -1,0 +1,597 @@
+// Warp-specialized, ping-pong variant of wgmma_tile_kernel (sm_90a), harness only (v5): the fused
+// sampling epilogue of one work item runs while the other consumer warpgroup's wgmmas run.
+//
+// Not dispatched by the library (gemm_dispatch.cuh does not include this file); the harness times it
+// and checks it against the mma.sync and wgmma_tile kernels.
+//
+// CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
+// wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
+// CTA's local items j = 0, 1, ..., same GemmArgs, num_vtiles / num_chunks from launch_persistent):
+//   * warpgroup 0 = producer: streams the k-slices (W tile 128 x 64 + H tile N x 64) of every local
+//     item, in item order, through a kStages-deep shared-memory ring with cp.async; the W rows are
+//     permuted (permuted_row_wg) and both tiles stored in the SW128 swizzle exactly as in
+//     wgmma_tile_kernel. setmaxnreg.dec to 40 registers;
+//   * warpgroups 1 and 2 = consumers (setmaxnreg.inc to 232): consumer c takes the local items
+//     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
+//     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
+//     consumer runs the K loop of item j + 1. Each consumer keeps its own running winners (S = 1)
+//     and flushes them with the same 64-bit atomicMax as the other kernels.
+//
+// Synchronization (all in shared memory of the CTA; no __syncthreads after the set-up):
+//   full[s]  (mbarrier, count 128): stage slot s holds its k-slice. Each producer thread issues
+//            its cp.asyncs of the stage, then cp.async.mbarrier.arrive.noinc on full[s]: the arrive
+//            fires when all of that thread's earlier cp.asyncs have landed, and counts as one of the
+//            128 expected arrivals (.noinc), so phase k of full[s] completes when the 128 threads'
+//            copies of stage k·S + s are all in shared memory.
+//   empty[s] (mbarrier, count 128): the 128 threads of the consumer that used stage k·S + s
+//            arrive after wgmma.wait_group has retired the wgmmas that read it (phase k completes).
+//   turn     (named barriers 1 and 2, 256 threads): consumer c may start the K loop of its item j
+//            (j >= 1) only after the consumer of item j - 1 has issued the last wgmma of item j - 1
+//            (bar.arrive by that consumer, bar.sync by c). This serializes the MMA phases (the
+//            ping-pong), and it is what makes the parity waits below unambiguous.
+//   params   (named barriers 3 and 4, 128 threads): a consumer's own row-parameter reload.
+//
+// Phase / parity bookkeeping. Stages are numbered p = 0, 1, 2, ... over the CTA's items in order
+// (item j, k-slice kt: p = j·KT + kt); stage p lives in slot p % S, round r = p / S; phase r of
+// full[slot] / empty[slot] belongs to stage p. mbarrier.try_wait.parity(P) only sees the parity
+// of the phase, so it reports "phase r complete" both when r is complete (correct) and when only
+// r - 2 is (wrong): each wait must be known to be at most one phase behind.
+//   * producer, stage p >= S: waits empty[slot] parity ((r - 1) & 1), i.e. the release of stage
+//     p - S. Stage p - S was filled by this producer only after it saw the release of p - 2S, so
+//     phase r - 2 of empty[slot] is complete; stage p is not yet filled, so phase r cannot be:
+//     unambiguous. Stages p < S wait for nothing (fresh slots).
+//   * consumer, stage p: waits full[slot] parity (r & 1). Phase r + 1 cannot be complete (stage
+//     p + S needs the release of p, which this consumer has not given). Phase r - 1 (stage p - S)
+//     must already be complete, and that is the turn barrier's job: stage p - S is either an
+//     earlier stage of the same item (this consumer waited on it), or a stage of an earlier item,
+//     all of whose stages were filled before the previous item's consumer passed its last full wait
+//     and signalled the turn (stages are filled in order). Without the turn barrier, a consumer
+//     going from item j to j + 2 could wait on stage p while p - S (item j + 1) is unfilled and the
+//     parity test would pass on phase r - 2: a wrong-data race. With it: unambiguous.
+//   * empty[slot] arrivals happen in stage order per slot (p - S released before p can be filled),
+//     though not across slots (the two consumers release independently); the producer only waits
+//     per slot, so that is fine.
+// Deadlock freedom: the producer blocks only on the release of a stage it already filled; that
+// stage's consumer needs only stages <= it (all filled) and, for its turn, the previous item's
+// consumer, which itself needs only earlier stages. Every stage that is produced belongs to an
+// existing item (the producer walks exactly the CTA's my_items items) and is consumed and released
+// by exactly one consumer. A consumer with no further item simply leaves its loop; the turn is only
+// signalled when item j + 1 exists (j + 1 < my_items) and only awaited for j >= 1, so every
+// bar.arrive meets exactly one bar.sync, and a consumer cannot arrive twice on a turn barrier before
+// the other has synced it (it must first sync its own barrier, which the other arrives on only
+// after that sync). With an odd my_items consumer 1 simply has one item more.
+//
+// Proxies: cp.async writes shared memory through the generic proxy, wgmma reads it through the
+// async proxy. The consumer threads acquire the copies through the full[] mbarrier wait and then
+// execute fence.proxy.async.shared::cta before their wgmmas read the stage (the same fence the
+// non-specialized kernel runs after cp.async.wait_group). The write-after-read direction (the
+// producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive.
+#pragma once
+
+#include "gemm_dispatch.cuh"
+#include "wgmma_tile.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+// Tile of one consumer: 128 vocabulary rows (two m64 blocks, permuted rows) x N batch columns
+// (one batch chunk = N columns). kVtileMajor: item -> (vtile = item / num_chunks, chunk = item %
+// num_chunks), so the num_chunks items of one vocabulary tile are adjacent in the item order and run
+// on neighbouring CTAs at about the same time (W tile read from HBM once, then from L2); false:
+// wgmma_tile_kernel's order (chunk = item / num_vtiles). Same results either way.
+template <int N, int STAGES, bool VMAJOR = true>
+struct WsTile {
+  static constexpr int kBV = 128;
+  static constexpr int kNB = N;  // batch columns per chunk = wgmma N of each consumer
+  static constexpr int kBK = 64;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kNT = N / 8;   // n8 column groups
+  static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
+  static constexpr int kStages = STAGES;
+  static constexpr bool kVtileMajor = VMAJOR;
+  static constexpr int kWStageBytes = kBV * 128;
+  static constexpr int kHStageBytes = kNB * 128;
+  static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
+  // ring (1024-byte aligned) + full[] and empty[] mbarriers + 1024 for aligning the dynamic base
+  static constexpr int kSmemBytes = kRingBytes + 2 * STAGES * 8 + 1024;
+  // static shared memory: row parameters of each consumer's current chunk, and the running
+  // winners (score, key) of each (consumer, warp, column)
+  static constexpr int kStaticSmemBytes = kConsumers * kNB * (4 + 8 + 8 + 1) + kConsumers * 4 * kNB * 8;
+  // Launch: 384 threads x 168 registers = 64512 (__launch_bounds__(384, 1)); setmaxnreg moves them
+  // to 40 per producer thread and 232 per consumer thread (CUTLASS's ping-pong split):
+  // 40·128 + 232·256 = 64512. ptxas allocates each role's code within its new limit; 0 spills at
+  // 40 needs the producer's offsets precomputed as below (the first, naive version spilled).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N; 8 H chunks per row over 128 threads");
+  static_assert(STAGES >= 2, "ring");
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
+  // setmaxnreg.inc blocks until the registers exist: never ask for more than the launch holds.
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 168 * kThreads,
+                "setmaxnreg split must fit the 168 x 384 registers of the launch");
+  static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg granularity");
+};
+
+// B = 128 in one chunk / B = 256 in two: 128 accumulators per consumer thread, 6 stages of 32 KB.
+using WsTile128 = WsTile<128, 6, true>;
+// Smaller per-consumer tile (64 accumulators): B = 128 in two chunks, 9 stages of 24 KB.
+using WsTile64 = WsTile<64, 9, true>;
+
+// ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// Spins until the phase of parity `parity` of the mbarrier has completed (acquire, CTA scope).
+// The label lives in its own { } scope, so every inlined copy has its own.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "WS_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@!P1 bra WS_WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrive-on `bar` once every cp.async this thread issued so far has completed; .noinc: this
+// arrival is one of the barrier's expected arrivals (the count is the number of producer threads).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+// wgmma with a run-time scale-d (0: D = A·B, 1: D += A·B), same operands as Wgmma<N, kF16>
+// (wgmma_ops.cuh, which fixes scale-d = 1). The first k-slice of every item uses scale-d = 0, so
+// the accumulators are never zeroed by ordinary instructions inside the item loop: those moves,
+// with the mbarrier wait loop inside the wgmma pipeline stage, made ptxas serialize the wgmmas
+// (C7515) when this kernel zeroed after its epilogue as wgmma_tile_kernel does.
+template <int N, bool kF16>
+struct WgmmaZ;
+
+template <>
+struct WgmmaZ<16, false> {
+  __device__ __forceinline__ static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<16, true> {
+  __device__ __forceinline__ static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<32, false> {
+  __device__ __forceinline__ static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<32, true> {
+  __device__ __forceinline__ static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<64, false> {
+  __device__ __forceinline__ static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<64, true> {
+  __device__ __forceinline__ static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<128, false> {
+  __device__ __forceinline__ static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaZ<128, true> {
+  __device__ __forceinline__ static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <class Cfg>
+__device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, int64_t& chunk,
+                                               int64_t& vtile) {
+  if constexpr (Cfg::kVtileMajor) {
+    vtile = item / a.num_chunks;
+    chunk = item % a.num_chunks;
+  } else {
+    chunk = item / a.num_vtiles;
+    vtile = item % a.num_vtiles;
+  }
+}
+
+// Named barrier ids (0 is __syncthreads): turn of consumer c (0/1) = 1 + c, its params sync = 3 + c.
+constexpr int kTurnBarrier = 1;
+constexpr int kParamsBarrier = 3;
+
+template <class Cfg, bool kF16, Epi kEpi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kNT = Cfg::kNT, kAcc = Cfg::kAcc;
+  constexpr int kStages = Cfg::kStages;
+  const uint32_t smem_w = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t smem_h = smem_w + kStages * Cfg::kWStageBytes;
+  const uint32_t bar_full = smem_w + Cfg::kRingBytes;  // full[s] at bar_full + 8 s
+  const uint32_t bar_empty = bar_full + 8 * kStages;   // empty[s] at bar_empty + 8 s
+
+  // Row parameters of each consumer's current batch chunk (as wgmma_tile_kernel, per consumer).
+  __shared__ float row_inv_t[2][kNB];
+  __shared__ unsigned long long row_seed[2][kNB], row_offset[2][kNB];
+  __shared__ uint8_t row_greedy[2][kNB];
+  // Running winner (S = 1) of each (consumer, warp of the consumer, column) over the items of the
+  // current chunk: kept here rather than in registers (64 registers per thread at N = 128), written
+  // only by lane g = 0 of its warp, flushed with atomicMax when the consumer's chunk changes.
+  __shared__ float win_score_s[2][4][kNB];
+  __shared__ uint32_t win_key_s[2][4][kNB];
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;  // warpgroup: 0 producer, 1 and 2 consumers (uniform per warp)
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_full + 8 * s, 128);   // one .noinc cp.async arrive per producer thread
+      mbar_init(bar_empty + 8 * s, 128);  // one arrive per consumer thread
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the only CTA-wide barrier: from here the roles never wait on each other's
+                    // program order, only on the mbarriers and the named barriers above.
+
+  const int64_t V = a.vocab, D = a.dim, B = a.batch;
+  const int KT = static_cast<int>((D + Cfg::kBK - 1) / Cfg::kBK);
+  const int64_t total_items = a.num_vtiles * a.num_chunks;
+  const int64_t my_items =
+      blockIdx.x < total_items ? (total_items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (KT == 0 || my_items == 0) return;  // no stage will ever be produced (as wgmma_tile_kernel:
+                                         // D = 0 runs no item); CTA-uniform
+
+  if (wg == 0) {
+    // ================================ producer ================================
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
+    // the same places as wgmma_tile_kernel's load_stage (permuted W rows, SW128 swizzle), with the
+    // offsets worked out once: for o = r0 + 16 m, permuted_row_wg(o) = 64 ((r0 >> 1) & 1) +
+    // 16 (m >> 1) + 8 (r0 & 1) + (r0 >> 2) + 4 (m & 1), whose low 3 bits (the swizzle) are
+    // (r0 >> 2) + 4 (m & 1); an H row r0 + 16 m has swizzle r0 & 7 for every m.
+    const int c = tid & 7, r0 = tid >> 3;
+    const int g0 = r0 >> 2;
+    const int prb = ((r0 >> 1) & 1) * 64 + (r0 & 1) * 8 + g0;
+    const uint32_t wdst_even = static_cast<uint32_t>((prb * 8 + (c ^ g0)) * 16);
+    const uint32_t wdst_odd = static_cast<uint32_t>(((prb + 4) * 8 + (c ^ (g0 + 4))) * 16);
+    const uint32_t hdst = static_cast<uint32_t>((r0 * 8 + (c ^ (r0 & 7))) * 16);
+    const int64_t row_stride = 16 * D;  // elements between rows r and r + 16
+    int slot = 0;
+    uint32_t phase = 0;    // round parity of the stage being filled: (p / S) & 1
+    bool wrapped = false;  // p >= S: the slot held an earlier stage that must be released first
+    for (int64_t j = 0; j < my_items; ++j) {
+      const int64_t item = blockIdx.x + j * gridDim.x;
+      int64_t chunk, vtile;
+      ws_item_coords<Cfg>(item, a, chunk, vtile);
+      const int64_t v0 = vtile * kBV + r0, b0 = chunk * kNB + r0;  // this thread's first rows
+      // rows r0 + 16 m that exist: m < w_rows (W), m < h_rows (H)
+      const int w_rows = static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > 8 ? 8 : (V - v0 + 15) / 16);
+      const int h_rows = static_cast<int>(b0 >= B ? 0 : (B - b0 + 15) / 16 > 8 ? 8 : (B - b0 + 15) / 16);
+      const __nv_bfloat16* wsrc = static_cast<const __nv_bfloat16*>(a.weight) + (v0 < V ? v0 : 0) * D + c * 8;
+      const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
+      for (int kt = 0; kt < KT; ++kt) {
+        if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+        const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
+        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
+        const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
+        const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
+#pragma unroll
+        for (int m = 0; m < kBV / 16; ++m) {
+          const bool ok = k_ok && m < w_rows;
+          cp_async16(sw + ((m & 1) ? wdst_odd : wdst_even) + (m >> 1) * 16 * 128,
+                     ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int m = 0; m < kNB / 16; ++m) {
+          const bool ok = k_ok && m < h_rows;
+          cp_async16(sh + hdst + m * 16 * 128,
+                     ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
+        }
+        cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
+        if (++slot == kStages) {
+          slot = 0;
+          phase ^= 1u;
+          wrapped = true;
+        }
+      }
+    }
+    // Keep the issuing threads alive until their copies have landed (their mbarrier arrivals are
+    // tied to them); the consumers wait on the full[] barriers anyway.
+    cp_async_wait_all();
+    return;
+  }
+
+  // ================================ consumers ================================
+  setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int cw = wg - 1;  // consumer 0 or 1: local items j with j % 2 == cw
+  const int ctid = tid & 127;
+  const int lane = tid & 31, wi = (tid >> 5) & 3;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  if constexpr (kEpi == Epi::kSampleOne) {
+    for (int n = ctid; n < 4 * kNB; n += 128) {
+      (&win_score_s[cw][0][0])[n] = -INFINITY;
+      (&win_key_s[cw][0][0])[n] = kNoToken;
+    }
+    // (ordered before the first epilogue's reads by the params barrier there: the first item
+    // always loads its chunk's parameters)
+  }
+  int64_t params_chunk = -1;
+
+  float acc0[kAcc], acc1[kAcc];  // m64 blocks p = 0 and p = 1
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;  // defined before any wgmma
+
+  for (int64_t j = cw; j < my_items; j += 2) {
+    const int64_t item = blockIdx.x + j * gridDim.x;
+    // First stage of the item and its slot / round parity.
+    const int64_t p0 = j * KT;
+    int slot = static_cast<int>(p0 % kStages);
+    uint32_t phase = static_cast<uint32_t>((p0 / kStages) & 1);
+    int prev_slot = slot;
+
+    if (j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
+
+    for (int kt = 0; kt < KT; ++kt) {
+      mbar_wait(bar_full + 8 * slot, phase);
+      fence_proxy_async_smem();
+      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+      const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
+        const uint64_t db = sw128_desc(sh + ks * 32);
+        const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
+        WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
+        WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
+      }
+      wgmma_commit();
+      // Last k-slice issued: every stage of this item has been waited for, so the other consumer
+      // may start item j + 1 (its stages follow these in the ring).
+      if (kt == KT - 1 && j + 1 < my_items) named_bar_arrive(kTurnBarrier + (1 - cw), 256);
+      // The wgmmas of the previous k-slice have retired (at kt = 0 there is none in flight: the
+      // previous item ended with wait_group 0): release its slot.
+      wgmma_wait<1>();
+      if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
+      prev_slot = slot;
+      if (++slot == kStages) {
+        slot = 0;
+        phase ^= 1u;
+      }
+    }
+    wgmma_wait<0>();
+    mbar_arrive(bar_empty + 8 * prev_slot);
+    pin_registers(acc0);
+    pin_registers(acc1);
+
+    // ---------------- epilogue of one work item (wgmma_tile_kernel's, one warpgroup) ----------
+    int64_t chunk, vtile;
+    ws_item_coords<Cfg>(item, a, chunk, vtile);
+    const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
+    const int64_t vq = v0 + wi * 32 + 4 * g;  // this thread's vocabulary quad
+
+    if constexpr (kEpi != Epi::kStore) {
+      if (chunk != params_chunk) {  // uniform over the consumer warpgroup
+        named_bar_sync(kParamsBarrier + cw, 128);  // nobody still reads the previous chunk's
+        for (int n = ctid; n < kNB; n += 128) {
+          const int64_t b = b0 + n;
+          RowParams r;
+          if (b < B) {
+            r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+          } else {
+            r.greedy = true;  // padding column: no noise, never written
+            r.inv_temperature = 0.0f;
+            r.seed = r.offset = 0;
+          }
+          row_inv_t[cw][n] = r.inv_temperature;
+          row_greedy[cw][n] = r.greedy ? 1 : 0;
+          row_seed[cw][n] = r.seed;
+          row_offset[cw][n] = r.offset;
+        }
+        named_bar_sync(kParamsBarrier + cw, 128);
+        params_chunk = chunk;
+      }
+    }
+
+    float bias[4];
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      bias[o] = 0.0f;
+      if (a.bias != nullptr && vq + o < V)
+        bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
+    }
+
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const int n = nt * 8 + t4 * 2 + jj;
+        const int64_t b = b0 + n;
+        const bool col_ok = b < B;
+        // vocabulary vq + o with o = 2p + h: block p, accumulator row half h
+        float l[4];
+        l[0] = acc0[nt * 4 + jj] + bias[0];
+        l[1] = acc0[nt * 4 + 2 + jj] + bias[1];
+        l[2] = acc1[nt * 4 + jj] + bias[2];
+        l[3] = acc1[nt * 4 + 2 + jj] + bias[3];
+        if constexpr (kEpi == Epi::kStore) {
+          if (col_ok) {
+#pragma unroll
+            for (int o = 0; o < 4; ++o)
+              if (vq + o < V) a.logits[b * V + vq + o] = l[o];
+          }
+        } else {
+          RowParams rp;
+          rp.inv_temperature = row_inv_t[cw][n];
+          rp.greedy = row_greedy[cw][n] != 0;
+          rp.seed = row_seed[cw][n];
+          rp.offset = row_offset[cw][n];
+          rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+          if constexpr (kEpi == Epi::kSampleOne) {
+            // Threshold: the warp's running winner of this column over the chunk's earlier
+            // items (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's
+            // max over the 8 lanes' running winners, so the same exact pruning.
+            const float thr = win_score_s[cw][wi][n];
+            float bs = -INFINITY;
+            uint32_t bk = kNoToken;
+            quad_update_pruned(l, rp, 0u, vq, col_ok ? V : 0, thr, bs, bk);
+            warp_best<4, 16>(bs, bk);  // the 8 lanes (g) of this column
+            if (g == 0 && candidate_better(bs, bk, thr, win_key_s[cw][wi][n])) {
+              win_score_s[cw][wi][n] = bs;
+              win_key_s[cw][wi][n] = bk;
+            }
+          } else {
+            for (int s = 0; s < a.num_samples; ++s) {
+              float best_s;
+              uint32_t best_k;
+              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
+              warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
+              if (g == 0 && col_ok && best_k != kNoToken)
+                atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+            }
+          }
+        }
+      }
+    }
+
+    // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
+
+    if constexpr (kEpi == Epi::kSampleOne) {
+      // Flush when this consumer's next item (local j + 2) is another chunk, or there is none.
+      bool flush = j + 2 >= my_items;
+      if (!flush) {
+        int64_t nchunk, nvtile;
+        ws_item_coords<Cfg>(item + 2 * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
+        flush = nchunk != chunk;
+      }
+      if (flush) {  // uniform over the consumer warpgroup
+        named_bar_sync(kParamsBarrier + cw, 128);  // every warp's winners of this chunk written
+        for (int n = ctid; n < kNB; n += 128) {
+          float s = -INFINITY;
+          uint32_t k = kNoToken;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            if (candidate_better(win_score_s[cw][w][n], win_key_s[cw][w][n], s, k)) {
+              s = win_score_s[cw][w][n];
+              k = win_key_s[cw][w][n];
+            }
+            win_score_s[cw][w][n] = -INFINITY;
+            win_key_s[cw][w][n] = kNoToken;
+          }
+          const int64_t b = b0 + n;
+          if (b < B && k != kNoToken) atomicMax(a.winners + b, pack_candidate(s, k));
+        }
+        named_bar_sync(kParamsBarrier + cw, 128);  // reset before the next chunk's reads
+      } else {
+        __syncwarp();  // lane g = 0's winner writes before the other lanes' next reads
+      }
+    }
+  }
+#else
+  __trap();  // sm_90a only
+#endif
+}
+
+// Host launch (harness only): the persistent grid of launch_persistent (1 CTA per SM).
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
+  static std::atomic<int> resident_cache[kMaxDevices];
+  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, resident_cache, a, stream);
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample
