@@ -17,6 +17,7 @@ Napi::Function NativeBuffer::Define(Napi::Env env) {
       env, "NativeBuffer",
       {StaticMethod<&NativeBuffer::Wrap>("wrap"),
        InstanceMethod<&NativeBuffer::Upload>("upload"),
+       InstanceMethod<&NativeBuffer::UploadAsync>("uploadAsync"),
        InstanceMethod<&NativeBuffer::Download>("download"),
        InstanceMethod<&NativeBuffer::Dispose>("dispose"),
        InstanceAccessor<&NativeBuffer::Pointer>("pointer"),
@@ -135,6 +136,55 @@ Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
   std::string error = gpu_upload(storage_->ordinal(), storage_->data(), src, bytes);
   if (!error.empty()) throw_error(env, error);
   return env.Undefined();
+}
+
+// uploadAsync(view, encoding = 0): Promise<void>; upload()'s conversion and copy on a worker
+// thread, so large tensors do not block the JS thread. `view` is kept alive until the promise
+// settles; it must not be modified before then.
+Napi::Value NativeBuffer::UploadAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!storage_) return rejected(env, "tensor: the tensor has been disposed");
+  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsTypedArray() ||
+      (info.Length() == 2 && !info[1].IsNumber())) {
+    return rejected(env, "uploadAsync: expected a typed array and an optional encoding");
+  }
+  auto view = info[0].As<Napi::TypedArray>();
+  const auto encoding = static_cast<HalfEncoding>(info.Length() == 2 ? info[1].As<Napi::Number>().Int32Value() : 0);
+  if (encoding != HalfEncoding::kNone && encoding != HalfEncoding::kF16 && encoding != HalfEncoding::kBF16) {
+    return rejected(env, "uploadAsync: encoding must be 0, 1 (f16) or 2 (bf16)");
+  }
+  if (encoding != HalfEncoding::kNone && view.TypedArrayType() != napi_float32_array) {
+    return rejected(env, "uploadAsync: encoding f16 / bf16 needs a Float32Array");
+  }
+  const size_t view_bytes = view.ByteLength();
+  const size_t bytes = encoding == HalfEncoding::kNone ? view_bytes : view_bytes / 2;
+  if (bytes > storage_->bytes()) return rejected(env, "upload: more bytes than the tensor holds");
+  const uint8_t* src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  // Released on the JS thread: the worker and its captures are destroyed there.
+  auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(view.As<Napi::Object>()));
+  StorageRef storage = storage_;
+  return PromiseWorker::Start(
+      env,
+      [storage, src, view_bytes, bytes, encoding, keep]() -> std::string {
+        if (bytes == 0) return "";
+        std::vector<uint16_t> staging;
+        const uint8_t* from = src;
+        if (encoding != HalfEncoding::kNone) {
+          if (storage->kind() == MemoryKind::kHost) {
+            encode_half(src, static_cast<uint16_t*>(storage->data()), view_bytes / 4, encoding);
+            return "";
+          }
+          staging.resize(view_bytes / 4);
+          encode_half(src, staging.data(), staging.size(), encoding);
+          from = reinterpret_cast<const uint8_t*>(staging.data());
+        }
+        if (storage->kind() == MemoryKind::kHost) {
+          std::memcpy(storage->data(), from, bytes);
+          return "";
+        }
+        return gpu_upload(storage->ordinal(), storage->data(), from, bytes);
+      },
+      [keep](Napi::Env env) -> Napi::Value { return env.Undefined(); });
 }
 
 // download(): Promise<ArrayBuffer> with the buffer's bytes, copied on a worker thread.

@@ -20,6 +20,7 @@ class NativeBuffer : public Napi::ObjectWrap<NativeBuffer> {
  private:
   static Napi::Value Wrap(const Napi::CallbackInfo& info);
   Napi::Value Upload(const Napi::CallbackInfo& info);
+  Napi::Value UploadAsync(const Napi::CallbackInfo& info);
   Napi::Value Download(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   Napi::Value Pointer(const Napi::CallbackInfo& info);

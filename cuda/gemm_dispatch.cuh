@@ -8,11 +8,15 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <cstdlib>
 
 #include "check_params.h"
 #include "tile_kernels.cuh"
 #include "wgmma_tile.cuh"
+#include "wgmma_ws.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -33,12 +37,23 @@ inline bool mma_path_ok(const SampleParams& p) {
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
 // tile_kernels.cuh) when every range holds at least one full tile; classic tiles otherwise.
 template <class Cfg, bool kBalanced = false, class Kernel>
-cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[kMaxDevices], GemmArgs a,
-                              cudaStream_t stream) {
+cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  int resident = device < kMaxDevices ? resident_cache[device].load(std::memory_order_relaxed) : 0;
+  // Keyed by the kernel's host pointer, not by template instance: every translation unit that
+  // launches a kernel may hold its own copy of it (whole-program device code), and each copy needs
+  // its own shared-memory limit raised; a per-instance static would be shared by the linker across
+  // those units and skip the second copy (harness run 6 hit exactly that).
+  static std::mutex registry_mutex;
+  static std::map<std::pair<const void*, int>, int> registry;  // (kernel, device) -> resident CTAs
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
+  int resident = 0;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    const auto it = registry.find(key);
+    if (it != registry.end()) resident = it->second;
+  }
   if (resident == 0) {
     int sms = 0, per_sm = 0;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
@@ -50,7 +65,8 @@ cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[
       return err;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     resident = sms * per_sm;
-    if (device < kMaxDevices) resident_cache[device].store(resident, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    registry[key] = resident;
   }
   a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
   a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
@@ -71,15 +87,18 @@ cudaError_t launch_persistent(Kernel kernel, std::atomic<int> (&resident_cache)[
 
 template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
 cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
-  static std::atomic<int> resident_cache[kMaxDevices];
-  return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a,
-                                           stream);
+  return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
-  static std::atomic<int> resident_cache[kMaxDevices];
-  return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, resident_cache, a, stream);
+  return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
+}
+
+// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM.
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
+  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
 // Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's
@@ -113,8 +132,9 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   //   B <= 16: wgmma WgTile16 282.7 us; mma.sync Tile16 323.1
   //   B <= 32: wgmma WgTile32 309.2 us; mma.sync Tile32 371.5
   //   B <= 64: wgmma WgTile64 379.9 us; mma.sync Tile64 487.3
-  //   B <= 128: wgmma WgTile128 633.7 us; mma.sync Tile128 1155.6
-  //   B <= 256: wgmma WgTile256 1247.6 us (W read once; mma.sync reads it twice)
+  //   B > 64: warp-specialized ping-pong WsTile64 (harness run 8): B = 128 480.6 us (WsTile128
+  //   510.0, wgmma_tile WgTile128 630.7, mma.sync Tile128 1146.0); B = 256 913.5 (WsTile128 944.4,
+  //   WgTile256 1233.1); B = 64 stays on WgTile64 (382.3; WsTile128 420.8)
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns.
   // B <= 16 on mma.sync: balanced vocabulary ranges (tile_rows), one per CTA.
@@ -123,8 +143,7 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
     if (a.batch <= 16) return launch_wgmma<WgTile16, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
     if (a.batch <= 64) return launch_wgmma<WgTile64, kF16, kEpi>(a, stream);
-    if (a.batch <= 128) return launch_wgmma<WgTile128, kF16, kEpi>(a, stream);
-    return launch_wgmma<WgTile256, kF16, kEpi>(a, stream);
+    return launch_ws<WsTile64, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);

@@ -6,6 +6,8 @@ import * as path from 'path';
 export interface NativeBufferHandle {
   /** encoding: 0 copy as is, 1 Float32Array -> f16 bits, 2 Float32Array -> bf16 bits (binding/half_encode.h) */
   upload(view: ArrayBufferView, encoding?: HalfEncoding): void;
+  /** upload() on a worker thread; `view` must not change until the promise settles. */
+  uploadAsync(view: ArrayBufferView, encoding?: HalfEncoding): Promise<void>;
   download(): Promise<ArrayBuffer>;
   dispose(): void;
   readonly pointer: bigint;

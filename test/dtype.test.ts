@@ -1,7 +1,7 @@
 // dtype helpers: f32 / f16 / bf16 encode and decode (round to nearest even, NaN, Inf, subnormals),
 // and tensor round trips per dtype on every device.
 
-import { encodeBF16, decodeBF16, encodeF16, decodeF16 } from '../lib/index';
+import { encodeBF16, decodeBF16, encodeF16, decodeF16, type DType } from '../lib/index';
 import { toBF16Bits, fromBF16Bits, toF16Bits, fromF16Bits, bitsF32, f32Bits, rng, describeDevices, typedKind
 } from './helpers';
 
@@ -161,6 +161,49 @@ describeDevices((devName, dev) => {
     // The addon converts Float32Array data itself (binding/half_encode.h, split over threads above
     // 2^20 values): it must give the bits of the JS encoders for every class of input — all
     // exponents, ties at both precisions, subnormals of both, NaN payloads, ±Inf, overflow.
+    test('tensorAsync makes the same tensors as tensor() (every dtype), and rejects what tensor() throws on', async () => {
+      const r3 = rng(13);
+      const xs = Float32Array.from({ length: 3000 }, () => (r3() - 0.5) * 1000);
+      const cases: [Float32Array | Uint16Array | Int32Array | BigUint64Array, DType][] = [
+        [xs, 'f32'], [xs, 'f16'], [xs, 'bf16'],
+        [Uint16Array.from(xs, (x) => toBF16Bits(x)), 'bf16'],
+        [Int32Array.from(xs, (x) => Math.trunc(x)), 'i32'],
+        [BigUint64Array.from(xs, (x) => BigInt(Math.abs(Math.trunc(x)))), 'u64'],
+      ];
+      for (const [data, dtype] of cases) {
+        const a = dev().tensor(data, [30, 100], dtype);
+        const b = await dev().tensorAsync(data, [30, 100], dtype);
+        try {
+          expect(b.shape).toEqual([30, 100]);
+          expect(b.dtype).toBe(dtype);
+          expect(Array.from((await b.toRawArray()) as ArrayLike<number | bigint>)).toEqual(
+            Array.from((await a.toRawArray()) as ArrayLike<number | bigint>),
+          );
+        } finally {
+          a.dispose();
+          b.dispose();
+        }
+      }
+      const thrown = (fn: () => unknown) => {
+        try {
+          fn();
+        } catch (e) {
+          return (e as Error).message;
+        }
+        return 'no error';
+      };
+      for (const [data, shape, dtype] of [
+        [xs, [3, 7], 'f32'],
+        [xs, [3000], 'f64'],
+        [new Int32Array(4), [4], 'f32'],
+        [xs, [-1, 3000], 'f32'],
+      ] as [Float32Array, number[], DType][]) {
+        const want = thrown(() => dev().tensor(data, shape, dtype));
+        expect(want).not.toBe('no error');
+        await expect(dev().tensorAsync(data, shape, dtype)).rejects.toThrow(want);
+      }
+    });
+
     test('f16 and bf16 tensors from a Float32Array hold exactly the bits of encodeF16 / encodeBF16 (3M values)', async () => {
       const n = 3 * 2 ** 20 + 77;
       const xs = new Float32Array(n);
