@@ -700,6 +700,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t sub = 0; sub < count; sub += kSubChunk) {
     const int64_t n_sub = count - sub < kSubChunk ? count - sub : kSubChunk;
+    // The buffer's fill, read here: the last writes to s_n (the previous pass 2's appends, or a
+    // cut) are behind a barrier, and the next (this pass 2's appends) behind the block_reduce
+    // barriers below. Read after those barriers instead, a warp that fell behind could see the
+    // other warps' appends, take the cut alone and meet their barriers at other call sites (found
+    // by compute-sanitizer racecheck, 2026-11-30: hazards in block_best and wrong draws).
+    const int buffered = s_n;
     // Pass 1: statistics and how many values reach the floor.
     float local_max = -INFINITY;
     long long local_valid = 0, local_inf = 0;
@@ -716,7 +722,7 @@ __global__ void __launch_bounds__(kThreads)
     const long long sub_valid = block_reduce(local_valid, Sum(), 0ll);
     const long long sub_inf = block_reduce(local_inf, Sum(), 0ll);
     const int sub_up = block_reduce(local_up, Sum(), 0);
-    if (s_n + sub_up > kBuffer) cut();  // CTA-uniform; after it s_n = kCandidateCap
+    if (buffered + sub_up > kBuffer) cut();  // CTA-uniform; after it s_n = kCandidateCap
 
     // Pass 2: the log-sum-exp terms (float64), the buffer appends, then the Gumbel draws.
     const float new_max = fmaxf(stats.max_logit, sub_max);

@@ -528,6 +528,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
             uint32_t bk = kNoToken;
             quad_update_pruned(l, rp, 0u, vq, col_ok ? V : 0, thr, bs, bk);
             warp_best<4, 16>(bs, bk);  // the 8 lanes (g) of this column
+            // Every lane's read of the running winner (above) before lane g = 0 replaces it: the
+            // shuffles converge the warp but do not order shared memory (racecheck warned).
+            __syncwarp();
             if (g == 0 && candidate_better(bs, bk, thr, win_key_s[cw][wi][n])) {
               win_score_s[cw][wi][n] = bs;
               win_key_s[cw][wi][n] = bk;
