@@ -478,10 +478,10 @@ struct Bench {
 };
 
 // Raises the dynamic shared-memory limit of this TU's copy of a tile kernel. launch_persistent
-// does it once per (kernel, device) and caches the result in a static of an inline function, which
-// the linker shares with the library's TUs: when the library launched the same configuration
-// first, the harness's copy of the kernel never had its limit raised (call 3, 2026-11-30: the
-// first variant failed with cudaErrorInvalidValue after the production rows had run).
+// used to cache "raised" in a per-instance static that the linker shared with the library's TUs,
+// so the harness's copy of a kernel the library had launched first never had its limit raised
+// (call 3, 2026-11-30: cudaErrorInvalidValue). Its registry is now keyed by the kernel's pointer;
+// raising here as well costs nothing and keeps the variants independent of that.
 template <class Cfg, bool kWgmma>
 static void raise_smem_limit() {
   using cuda::detail::Epi;
@@ -993,6 +993,22 @@ int main(int argc, char** argv) {
     ws_row("ws<128,6st> B=256 S=4", 256, time_ws<WsTile128>(bb, 256, 4));
     ws_row("ws<128,6st> B=64", 64, time_ws<WsTile128>(bb, 64));
     printf("  (production wgmma_tile for reference: WgTile128 B=128 and WgTile256 B=256 rows below)\n");
+    // v6 candidates (written 2026-11-30, not run yet): the ping-pong kernel with one chunk of
+    // N <= 64 columns for B <= 64, with the ring as deep as shared memory allows (more bytes in
+    // flight than the production tiles: 12 x 18 KB at N = 16 against 6 x 18 KB for WgTile16).
+    using WsTile16 = WsTile<16, 12, true>;
+    using WsTile32 = WsTile<32, 11, true>;
+    printf("  v6 candidates (ping-pong for B <= 64):\n");
+    check_ws_small<WsTile16>(bb, 111, 64, 3, "ws<16,12st>");
+    check_ws_small<WsTile16>(bb, 1000, 4096, 99, "ws<16,12st>");
+    compare_ws<WsTile16, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st>");
+    compare_ws<WsTile32, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st>");
+    compare_ws<WsTile64, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st>");
+    ws_row("ws<16,12st> B=1", 1, time_ws<WsTile16>(bb, 1));
+    ws_row("ws<16,12st> B=8", 8, time_ws<WsTile16>(bb, 8));
+    ws_row("ws<16,12st> B=16", 16, time_ws<WsTile16>(bb, 16));
+    ws_row("ws<32,11st> B=32", 32, time_ws<WsTile32>(bb, 32));
+    ws_row("ws<64,9st> B=64 (1 chunk)", 64, time_ws<WsTile64>(bb, 64));
   }
   compare_wgmma_mma<WgTile32, Tile32>(bb, 32);
   compare_wgmma_mma<WgTile64, Tile64>(bb, 64);
