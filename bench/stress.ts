@@ -42,7 +42,7 @@
 // `npm run stress` (script: "node --expose-gc dist/bench/stress.js") after `npx tsc -p .`.
 
 import { monitorEventLoopDelay, performance } from 'perf_hooks';
-import { native } from '../lib/native';
+import { native, type NativeHostStepStats } from '../lib/native';
 import {
   open,
   sampleFused,
@@ -58,6 +58,9 @@ import { mulberry32 } from './inputs';
 // ------------------------------------------------------------------------------------------------
 // Arguments
 // ------------------------------------------------------------------------------------------------
+
+/** Time spent in one synchronous step: the shape native.hostStepStats() reports per native step. */
+type StepTime = Omit<NativeHostStepStats, 'name'>;
 
 interface Args {
   calls: number;
@@ -313,7 +316,7 @@ async function main(): Promise<number> {
 
   // Time the JS thread spends inside each synchronous API step (after the warm-up phase): what
   // blocks the event loop, if anything, shows up here with its name.
-  const syncSteps = new Map<string, { calls: number; totalMs: number; maxMs: number; over10ms: number }>();
+  const syncSteps = new Map<string, StepTime>();
   const timedSync = <T>(name: string, fn: () => T): T => {
     const t0 = performance.now();
     try {
@@ -458,10 +461,11 @@ async function main(): Promise<number> {
   );
   // Where the JS thread's synchronous time went after the warm-up (API steps, timed here), and the
   // host-side CUDA steps inside them since the process started (native.hostStepStats()).
-  const stepRows = [...syncSteps.entries()].map(([name, x]) => [name, String(x.calls), x.totalMs.toFixed(1), (x.totalMs / x.calls).toFixed(3), x.maxMs.toFixed(1), String(x.over10ms)]);
+  const stepRow = (name: string, x: StepTime) =>
+    [name, String(x.calls), x.totalMs.toFixed(1), (x.totalMs / x.calls).toFixed(3), x.maxMs.toFixed(1), String(x.over10ms)];
+  const stepRows = [...syncSteps.entries()].map(([name, x]) => stepRow(name, x));
   if (dev.kind === 'cuda') {
-    for (const x of native.hostStepStats())
-      if (x.calls > 0) stepRows.push([`  native: ${x.name}`, String(x.calls), x.totalMs.toFixed(1), (x.totalMs / x.calls).toFixed(3), x.maxMs.toFixed(1), String(x.over10ms)]);
+    for (const x of native.hostStepStats()) if (x.calls > 0) stepRows.push(stepRow(`  native: ${x.name}`, x));
   }
   console.log('\n  synchronous steps on the JS thread (API steps after the warm-up; native steps: the whole run):');
   console.log('  ' + table([['step', 'calls', 'total ms', 'mean ms', 'max ms', '> 10 ms'], ...stepRows]).replace(/\n/g, '\n  '));

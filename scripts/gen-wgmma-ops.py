@@ -16,24 +16,31 @@ namespace detail {
 template <int N, bool kF16>
 struct Wgmma;
 """)
-for n in NS:
-    r = n // 2
-    for f16 in (False, True):
-        t = "f16" if f16 else "bf16"
-        regs = ", ".join(f"%{i}" for i in range(r))
-        outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
-        print(f"""template <>
-struct Wgmma<{n}, {'true' if f16 else 'false'}> {{
-  __device__ __forceinline__ static void mma(float (&d)[{r}], uint64_t desc_a, uint64_t desc_b) {{
+
+
+def emit(struct, extra_param, scale_d):
+    """One specialization of `struct` per N and input type; scale_d is the asm operand of scale-d."""
+    for n in NS:
+        r = n // 2
+        for f16 in (False, True):
+            t = "f16" if f16 else "bf16"
+            regs = ", ".join(f"%{i}" for i in range(r))
+            outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
+            print(f"""template <>
+struct {struct}<{n}, {'true' if f16 else 'false'}> {{
+  __device__ __forceinline__ static void mma(float (&d)[{r}], uint64_t desc_a, uint64_t desc_b{extra_param}) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "
         "{{{regs}}}, %{r}, %{r + 1}, p, 1, 1, 0, 0;\\n}}\\n"
         : {outs}
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"({scale_d}));
   }}
 }};
 """)
+
+
+emit("Wgmma", "", "1")
 print("""// WgmmaZ: the same wgmma with a run-time scale-d (0: D = A·B, 1: D += A·B). The ping-pong kernel
 // (wgmma_ws.cuh) starts every item with scale-d = 0, so its accumulators are never zeroed by
 // ordinary instructions inside the item loop: those moves, with the mbarrier wait loop inside the
@@ -41,24 +48,7 @@ print("""// WgmmaZ: the same wgmma with a run-time scale-d (0: D = A·B, 1: D +=
 template <int N, bool kF16>
 struct WgmmaZ;
 """)
-for n in NS:
-    r = n // 2
-    for f16 in (False, True):
-        t = "f16" if f16 else "bf16"
-        regs = ", ".join(f"%{i}" for i in range(r))
-        outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
-        print(f"""template <>
-struct WgmmaZ<{n}, {'true' if f16 else 'false'}> {{
-  __device__ __forceinline__ static void mma(float (&d)[{r}], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "
-        "{{{regs}}}, %{r}, %{r + 1}, p, 1, 1, 0, 0;\\n}}\\n"
-        : {outs}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }}
-}};
-""")
+emit("WgmmaZ", ", uint32_t scale_d", "scale_d")
 print("""}  // namespace detail
 }  // namespace cuda
 }  // namespace flashsample""")
