@@ -12,6 +12,7 @@
 #include <mutex>
 #include <utility>
 #include <cstdlib>
+#include <cstring>
 
 #include "check_params.h"
 #include "tile_kernels.cuh"
@@ -36,8 +37,8 @@ inline bool mma_path_ok(const SampleParams& p) {
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
 // tile_kernels.cuh) when every range holds at least one full tile; classic tiles otherwise.
-template <class Cfg, bool kBalanced = false, class Kernel>
-cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream) {
+template <class Cfg, bool kBalanced = false, class Kernel, class... Extra>
+cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, const Extra&... extra) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -81,7 +82,7 @@ cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream) {
   }
   const int64_t items = a.num_vtiles * a.num_chunks;
   const int64_t grid = items < resident ? items : resident;
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, extra...);
   return cudaGetLastError();
 }
 
@@ -95,10 +96,62 @@ cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
   return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
-// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM.
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda);
+// null when the driver does not have it.
+using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                          const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                          CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                          CUtensorMapFloatOOBfill);
+inline TensorMapEncodeTiled tensor_map_encoder() {
+  static const TensorMapEncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<TensorMapEncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// The two tensor maps of a TMA ws configuration (see WsTensorMaps). False when the shape cannot be
+// described (coordinates past int32) or the driver refuses; the caller then takes cp.async.
+template <class Cfg>
+bool encode_ws_maps(const GemmArgs& a, bool f16, WsTensorMaps* maps) {
+  const TensorMapEncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
+      a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
+    return false;
+  const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(a.dim) * 2;
+  const cuuint32_t unit[2] = {1, 1}, stride4[2] = {1, 4};
+  const cuuint64_t wdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.vocab)};
+  const cuuint64_t hdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.batch)};
+  const cuuint32_t wbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), 32};
+  const cuuint32_t hbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kNB)};
+  // W is streamed once per chunk: 256-byte L2 fills fetch the next k-slice of each row with this one.
+  return encode(&maps->w, type, 2, const_cast<void*>(a.weight), wdim, &row_bytes, wbox, stride4,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+         encode(&maps->h, type, 2, const_cast<void*>(a.hidden), hdim, &row_bytes, hbox, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM. A TMA
+// configuration whose maps cannot be encoded runs as its cp.async twin (same tile, same results).
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
-  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
+  WsTensorMaps maps;
+  memset(&maps, 0, sizeof maps);
+  if constexpr (Cfg::kTma) {
+    if (!encode_ws_maps<Cfg>(a, kF16, &maps)) {
+      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kEpiCols, Cfg::kL2Prefetch, Cfg::kCoop>;
+      return launch_persistent<Plain>(wgmma_ws_kernel<Plain, kF16, kEpi>, a, stream, maps);
+    }
+  }
+  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream, maps);
 }
 
 // Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's
@@ -126,25 +179,25 @@ inline bool wgmma_usable() {
 
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
-  // Batch tiling, measured with harness run 7 (H200, llama3-8b, GEMM + sampling epilogue, winner
-  // words equal to mma.sync's on the bench inputs; cuda/harness/NOTES.md):
-  //   B <= 8: mma.sync k-128 (Tile8) 269.6 us (wgmma <8, 1 wg, 6 st> 269.3: a tie)
-  //   B <= 16: wgmma WgTile16 282.7 us; mma.sync Tile16 323.1
-  //   B <= 32: wgmma WgTile32 309.2 us; mma.sync Tile32 371.5
-  //   B <= 64: wgmma WgTile64 379.9 us; mma.sync Tile64 487.3
-  //   B > 64: warp-specialized ping-pong WsTile64 (harness run 8): B = 128 480.6 us (WsTile128
-  //   510.0, wgmma_tile WgTile128 630.7, mma.sync Tile128 1146.0); B = 256 913.5 (WsTile128 944.4,
-  //   WgTile256 1233.1); B = 64 stays on WgTile64 (382.3; WsTile128 420.8)
+  // Batch tiling on compute capability 9.0, measured with harness run 9 (H200, llama3-8b, GEMM +
+  // sampling epilogue, read_stream 4.63 TB/s, winner words identical to mma.sync's and
+  // wgmma_tile's on the bench inputs; cuda/harness/NOTES.md): the warp-specialized ping-pong kernel
+  // (wgmma_ws.cuh) at every batch size, one chunk of the smallest N >= B up to 64:
+  //   B <= 16: WsTile16 255.7 us at B = 1, 257.7 at B = 16 (mma.sync Tile8 259-263 at B <= 8;
+  //            wgmma_tile WgTile16 281.4 at B = 16)
+  //   B <= 32: WsTile32 256.6 (WgTile32 309.6)
+  //   B <= 64: WsTile64 283.3 (WgTile64 382.3; WsTile128 in one half-empty chunk 423.1)
+  //   B > 64: WsTile64 in chunks of 64: B = 128 473.4 (WsTile128 510.2, WgTile128 630.7), B = 256
+  //           876.4 (WsTile128 938.1, WgTile256 1233.1)
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
-  // of the smallest tile >= B (W read once), larger B in chunks of 128 columns.
-  // B <= 16 on mma.sync: balanced vocabulary ranges (tile_rows), one per CTA.
-  if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
+  // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
+  // balanced vocabulary ranges (tile_rows), one per CTA.
   if (wgmma_usable()) {
-    if (a.batch <= 16) return launch_wgmma<WgTile16, kF16, kEpi>(a, stream);
-    if (a.batch <= 32) return launch_wgmma<WgTile32, kF16, kEpi>(a, stream);
-    if (a.batch <= 64) return launch_wgmma<WgTile64, kF16, kEpi>(a, stream);
+    if (a.batch <= 16) return launch_ws<WsTile16, kF16, kEpi>(a, stream);
+    if (a.batch <= 32) return launch_ws<WsTile32, kF16, kEpi>(a, stream);
     return launch_ws<WsTile64, kF16, kEpi>(a, stream);
   }
+  if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);
   if (a.batch <= 32) return launch_mma<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma<Tile64, kF16, kEpi>(a, stream);

@@ -186,6 +186,110 @@ __device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const Ro
   }
 }
 
+// K independent quad_update_pruned calls at once: quad k is row k's (its own params, bound, running
+// best), all at the same vocabulary quad vq. The same candidates and comparisons as K calls in
+// turn (rows never interact), but one branch for the K Philox calls instead of K, so their
+// dependent multiply chains interleave: the ping-pong epilogue runs on one warp per scheduler,
+// where a lone chain leaves the scheduler idle. A Philox whose quad needs none is discarded.
+// Every lane of the warp must call this (it uses __any_sync).
+template <int K>
+__device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
+                                                    uint32_t sample, int64_t vq, const int64_t (&vend)[K],
+                                                    const float (&thr)[K], float (&bs)[K], uint32_t (&bk)[K]) {
+  uint32_t m[K];
+  bool need[K];
+  float t[K];
+  bool any_need = false;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    m[k] = 0u;
+    need[k] = false;
+    t[k] = -INFINITY;
+    if (vq < vend[k]) {
+      if (rp[k].greedy) {
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if (vq + o < vend[k]) {
+            const Candidate c = make_candidate(l[k][o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
+            if (candidate_better(c.score, c.key, bs[k], bk[k])) {
+              bs[k] = c.score;
+              bk[k] = c.key;
+            }
+          }
+      } else {
+        t[k] = fmaxf(thr[k], bs[k]);
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          need[k] |= (vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, kGumbelUpper) >= t[k];
+      }
+    }
+    any_need |= need[k];
+  }
+  Philox4 r[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) r[k].x[0] = r[k].x[1] = r[k].x[2] = r[k].x[3] = 0u;
+  if (any_need) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      r[k] = noise_block(rp[k].seed, rp[k].offset, rp[k].stream, sample, static_cast<uint32_t>(vq >> 2));
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (need[k]) {
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if ((vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, gumbel_upper(r[k].x[o])) >= t[k])
+            m[k] |= 1u << o;
+      }
+  }
+  uint32_t any_m = 0u;
+#pragma unroll
+  for (int k = 0; k < K; ++k) any_m |= m[k];
+  while (__any_sync(0xffffffffu, any_m != 0u)) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (m[k] != 0u) {
+        const int o = __ffs(m[k]) - 1;
+        m[k] &= m[k] - 1u;
+        const uint32_t x = o == 0 ? r[k].x[0] : o == 1 ? r[k].x[1] : o == 2 ? r[k].x[2] : r[k].x[3];
+        const float lo = o == 0 ? l[k][0] : o == 1 ? l[k][1] : o == 2 ? l[k][2] : l[k][3];
+        // re-test: the running best may have risen since the mask was built
+        if (fmaf(lo, rp[k].inv_temperature, gumbel_upper(x)) >= fmaxf(thr[k], bs[k])) {
+          const Candidate c = make_candidate(lo, rp[k].inv_temperature, false, gumbel_from_bits(x),
+                                             static_cast<uint32_t>(vq + o));
+          if (candidate_better(c.score, c.key, bs[k], bk[k])) {
+            bs[k] = c.score;
+            bk[k] = c.key;
+          }
+        }
+      }
+    }
+    any_m = 0u;
+#pragma unroll
+    for (int k = 0; k < K; ++k) any_m |= m[k];
+  }
+}
+
+// warp_best for K independent candidates at once (interleaved shuffles; same result as K calls).
+template <int kFirstXor, int kLastXor, int K>
+__device__ __forceinline__ void warp_best_k(float (&score)[K], uint32_t (&key)[K]) {
+#pragma unroll
+  for (int x = kFirstXor; x <= kLastXor; x <<= 1) {
+    float s[K];
+    uint32_t kk[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      s[k] = __shfl_xor_sync(0xffffffffu, score[k], x);
+      kk[k] = __shfl_xor_sync(0xffffffffu, key[k], x);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (candidate_better(s[k], kk[k], score[k], key[k])) {
+        score[k] = s[k];
+        key[k] = kk[k];
+      }
+  }
+}
+
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
 enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2 };
 
@@ -232,6 +336,12 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+// cp_async16 that also asks the L2 to fetch the whole 256-byte block around the source (the next
+// k-slice of the same W row, consumed one stage later).
+__device__ __forceinline__ void cp_async16_l2_256(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

@@ -68,6 +68,8 @@
 // producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only: maps are encoded through the runtime's driver entry point)
+
 #include "wgmma_tile.cuh"
 
 namespace flashsample {
@@ -79,9 +81,30 @@ namespace detail {
 // num_chunks), so the num_chunks items of one vocabulary tile are adjacent in the item order and run
 // on neighbouring CTAs at about the same time (W tile read from HBM once, then from L2); false:
 // wgmma_tile_kernel's order (chunk = item / num_vtiles). Same results either way.
-template <int N, int STAGES, bool VMAJOR = true>
+// kTma (v7): the producer is one thread issuing bulk tensor copies (TMA) that complete on the
+// full[] mbarriers (expect-tx), instead of 128 threads issuing cp.async; the W tile arrives in the
+// same permuted, swizzled layout (16 copies of 8 rows with a traversal stride of 4 rows, see the
+// producer), so the consumers are unchanged. Needs the tensor maps of WsTensorMaps (D % 8 == 0,
+// 16-byte aligned W and H, V and B below 2^31: the coordinates are int32).
+// kEpiCols: batch columns whose sampling epilogue one thread runs together (quads_update_pruned).
+// kL2Prefetch: the W copies ask the L2 for 256-byte blocks (cp_async16_l2_256).
+// kCoop (v10): cooperative instead of ping-pong. An item is 256 vocabulary rows x N columns; both
+// consumers run its K loop at the same time on the same stages, consumer c on vocabulary rows
+// 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
+// Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
+// harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
+template <int N, int STAGES, bool VMAJOR = true, bool TMA = false, int EPI_COLS = 1, bool L2PF = false,
+          bool COOP = false>
 struct WsTile {
-  static constexpr int kBV = 128;
+  static constexpr bool kTma = TMA;
+  static constexpr bool kL2Prefetch = L2PF;
+  static constexpr bool kCoop = COOP;
+  static_assert(!(TMA && COOP), "the cooperative variant has the cp.async producer only");
+  static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
+  static constexpr int kEpiCols = EPI_COLS;
+  static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
+  static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
+  static constexpr int kConsumerBV = 128;      // vocabulary rows per consumer tile
   static constexpr int kNB = N;  // batch columns per chunk = wgmma N of each consumer
   static constexpr int kBK = 64;
   static constexpr int kConsumers = 2;
@@ -115,8 +138,22 @@ struct WsTile {
 
 // B = 128 in one chunk / B = 256 in two: 128 accumulators per consumer thread, 6 stages of 32 KB.
 using WsTile128 = WsTile<128, 6, true>;
-// Smaller per-consumer tile (64 accumulators): B = 128 in two chunks, 9 stages of 24 KB.
+// Smaller per-consumer tile (64 accumulators): B = 33..64 in one chunk, B = 128 in two, 9 stages of
+// 24 KB.
 using WsTile64 = WsTile<64, 9, true>;
+// B <= 16 and B <= 32 in one chunk, the ring as deep as shared memory allows (12 x 18 KB, 11 x 20 KB):
+// W streamed once with 192+ KB in flight per SM (harness run 9).
+using WsTile16 = WsTile<16, 12, true>;
+using WsTile32 = WsTile<32, 11, true>;
+
+// TMA variants: W as [V, D] with a box of 32 rows x 64 elements traversed with a row stride of 4
+// (8 rows per copy), H as [B, D] with a box of N rows x 64; both SW128-swizzled (the layout the
+// wgmma descriptors read), out-of-range rows and k-columns filled with zeros by the copy engine.
+// Passed by value as a __grid_constant__ kernel parameter (zeros for the cp.async variants).
+struct WsTensorMaps {
+  CUtensorMap w;
+  CUtensorMap h;
+};
 
 // ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -149,6 +186,21 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // arrival is one of the barrier's expected arrivals (the count is the number of producer threads).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` that also raises the phase's expected transaction bytes by `bytes`.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk tensor copy of one box at (c0 = k column, c1 = row) into shared memory at `dst`; its bytes
+// complete_tx on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
@@ -187,7 +239,8 @@ constexpr int kTurnBarrier = 1;
 constexpr int kParamsBarrier = 3;
 
 template <class Cfg, bool kF16, Epi kEpi>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmArgs a) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_ws_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kNT = Cfg::kNT, kAcc = Cfg::kAcc;
@@ -212,8 +265,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, 128);   // one .noinc cp.async arrive per producer thread
-      mbar_init(bar_empty + 8 * s, 128);  // one arrive per consumer thread
+      mbar_init(bar_full + 8 * s, Cfg::kFullArrivals);  // cp.async: one .noinc arrive per producer
+                                                        // thread; TMA: the one expect-tx arrive
+      mbar_init(bar_empty + 8 * s, Cfg::kEmptyArrivals);  // one arrive per consumer thread that reads it
     }
     mbar_init_fence();
   }
@@ -231,6 +285,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
+    if constexpr (Cfg::kTma) {
+      // One thread issues every copy. Permuted row P = 64 p + 16 wi + 8 h + g holds vocabulary row
+      // 32 wi + 4 g + 2 p + h of the tile (the cp.async path's permuted_row_wg): for each (p, wi, h)
+      // the 8 rows g = 0..7 are 4 apart in W and adjacent in shared memory, which is one box of
+      // 32 rows traversed with stride 4, landing at P = 64 p + 16 wi + 8 h (1 KB aligned, so the
+      // copy engine's SW128 pattern is the one the wgmma descriptors expect).
+      if (tid != 0) return;
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.w)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.h)) : "memory");
+      int slot = 0;
+      uint32_t phase = 0;
+      bool wrapped = false;
+      for (int64_t j = 0; j < my_items; ++j) {
+        const int64_t item = blockIdx.x + j * gridDim.x;
+        int64_t chunk, vtile;
+        ws_item_coords<Cfg>(item, a, chunk, vtile);
+        const int32_t v0 = static_cast<int32_t>(vtile * kBV), b0 = static_cast<int32_t>(chunk * kNB);
+        for (int kt = 0; kt < KT; ++kt) {
+          if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+          const uint32_t full = bar_full + 8 * slot;
+          mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
+          const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+          const int32_t k0 = kt * Cfg::kBK;
+#pragma unroll
+          for (int q = 0; q < 16; ++q) {
+            const int p = q >> 3, wi = (q >> 1) & 3, h = q & 1;
+            tma_load_2d(sw + (64 * p + 16 * wi + 8 * h) * 128, &maps.w, k0, v0 + 32 * wi + 2 * p + h, full);
+          }
+          tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps.h, k0, b0, full);
+          if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1u;
+            wrapped = true;
+          }
+        }
+      }
+      return;  // the copies complete on the mbarriers, which the consumers wait for
+    }
     // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
     // the same places as wgmma_tile_kernel's load_stage (permuted W rows, SW128 swizzle), with the
     // offsets worked out once: for o = r0 + 16 m, permuted_row_wg(o) = 64 ((r0 >> 1) & 1) +
@@ -252,7 +344,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
       ws_item_coords<Cfg>(item, a, chunk, vtile);
       const int64_t v0 = vtile * kBV + r0, b0 = chunk * kNB + r0;  // this thread's first rows
       // rows r0 + 16 m that exist: m < w_rows (W), m < h_rows (H)
-      const int w_rows = static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > 8 ? 8 : (V - v0 + 15) / 16);
+      constexpr int kWPasses = kBV / 16;
+      const int w_rows =
+          static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > kWPasses ? kWPasses : (V - v0 + 15) / 16);
       const int h_rows = static_cast<int>(b0 >= B ? 0 : (B - b0 + 15) / 16 > 8 ? 8 : (B - b0 + 15) / 16);
       const __nv_bfloat16* wsrc = static_cast<const __nv_bfloat16*>(a.weight) + (v0 < V ? v0 : 0) * D + c * 8;
       const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
@@ -266,8 +360,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
 #pragma unroll
         for (int m = 0; m < kBV / 16; ++m) {
           const bool ok = k_ok && m < w_rows;
-          cp_async16(sw + ((m & 1) ? wdst_odd : wdst_even) + (m >> 1) * 16 * 128,
-                     ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
+          // pass m of a 128-row half (m >> 3) at its permuted place in that half
+          const uint32_t dst =
+              sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
+          const void* src = ok ? static_cast<const void*>(pw + m * row_stride) : a.weight;
+          if constexpr (Cfg::kL2Prefetch) cp_async16_l2_256(dst, src, ok ? 16 : 0);
+          else cp_async16(dst, src, ok ? 16 : 0);
         }
 #pragma unroll
         for (int m = 0; m < kNB / 16; ++m) {
@@ -310,7 +408,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
 #pragma unroll
   for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;  // defined before any wgmma
 
-  for (int64_t j = cw; j < my_items; j += 2) {
+  constexpr int64_t kFirstItem = Cfg::kCoop ? 0 : 1, kItemStep = Cfg::kCoop ? 1 : 2;
+  // (kFirstItem is multiplied by cw: the ping-pong consumer c starts at local item c)
+  for (int64_t j = kFirstItem * cw; j < my_items; j += kItemStep) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     // First stage of the item and its slot / round parity.
     const int64_t p0 = j * KT;
@@ -318,12 +418,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
     uint32_t phase = static_cast<uint32_t>((p0 / kStages) & 1);
     int prev_slot = slot;
 
-    if (j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
+    if (!Cfg::kCoop && j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
 
     for (int kt = 0; kt < KT; ++kt) {
       mbar_wait(bar_full + 8 * slot, phase);
       fence_proxy_async_smem();
-      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+      // (cooperative: this consumer's half of the W tile)
+      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
       const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       wgmma_fence();
 #pragma unroll
@@ -336,7 +437,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer
       // may start item j + 1 (its stages follow these in the ring).
-      if (kt == KT - 1 && j + 1 < my_items) named_bar_arrive(kTurnBarrier + (1 - cw), 256);
+      if (!Cfg::kCoop && kt == KT - 1 && j + 1 < my_items) named_bar_arrive(kTurnBarrier + (1 - cw), 256);
       // The wgmmas of the previous k-slice have retired (at kt = 0 there is none in flight: the
       // previous item ended with wait_group 0): release its slot.
       wgmma_wait<1>();
@@ -355,7 +456,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
     // ---------------- epilogue of one work item (wgmma_tile_kernel's, one warpgroup) ----------
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
+    const int64_t v0 = vtile * kBV + (Cfg::kCoop ? cw * Cfg::kConsumerBV : 0), b0 = chunk * kNB;
     const int64_t vq = v0 + wi * 32 + 4 * g;  // this thread's vocabulary quad
 
     if constexpr (kEpi != Epi::kStore) {
@@ -389,49 +490,83 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
         bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
     }
 
+    // vocabulary vq + o with o = 2p + h: block p, accumulator row half h; column c = 2 nt + jj
+    // of this thread is batch column n = 8 nt + 2 t4 + jj.
+    if constexpr (kEpi == Epi::kSampleOne) {
+      // kEpiCols columns at a time (quads_update_pruned): same candidates, more independent work
+      // per instruction stream.
+      constexpr int K = Cfg::kEpiCols;
+      static_assert((2 * kNT) % K == 0, "columns per thread in groups of kEpiCols");
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+      for (int c0 = 0; c0 < 2 * kNT; c0 += K) {
+        float l[K][4], thr[K], bs[K];
+        uint32_t bk[K];
+        RowParams rp[K];
+        int64_t vend[K];
+        int nn[K];
 #pragma unroll
-      for (int jj = 0; jj < 2; ++jj) {
-        const int n = nt * 8 + t4 * 2 + jj;
-        const int64_t b = b0 + n;
-        const bool col_ok = b < B;
-        // vocabulary vq + o with o = 2p + h: block p, accumulator row half h
-        float l[4];
-        l[0] = acc0[nt * 4 + jj] + bias[0];
-        l[1] = acc0[nt * 4 + 2 + jj] + bias[1];
-        l[2] = acc1[nt * 4 + jj] + bias[2];
-        l[3] = acc1[nt * 4 + 2 + jj] + bias[3];
-        if constexpr (kEpi == Epi::kStore) {
-          if (col_ok) {
+        for (int k = 0; k < K; ++k) {
+          const int nt = (c0 + k) >> 1, jj = (c0 + k) & 1;
+          const int n = nt * 8 + t4 * 2 + jj;
+          const int64_t b = b0 + n;
+          nn[k] = n;
+          vend[k] = b < B ? V : 0;
+          l[k][0] = acc0[nt * 4 + jj] + bias[0];
+          l[k][1] = acc0[nt * 4 + 2 + jj] + bias[1];
+          l[k][2] = acc1[nt * 4 + jj] + bias[2];
+          l[k][3] = acc1[nt * 4 + 2 + jj] + bias[3];
+          rp[k].inv_temperature = row_inv_t[cw][n];
+          rp[k].greedy = row_greedy[cw][n] != 0;
+          rp[k].seed = row_seed[cw][n];
+          rp[k].offset = row_offset[cw][n];
+          rp[k].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+          // Threshold: the warp's running winner of this column over the chunk's earlier items
+          // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max over
+          // the 8 lanes' running winners, so the same exact pruning.
+          thr[k] = win_score_s[cw][wi][n];
+          bs[k] = -INFINITY;
+          bk[k] = kNoToken;
+        }
+        quads_update_pruned<K>(l, rp, 0u, vq, vend, thr, bs, bk);
+        warp_best_k<4, 16, K>(bs, bk);  // the 8 lanes (g) of each column
+        // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
+        // shuffles converge the warp but do not order shared memory (racecheck warned).
+        __syncwarp();
+        if (g == 0) {
 #pragma unroll
-            for (int o = 0; o < 4; ++o)
-              if (vq + o < V) a.logits[b * V + vq + o] = l[o];
-          }
-        } else {
-          RowParams rp;
-          rp.inv_temperature = row_inv_t[cw][n];
-          rp.greedy = row_greedy[cw][n] != 0;
-          rp.seed = row_seed[cw][n];
-          rp.offset = row_offset[cw][n];
-          rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-          if constexpr (kEpi == Epi::kSampleOne) {
-            // Threshold: the warp's running winner of this column over the chunk's earlier
-            // items (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's
-            // max over the 8 lanes' running winners, so the same exact pruning.
-            const float thr = win_score_s[cw][wi][n];
-            float bs = -INFINITY;
-            uint32_t bk = kNoToken;
-            quad_update_pruned(l, rp, 0u, vq, col_ok ? V : 0, thr, bs, bk);
-            warp_best<4, 16>(bs, bk);  // the 8 lanes (g) of this column
-            // Every lane's read of the running winner (above) before lane g = 0 replaces it: the
-            // shuffles converge the warp but do not order shared memory (racecheck warned).
-            __syncwarp();
-            if (g == 0 && candidate_better(bs, bk, thr, win_key_s[cw][wi][n])) {
-              win_score_s[cw][wi][n] = bs;
-              win_key_s[cw][wi][n] = bk;
+          for (int k = 0; k < K; ++k)
+            if (candidate_better(bs[k], bk[k], thr[k], win_key_s[cw][wi][nn[k]])) {
+              win_score_s[cw][wi][nn[k]] = bs[k];
+              win_key_s[cw][wi][nn[k]] = bk[k];
+            }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int n = nt * 8 + t4 * 2 + jj;
+          const int64_t b = b0 + n;
+          const bool col_ok = b < B;
+          float l[4];
+          l[0] = acc0[nt * 4 + jj] + bias[0];
+          l[1] = acc0[nt * 4 + 2 + jj] + bias[1];
+          l[2] = acc1[nt * 4 + jj] + bias[2];
+          l[3] = acc1[nt * 4 + 2 + jj] + bias[3];
+          if constexpr (kEpi == Epi::kStore) {
+            if (col_ok) {
+#pragma unroll
+              for (int o = 0; o < 4; ++o)
+                if (vq + o < V) a.logits[b * V + vq + o] = l[o];
             }
           } else {
+            RowParams rp;
+            rp.inv_temperature = row_inv_t[cw][n];
+            rp.greedy = row_greedy[cw][n] != 0;
+            rp.seed = row_seed[cw][n];
+            rp.offset = row_offset[cw][n];
+            rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
             for (int s = 0; s < a.num_samples; ++s) {
               float best_s;
               uint32_t best_k;
@@ -448,11 +583,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmAr
     // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
 
     if constexpr (kEpi == Epi::kSampleOne) {
-      // Flush when this consumer's next item (local j + 2) is another chunk, or there is none.
-      bool flush = j + 2 >= my_items;
+      // Flush when this consumer's next item (local j + kItemStep) is another chunk, or there is none.
+      bool flush = j + kItemStep >= my_items;
       if (!flush) {
         int64_t nchunk, nvtile;
-        ws_item_coords<Cfg>(item + 2 * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
+        ws_item_coords<Cfg>(item + kItemStep * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
         flush = nchunk != chunk;
       }
       if (flush) {  // uniform over the consumer warpgroup

@@ -431,6 +431,7 @@ struct Bench {
   char* wbase = nullptr;
   void* H = nullptr;
   float* T = nullptr;
+  float* T0 = nullptr;  // all zeros: every row greedy (no noise)
   uint64_t *seed = nullptr, *off = nullptr;
   int32_t* tok = nullptr;
   int32_t* status = nullptr;
@@ -447,6 +448,8 @@ struct Bench {
     std::vector<uint64_t> s(Bmax), o(Bmax, 7);
     for (int64_t b = 0; b < Bmax; ++b) s[b] = 1000 + b;
     CK(cudaMalloc(&T, Bmax * 4));
+    CK(cudaMalloc(&T0, Bmax * 4));
+    CK(cudaMemset(T0, 0, Bmax * 4));
     CK(cudaMalloc(&seed, Bmax * 8));
     CK(cudaMalloc(&off, Bmax * 8));
     CK(cudaMemcpy(T, t.data(), Bmax * 4, cudaMemcpyHostToDevice));
@@ -581,6 +584,12 @@ static void compare_wgmma_mma(Bench& bb, int64_t B) {
   fflush(stdout);
 }
 
+// WS_SECTIONS=v6,v8 (say) runs only those sections of the ws rows; unset runs them all.
+static bool ws_section(const char* name) {
+  const char* e = getenv("WS_SECTIONS");
+  return e == nullptr || strstr(e, name) != nullptr;
+}
+
 // ---- v5: warp-specialized ping-pong kernel (cuda/wgmma_ws.cuh), harness only ----------------
 // These helpers never exit on a CUDA error: they print it and return a failure, so a broken
 // configuration (launch refused, shared memory too large) costs its row, not the rest of the run.
@@ -665,6 +674,42 @@ static double time_ws(Bench& bb, int64_t B, int S = 1) {
     return ws_launch<Cfg>(a, S == 1 ? Epi::kSampleOne : Epi::kSampleMany);
   });
   ws_sticky("time_ws");
+  return us;
+}
+
+// The ws kernel's main loop alone, near enough: the kStore epilogue (fp32 logits to memory, no
+// noise) into one B x V buffer. Against time_ws it says what the sampling epilogue costs.
+template <class Cfg>
+static double time_ws_store(Bench& bb, int64_t B) {
+  using namespace cuda::detail;
+  static float* logits = nullptr;
+  if (logits == nullptr) CK(cudaMalloc(&logits, bb.Bmax * bb.V * 4));
+  if (!WS_SOFT(ws_raise_smem_limit<Cfg>())) return -1.0;
+  const double us = median_us_soft(50, [&](int i) -> cudaError_t {
+    SampleParams p = bb.params(B, 1, i);
+    GemmArgs a = gemm_args(p);
+    a.logits = logits;
+    return ws_launch<Cfg>(a, Epi::kStore);
+  });
+  ws_sticky("time_ws_store");
+  return us;
+}
+
+// time_ws with every row greedy (temperature 0): the sampling epilogue without any noise.
+template <class Cfg>
+static double time_ws_greedy(Bench& bb, int64_t B) {
+  using namespace cuda::detail;
+  if (!WS_SOFT(ws_raise_smem_limit<Cfg>())) return -1.0;
+  const double us = median_us_soft(50, [&](int i) -> cudaError_t {
+    SampleParams p = bb.params(B, 1, i);
+    p.temperature = bb.T0;
+    GemmArgs a = gemm_args(p);
+    a.winners = bb.winners;
+    const cudaError_t e = cudaMemsetAsync(bb.winners, 0, B * 8, 0);
+    if (e != cudaSuccess) return e;
+    return ws_launch<Cfg>(a, Epi::kSampleOne);
+  });
+  ws_sticky("time_ws_greedy");
   return us;
 }
 
@@ -822,9 +867,53 @@ static void check_ws_small(const Bench& bb, int64_t V, int64_t D, int64_t B, con
   CK(cudaFree(dBias));
 }
 
+// One variant, 20 calls at batch B on the bench inputs, nothing else: the target of an ncu run
+// (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws32, ws64, ws128.
+static int profile_variant(const std::string& name, int64_t B) {
+  using namespace cuda::detail;
+  Bench bb;
+  bb.init();
+  auto go = [&](auto launch) {
+    for (int i = 0; i < 20; ++i) {
+      SampleParams p = bb.params(B, 1, i);
+      GemmArgs a = gemm_args(p);
+      a.winners = bb.winners;
+      CK(cudaMemsetAsync(bb.winners, 0, B * 8, 0));
+      CK(launch(a));
+    }
+    CK(cudaDeviceSynchronize());
+    printf("profiled %s B=%lld\n", name.c_str(), (long long)B);
+    return 0;
+  };
+  raise_smem_limit<Tile8, false>();
+  if (name == "tile8") return go([](GemmArgs a) { return launch_mma<Tile8, false, Epi::kSampleOne, true>(a, 0); });
+  if (name == "wgtile16") return go([](GemmArgs a) { return launch_wgmma<WgTile16, false, Epi::kSampleOne>(a, 0); });
+  if (name == "wgtile32") return go([](GemmArgs a) { return launch_wgmma<WgTile32, false, Epi::kSampleOne>(a, 0); });
+  if (name == "wgtile64") return go([](GemmArgs a) { return launch_wgmma<WgTile64, false, Epi::kSampleOne>(a, 0); });
+  if (name == "ws16") return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true>, false, Epi::kSampleOne>(a, 0); });
+  if (name == "ws64") return go([](GemmArgs a) { return launch_ws<WsTile64, false, Epi::kSampleOne>(a, 0); });
+  if (name == "wst16") return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true, true>, false, Epi::kSampleOne>(a, 0); });
+  if (name == "wst64") return go([](GemmArgs a) { return launch_ws<WsTile<64, 9, true, true>, false, Epi::kSampleOne>(a, 0); });
+  if (name == "wst128") return go([](GemmArgs a) { return launch_ws<WsTile<128, 6, true, true>, false, Epi::kSampleOne>(a, 0); });
+  if (name == "ws128") return go([](GemmArgs a) { return launch_ws<WsTile128, false, Epi::kSampleOne>(a, 0); });
+  fprintf(stderr, "unknown variant %s\n", name.c_str());
+  return 2;
+}
+
 int main(int argc, char** argv) {
   g_threads = std::max(2u, std::thread::hardware_concurrency());
-  const bool skip_checks = argc > 1 && std::string(argv[1]) == "--bench-only";
+  // --bench-only: timings only; --ws-only: the warp-specialized rows only (checks and timings);
+  // --profile NAME B: NAME's kernel 20 times at batch B and nothing else (for ncu; see run.sh).
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool skip_checks = mode == "--bench-only" || mode == "--ws-only" || mode == "--profile";
+  const bool ws_only = mode == "--ws-only";
+  if (mode == "--profile") {
+    if (argc < 4) {
+      fprintf(stderr, "usage: harness --profile NAME B\n");
+      return 2;
+    }
+    return profile_variant(argv[2], atoll(argv[3]));
+  }
   if (argc > 1 && std::string(argv[1]) == "--probe") {
     int n = 0;
     CK(cudaGetDeviceCount(&n));
@@ -904,6 +993,7 @@ int main(int argc, char** argv) {
   printf("\n%-5s %-3s %10s %10s %8s | %12s %12s\n", "B", "S", "fused_us", "floor_us", "ratio", "refInv_us",
          "refGumbel_us");
   for (int64_t B : {1, 8, 32, 64, 128, 256}) {
+    if (ws_only) break;
     const double f = median_us(50, [&](int i) { CK(cuda::launch_fused_sample(bb.params(B, 1, i), 0)); });
     const double ri = median_us(20, [&](int i) {
       CK(cuda::launch_reference_sample(bb.params(B, 1, i), ReferenceMethod::kInverseCdf, 0));
@@ -916,6 +1006,7 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   for (int64_t B : {1, 64}) {
+    if (ws_only) break;
     const double f = median_us(50, [&](int i) { CK(cuda::launch_fused_sample(bb.params(B, 4, i), 0)); });
     printf("%-5lld %-3d %10.1f %10.1f %8.3f\n", (long long)B, 4, f, bb.floor_us(B), f / bb.floor_us(B));
   }
@@ -927,6 +1018,7 @@ int main(int argc, char** argv) {
     printf("  %-34s B=%-4lld %8.1f  %.3f\n", name, (long long)B, us, us / bb.floor_us(B));
     fflush(stdout);
   };
+  if (!ws_only) {
   // Balanced ranges (tile_rows) against classic tiles, llama3-8b and qwen3-8b vocabularies.
   for (int64_t vocab : {int64_t(128256), int64_t(151936)}) {
     const int64_t V0 = bb.V;
@@ -959,6 +1051,7 @@ int main(int argc, char** argv) {
   row("Tile128 <128,128,2x4w,4st> (v2)", 128, time_variant<Tile128>(bb, 128));
   row("<256,128,4x2w,3st>", 128, time_variant<MmaTile<256, 128, 4, 2, 3>>(bb, 128));
   row("<128,128,2x4w,3st>", 128, time_variant<MmaTile<128, 128, 2, 4, 3>>(bb, 128));
+  }  // !ws_only
   printf("\nwgmma (sm_90a) checks and variants:\n");
   // v5 first (cuda/wgmma_ws.cuh): a failing configuration prints a [ws] line and the run goes on.
   {
@@ -969,6 +1062,7 @@ int main(int argc, char** argv) {
     };
     using WsTile128Chunk = WsTile<128, 6, false>;  // wgmma_tile_kernel's item order
     using WsTile128S5 = WsTile<128, 5, true>;
+    if (ws_section("v5")) {
     printf("  v5 warp-specialized ping-pong (wgmma_ws_kernel) checks:\n");
     check_ws_small<WsTile128>(bb, 1000, 4096, 99, "ws<128,6st>");
     check_ws_small<WsTile128>(bb, 111, 64, 3, "ws<128,6st>");
@@ -993,11 +1087,13 @@ int main(int argc, char** argv) {
     ws_row("ws<128,6st> B=256 S=4", 256, time_ws<WsTile128>(bb, 256, 4));
     ws_row("ws<128,6st> B=64", 64, time_ws<WsTile128>(bb, 64));
     printf("  (production wgmma_tile for reference: WgTile128 B=128 and WgTile256 B=256 rows below)\n");
+    }  // section v5
     // v6 candidates (written 2026-11-30, not run yet): the ping-pong kernel with one chunk of
     // N <= 64 columns for B <= 64, with the ring as deep as shared memory allows (more bytes in
     // flight than the production tiles: 12 x 18 KB at N = 16 against 6 x 18 KB for WgTile16).
     using WsTile16 = WsTile<16, 12, true>;
     using WsTile32 = WsTile<32, 11, true>;
+    if (ws_section("v6")) {
     printf("  v6 candidates (ping-pong for B <= 64):\n");
     check_ws_small<WsTile16>(bb, 111, 64, 3, "ws<16,12st>");
     check_ws_small<WsTile16>(bb, 1000, 4096, 99, "ws<16,12st>");
@@ -1009,6 +1105,131 @@ int main(int argc, char** argv) {
     ws_row("ws<16,12st> B=16", 16, time_ws<WsTile16>(bb, 16));
     ws_row("ws<32,11st> B=32", 32, time_ws<WsTile32>(bb, 32));
     ws_row("ws<64,9st> B=64 (1 chunk)", 64, time_ws<WsTile64>(bb, 64));
+    }  // section v6
+    // v7: the same kernels with a one-thread TMA producer (WsTile<..., TMA = true>). Checks on odd
+    // shapes (partial vocabulary tile, padding columns, a k tail at D = 200) before any timing.
+    using WsT16 = WsTile<16, 12, true, true>;
+    using WsT32 = WsTile<32, 11, true, true>;
+    using WsT64 = WsTile<64, 9, true, true>;
+    using WsT128 = WsTile<128, 6, true, true>;
+    if (ws_section("v7")) {
+    printf("  v7 TMA producer checks:\n");
+    check_ws_small<WsT16>(bb, 111, 64, 3, "wsT<16,12st>");
+    check_ws_small<WsT16>(bb, 1000, 200, 99, "wsT<16,12st>");
+    check_ws_small<WsT64>(bb, 1000, 4096, 99, "wsT<64,9st>");
+    check_ws_small<WsT128>(bb, 32000, 256, 200, "wsT<128,6st>");
+    check_ws_small<WsT128>(bb, 111, 200, 3, "wsT<128,6st>");
+    compare_ws<WsT16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st>");
+    compare_ws<WsT16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st>");
+    compare_ws<WsT32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st>");
+    compare_ws<WsT64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st>");
+    compare_ws<WsT64, Tile128, WgTile128>(bb, 128, 1, "wsT<64,9st>");
+    compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st>");
+    compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st>");
+    printf("  v7 timings:\n");
+    ws_row("wsT<16,12st> B=1", 1, time_ws<WsT16>(bb, 1));
+    ws_row("wsT<16,12st> B=8", 8, time_ws<WsT16>(bb, 8));
+    ws_row("wsT<16,12st> B=16", 16, time_ws<WsT16>(bb, 16));
+    ws_row("wsT<32,11st> B=32", 32, time_ws<WsT32>(bb, 32));
+    ws_row("wsT<64,9st> B=64", 64, time_ws<WsT64>(bb, 64));
+    ws_row("wsT<64,9st> B=128", 128, time_ws<WsT64>(bb, 128));
+    ws_row("wsT<128,6st> B=128", 128, time_ws<WsT128>(bb, 128));
+    ws_row("wsT<64,9st> B=256", 256, time_ws<WsT64>(bb, 256));
+    ws_row("wsT<128,6st> B=256", 256, time_ws<WsT128>(bb, 256));
+    ws_row("wsT<128,6st> B=256 S=4", 256, time_ws<WsT128>(bb, 256, 4));
+    }  // section v7
+    // v8: the epilogue of K columns at a time (quads_update_pruned<K>); main loop alone (kStore).
+    using Ws64E2 = WsTile<64, 9, true, false, 2>;
+    using Ws64E4 = WsTile<64, 9, true, false, 4>;
+    using Ws128E2 = WsTile<128, 6, true, false, 2>;
+    using Ws128E4 = WsTile<128, 6, true, false, 4>;
+    using Ws16E4 = WsTile<16, 12, true, false, 4>;
+    using Ws32E4 = WsTile<32, 11, true, false, 4>;
+    if (ws_section("v8")) {
+    printf("  v8 epilogue K columns at a time: checks\n");
+    check_ws_small<Ws16E4>(bb, 111, 64, 3, "ws<16,12st,K4>");
+    check_ws_small<Ws64E4>(bb, 1000, 4096, 99, "ws<64,9st,K4>");
+    check_ws_small<Ws128E2>(bb, 32000, 256, 200, "ws<128,6st,K2>");
+    compare_ws<Ws16E4, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st,K4>");
+    compare_ws<Ws32E4, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,K4>");
+    compare_ws<Ws64E2, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,K2>");
+    compare_ws<Ws64E4, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,K4>");
+    compare_ws<Ws64E4, Tile128, WgTile256>(bb, 256, 1, "ws<64,9st,K4>");
+    compare_ws<Ws128E4, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,K4>");
+    printf("  v8 timings:\n");
+    ws_row("ws<64,9st> B=64 kStore", 64, time_ws_store<WsTile64>(bb, 64));
+    ws_row("ws<64,9st> B=128 kStore", 128, time_ws_store<WsTile64>(bb, 128));
+    ws_row("ws<64,9st> B=256 kStore", 256, time_ws_store<WsTile64>(bb, 256));
+    ws_row("ws<128,6st> B=128 kStore", 128, time_ws_store<WsTile128>(bb, 128));
+    ws_row("ws<128,6st> B=256 kStore", 256, time_ws_store<WsTile128>(bb, 256));
+    ws_row("ws<16,12st,K4> B=1", 1, time_ws<Ws16E4>(bb, 1));
+    ws_row("ws<16,12st,K4> B=16", 16, time_ws<Ws16E4>(bb, 16));
+    ws_row("ws<32,11st,K4> B=32", 32, time_ws<Ws32E4>(bb, 32));
+    ws_row("ws<64,9st,K2> B=64", 64, time_ws<Ws64E2>(bb, 64));
+    ws_row("ws<64,9st,K4> B=64", 64, time_ws<Ws64E4>(bb, 64));
+    ws_row("ws<64,9st,K2> B=128", 128, time_ws<Ws64E2>(bb, 128));
+    ws_row("ws<64,9st,K4> B=128", 128, time_ws<Ws64E4>(bb, 128));
+    ws_row("ws<128,6st,K2> B=128", 128, time_ws<Ws128E2>(bb, 128));
+    ws_row("ws<128,6st,K4> B=128", 128, time_ws<Ws128E4>(bb, 128));
+    ws_row("ws<64,9st,K2> B=256", 256, time_ws<Ws64E2>(bb, 256));
+    ws_row("ws<64,9st,K4> B=256", 256, time_ws<Ws64E4>(bb, 256));
+    ws_row("ws<128,6st,K2> B=256", 256, time_ws<Ws128E2>(bb, 256));
+    ws_row("ws<128,6st,K4> B=256", 256, time_ws<Ws128E4>(bb, 256));
+    }  // section v8
+    if (ws_section("v9")) {
+      // v9: L2 256-byte prefetch on the W copies; the epilogue without noise (greedy rows).
+      using Ws16P = WsTile<16, 12, true, false, 1, true>;
+      using Ws32P = WsTile<32, 11, true, false, 1, true>;
+      using Ws64P = WsTile<64, 9, true, false, 1, true>;
+      printf("  v9 checks:\n");
+      check_ws_small<Ws16P>(bb, 111, 64, 3, "ws<16,12st,L2pf>");
+      check_ws_small<Ws64P>(bb, 1000, 4096, 99, "ws<64,9st,L2pf>");
+      compare_ws<Ws16P, Tile8, WgTile16>(bb, 1, 1, "ws<16,12st,L2pf>");
+      compare_ws<Ws32P, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,L2pf>");
+      compare_ws<Ws64P, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,L2pf>");
+      printf("  v9 timings:\n");
+      ws_row("ws<16,12st,L2pf> B=1", 1, time_ws<Ws16P>(bb, 1));
+      ws_row("ws<16,12st,L2pf> B=16", 16, time_ws<Ws16P>(bb, 16));
+      ws_row("ws<32,11st,L2pf> B=32", 32, time_ws<Ws32P>(bb, 32));
+      ws_row("ws<64,9st,L2pf> B=64", 64, time_ws<Ws64P>(bb, 64));
+      ws_row("ws<64,9st,L2pf> B=128", 128, time_ws<Ws64P>(bb, 128));
+      ws_row("ws<64,9st,L2pf> B=256", 256, time_ws<Ws64P>(bb, 256));
+      ws_row("ws<64,9st> B=64 greedy", 64, time_ws_greedy<WsTile64>(bb, 64));
+      ws_row("ws<64,9st> B=128 greedy", 128, time_ws_greedy<WsTile64>(bb, 128));
+      ws_row("ws<64,9st> B=256 greedy", 256, time_ws_greedy<WsTile64>(bb, 256));
+      ws_row("ws<128,6st> B=128 greedy", 128, time_ws_greedy<WsTile128>(bb, 128));
+      ws_row("ws<128,6st> B=256 greedy", 256, time_ws_greedy<WsTile128>(bb, 256));
+    }  // section v9
+    if (ws_section("v10")) {
+      // v10: cooperative consumers on 256-row items (both consumers on the same stages).
+      using WsC128 = WsTile<128, 4, true, false, 1, false, true>;
+      using WsC64 = WsTile<64, 5, true, false, 1, false, true>;
+      printf("  v10 cooperative checks:\n");
+      check_ws_small<WsC128>(bb, 111, 64, 3, "wsC<128,4st>");
+      check_ws_small<WsC128>(bb, 1000, 4096, 99, "wsC<128,4st>");
+      check_ws_small<WsC128>(bb, 32000, 256, 200, "wsC<128,4st>");
+      check_ws_small<WsC64>(bb, 1000, 200, 99, "wsC<64,5st>");
+      compare_ws<WsC128, Tile128, WgTile128>(bb, 128, 1, "wsC<128,4st>");
+      compare_ws<WsC128, Tile128, WgTile256>(bb, 256, 1, "wsC<128,4st>");
+      compare_ws<WsC128, Tile128, WgTile256>(bb, 256, 4, "wsC<128,4st>");
+      compare_ws<WsC64, Tile64, WgTile64>(bb, 64, 1, "wsC<64,5st>");
+      compare_ws<WsC64, Tile128, WgTile256>(bb, 256, 1, "wsC<64,5st>");
+      printf("  v10 timings:\n");
+      ws_row("wsC<128,4st> B=128", 128, time_ws<WsC128>(bb, 128));
+      ws_row("wsC<128,4st> B=256", 256, time_ws<WsC128>(bb, 256));
+      ws_row("wsC<128,4st> B=128 kStore", 128, time_ws_store<WsC128>(bb, 128));
+      ws_row("wsC<128,4st> B=256 kStore", 256, time_ws_store<WsC128>(bb, 256));
+      ws_row("wsC<128,4st> B=256 S=4", 256, time_ws<WsC128>(bb, 256, 4));
+      ws_row("wsC<64,5st> B=64", 64, time_ws<WsC64>(bb, 64));
+      ws_row("wsC<64,5st> B=128", 128, time_ws<WsC64>(bb, 128));
+      ws_row("wsC<64,5st> B=256", 256, time_ws<WsC64>(bb, 256));
+      ws_row("ws<64,9st> B=128 (prod)", 128, time_ws<WsTile64>(bb, 128));
+      ws_row("ws<64,9st> B=256 (prod)", 256, time_ws<WsTile64>(bb, 256));
+    }  // section v10
+  }
+  if (ws_only) {
+    printf("done\n");
+    return 0;
   }
   compare_wgmma_mma<WgTile32, Tile32>(bb, 32);
   compare_wgmma_mma<WgTile64, Tile64>(bb, 64);
