@@ -147,7 +147,7 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
   memset(&maps, 0, sizeof maps);
   if constexpr (Cfg::kTma) {
     if (!encode_ws_maps<Cfg>(a, kF16, &maps)) {
-      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kEpiCols, Cfg::kL2Prefetch, Cfg::kCoop>;
+      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled, Cfg::kL2Prefetch, Cfg::kCoop>;
       return launch_persistent<Plain>(wgmma_ws_kernel<Plain, kF16, kEpi>, a, stream, maps);
     }
   }
@@ -179,23 +179,25 @@ inline bool wgmma_usable() {
 
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
-  // Batch tiling on compute capability 9.0, measured with harness run 9 (H200, llama3-8b, GEMM +
-  // sampling epilogue, read_stream 4.63 TB/s, winner words identical to mma.sync's and
-  // wgmma_tile's on the bench inputs; cuda/harness/NOTES.md): the warp-specialized ping-pong kernel
-  // (wgmma_ws.cuh) at every batch size, one chunk of the smallest N >= B up to 64:
-  //   B <= 16: WsTile16 255.7 us at B = 1, 257.7 at B = 16 (mma.sync Tile8 259-263 at B <= 8;
-  //            wgmma_tile WgTile16 281.4 at B = 16)
-  //   B <= 32: WsTile32 256.6 (WgTile32 309.6)
-  //   B <= 64: WsTile64 283.3 (WgTile64 382.3; WsTile128 in one half-empty chunk 423.1)
-  //   B > 64: WsTile64 in chunks of 64: B = 128 473.4 (WsTile128 510.2, WgTile128 630.7), B = 256
-  //           876.4 (WsTile128 938.1, WgTile256 1233.1)
+  // Batch tiling on compute capability 9.0, measured with harness runs 9-12 (H200, llama3-8b, GEMM +
+  // sampling epilogue, winner words identical to mma.sync's and wgmma_tile's on the bench inputs;
+  // cuda/harness/NOTES.md): the warp-specialized ping-pong kernel (wgmma_ws.cuh) at every batch size,
+  // its sampling epilogue rolled (kRolled: 44 KB of code instead of up to 316 KB), one chunk of the
+  // smallest N >= B up to 64, N = 128 chunks above:
+  //   B <= 16: WsTile16R 261.1 us at B = 1, 263.6 at B = 16 (run 12; mma.sync Tile8 259-263 at
+  //            B <= 8 and wgmma_tile WgTile16 281.4 at B = 16 in runs 8-9)
+  //   B <= 32: WsTile32R 263.2 (WgTile32 309.6)
+  //   B <= 64: WsTile64R 292.8 (WgTile64 382.3; WsTile128R in one half-empty chunk 360.5)
+  //   B > 64: WsTile128R: B = 128 447.2 (WsTile64 508.2, cooperative wsC<128,4,R> 462.9), B = 256
+  //           784.8 (WsTile64 979.0, wsC<128,4,R> 795.5)
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
   // balanced vocabulary ranges (tile_rows), one per CTA.
   if (wgmma_usable()) {
-    if (a.batch <= 16) return launch_ws<WsTile16, kF16, kEpi>(a, stream);
-    if (a.batch <= 32) return launch_ws<WsTile32, kF16, kEpi>(a, stream);
-    return launch_ws<WsTile64, kF16, kEpi>(a, stream);
+    if (a.batch <= 16) return launch_ws<WsTile16R, kF16, kEpi>(a, stream);
+    if (a.batch <= 32) return launch_ws<WsTile32R, kF16, kEpi>(a, stream);
+    if (a.batch <= 64) return launch_ws<WsTile64R, kF16, kEpi>(a, stream);
+    return launch_ws<WsTile128R, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);

@@ -188,9 +188,10 @@ __device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const Ro
 
 // K independent quad_update_pruned calls at once: quad k is row k's (its own params, bound, running
 // best), all at the same vocabulary quad vq. The same candidates and comparisons as K calls in
-// turn (rows never interact), but one branch for the K Philox calls instead of K, so their
-// dependent multiply chains interleave: the ping-pong epilogue runs on one warp per scheduler,
-// where a lone chain leaves the scheduler idle. A Philox whose quad needs none is discarded.
+// turn (rows never interact), with one branch for the K Philox calls (a Philox whose quad needs
+// none is discarded). The ping-pong epilogue calls it for the two columns of an n8 group. (Written
+// to interleave the Philox chains; harness run 10 measured K = 2 / 4 no faster than K = 1: the
+// epilogue was bound by its code size, not by dependent chains.)
 // Every lane of the warp must call this (it uses __any_sync).
 template <int K>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],

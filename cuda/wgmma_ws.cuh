@@ -1,8 +1,11 @@
 // Warp-specialized, ping-pong variant of wgmma_tile_kernel (sm_90a, v5): the fused sampling
 // epilogue of one work item runs while the other consumer warpgroup's wgmmas run. The library's
-// kernel for B > 64 on compute capability 9.0 (gemm_dispatch.cuh); harness run 8 (H200, llama3-8b):
-// B = 128 480.6 us (WsTile64) vs 630.7 for wgmma_tile_kernel, B = 256 913.5 vs 1233.1, winners and
-// stored logits identical to the other kernels (cuda/harness/NOTES.md).
+// kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh; harness runs 8-12 in
+// cuda/harness/NOTES.md: winners and stored logits identical to the other kernels). Options, each
+// measured there: kRolled (the epilogue as a rolled loop: the production tiles), kTma (a one-thread
+// TMA producer: slower, harness only), kL2Prefetch (slower, harness only), kCoop (cooperative
+// consumers on 256-row items: the fastest main loop, but the epilogue no longer overlaps; harness
+// only).
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
 // wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
@@ -86,14 +89,18 @@ namespace detail {
 // same permuted, swizzled layout (16 copies of 8 rows with a traversal stride of 4 rows, see the
 // producer), so the consumers are unchanged. Needs the tensor maps of WsTensorMaps (D % 8 == 0,
 // 16-byte aligned W and H, V and B below 2^31: the coordinates are int32).
-// kEpiCols: batch columns whose sampling epilogue one thread runs together (quads_update_pruned).
+// kRolled: the kSampleOne epilogue as a rolled loop over the n8 column groups (the accumulators
+// rotated down by one group per trip) instead of fully unrolled: one copy of the epilogue code
+// instead of N / 8. Unrolled, the kernel's code is 170 KB at N = 64 and 316 KB at N = 128 (readelf
+// of the sm_90a cubin), far beyond the instruction caches, and the epilogue ran ~25x slower than its
+// instruction count (harness runs 10-11: even with no noise at all, greedy rows).
 // kL2Prefetch: the W copies ask the L2 for 256-byte blocks (cp_async16_l2_256).
 // kCoop (v10): cooperative instead of ping-pong. An item is 256 vocabulary rows x N columns; both
 // consumers run its K loop at the same time on the same stages, consumer c on vocabulary rows
 // 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
 // Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
 // harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
-template <int N, int STAGES, bool VMAJOR = true, bool TMA = false, int EPI_COLS = 1, bool L2PF = false,
+template <int N, int STAGES, bool VMAJOR = true, bool TMA = false, bool ROLLED = false, bool L2PF = false,
           bool COOP = false>
 struct WsTile {
   static constexpr bool kTma = TMA;
@@ -101,7 +108,7 @@ struct WsTile {
   static constexpr bool kCoop = COOP;
   static_assert(!(TMA && COOP), "the cooperative variant has the cp.async producer only");
   static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
-  static constexpr int kEpiCols = EPI_COLS;
+  static constexpr bool kRolled = ROLLED;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
   static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
   static constexpr int kConsumerBV = 128;      // vocabulary rows per consumer tile
@@ -145,6 +152,11 @@ using WsTile64 = WsTile<64, 9, true>;
 // W streamed once with 192+ KB in flight per SM (harness run 9).
 using WsTile16 = WsTile<16, 12, true>;
 using WsTile32 = WsTile<32, 11, true>;
+// The same tiles with the rolled sampling epilogue (kRolled; harness run 12).
+using WsTile16R = WsTile<16, 12, true, false, true>;
+using WsTile32R = WsTile<32, 11, true, false, true>;
+using WsTile64R = WsTile<64, 9, true, false, true>;
+using WsTile128R = WsTile<128, 6, true, false, true>;
 
 // TMA variants: W as [V, D] with a box of 32 rows x 64 elements traversed with a row stride of 4
 // (8 rows per copy), H as [B, D] with a box of N rows x 64; both SW128-swizzled (the layout the
@@ -493,87 +505,114 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // vocabulary vq + o with o = 2p + h: block p, accumulator row half h; column c = 2 nt + jj
     // of this thread is batch column n = 8 nt + 2 t4 + jj.
     if constexpr (kEpi == Epi::kSampleOne) {
-      // kEpiCols columns at a time (quads_update_pruned): same candidates, more independent work
-      // per instruction stream.
-      constexpr int K = Cfg::kEpiCols;
-      static_assert((2 * kNT) % K == 0, "columns per thread in groups of kEpiCols");
+      // Per n8 group: its two columns (jj = 0, 1) together (quads_update_pruned<2>: one branch for
+      // both Philox calls). Rolled (kRolled): group nt's accumulators are always at the front of
+      // acc0 / acc1, the rest rotated down by 4 after each trip (compile-time register indices
+      // either way; the rotation is 2 (kAcc - 4) register moves per trip).
 #pragma unroll
-      for (int c0 = 0; c0 < 2 * kNT; c0 += K) {
-        float l[K][4], thr[K], bs[K];
-        uint32_t bk[K];
-        RowParams rp[K];
-        int64_t vend[K];
-        int nn[K];
+      for (int nt0 = 0; nt0 < (Cfg::kRolled ? 1 : kNT); ++nt0) {
+#pragma unroll 1
+        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); ++nt) {
+          const int e0 = Cfg::kRolled ? 0 : nt0 * 4;  // compile-time: this group's first accumulator
+          float l[2][4], thr[2], bs[2];
+          uint32_t bk[2];
+          RowParams rp[2];
+          int64_t vend[2];
+          int nn[2];
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const int nt = (c0 + k) >> 1, jj = (c0 + k) & 1;
-          const int n = nt * 8 + t4 * 2 + jj;
-          const int64_t b = b0 + n;
-          nn[k] = n;
-          vend[k] = b < B ? V : 0;
-          l[k][0] = acc0[nt * 4 + jj] + bias[0];
-          l[k][1] = acc0[nt * 4 + 2 + jj] + bias[1];
-          l[k][2] = acc1[nt * 4 + jj] + bias[2];
-          l[k][3] = acc1[nt * 4 + 2 + jj] + bias[3];
-          rp[k].inv_temperature = row_inv_t[cw][n];
-          rp[k].greedy = row_greedy[cw][n] != 0;
-          rp[k].seed = row_seed[cw][n];
-          rp[k].offset = row_offset[cw][n];
-          rp[k].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-          // Threshold: the warp's running winner of this column over the chunk's earlier items
-          // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max over
-          // the 8 lanes' running winners, so the same exact pruning.
-          thr[k] = win_score_s[cw][wi][n];
-          bs[k] = -INFINITY;
-          bk[k] = kNoToken;
-        }
-        quads_update_pruned<K>(l, rp, 0u, vq, vend, thr, bs, bk);
-        warp_best_k<4, 16, K>(bs, bk);  // the 8 lanes (g) of each column
-        // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
-        // shuffles converge the warp but do not order shared memory (racecheck warned).
-        __syncwarp();
-        if (g == 0) {
+          for (int jj = 0; jj < 2; ++jj) {
+            const int n = nt * 8 + t4 * 2 + jj;
+            const int64_t b = b0 + n;
+            nn[jj] = n;
+            vend[jj] = b < B ? V : 0;
+            l[jj][0] = acc0[e0 + jj] + bias[0];
+            l[jj][1] = acc0[e0 + 2 + jj] + bias[1];
+            l[jj][2] = acc1[e0 + jj] + bias[2];
+            l[jj][3] = acc1[e0 + 2 + jj] + bias[3];
+            rp[jj].inv_temperature = row_inv_t[cw][n];
+            rp[jj].greedy = row_greedy[cw][n] != 0;
+            rp[jj].seed = row_seed[cw][n];
+            rp[jj].offset = row_offset[cw][n];
+            rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+            // Threshold: the warp's running winner of this column over the chunk's earlier items
+            // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
+            // over the 8 lanes' running winners, so the same exact pruning.
+            thr[jj] = win_score_s[cw][wi][n];
+            bs[jj] = -INFINITY;
+            bk[jj] = kNoToken;
+          }
+          if constexpr (Cfg::kRolled) {
 #pragma unroll
-          for (int k = 0; k < K; ++k)
-            if (candidate_better(bs[k], bk[k], thr[k], win_key_s[cw][wi][nn[k]])) {
-              win_score_s[cw][wi][nn[k]] = bs[k];
-              win_key_s[cw][wi][nn[k]] = bk[k];
+            for (int e = 0; e + 4 < kAcc; ++e) {
+              acc0[e] = acc0[e + 4];
+              acc1[e] = acc1[e + 4];
             }
+          }
+          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
+          warp_best_k<4, 16, 2>(bs, bk);  // the 8 lanes (g) of each column
+          // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
+          // shuffles converge the warp but do not order shared memory (racecheck warned).
+          __syncwarp();
+          if (g == 0) {
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj)
+              if (candidate_better(bs[jj], bk[jj], thr[jj], win_key_s[cw][wi][nn[jj]])) {
+                win_score_s[cw][wi][nn[jj]] = bs[jj];
+                win_key_s[cw][wi][nn[jj]] = bk[jj];
+              }
+          }
         }
       }
     } else {
+      // kStore, kSampleMany: rolled like kSampleOne's when kRolled and sampling (kStore's code is
+      // small; its unrolled stores stay).
+      constexpr bool kRoll = Cfg::kRolled && kEpi == Epi::kSampleMany;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
+      for (int nt0 = 0; nt0 < (kRoll ? 1 : kNT); ++nt0) {
+#pragma unroll 1
+        for (int nt = nt0; nt < (kRoll ? kNT : nt0 + 1); ++nt) {
+          const int e0 = kRoll ? 0 : nt0 * 4;
+          float l[2][4];
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-          const int n = nt * 8 + t4 * 2 + jj;
-          const int64_t b = b0 + n;
-          const bool col_ok = b < B;
-          float l[4];
-          l[0] = acc0[nt * 4 + jj] + bias[0];
-          l[1] = acc0[nt * 4 + 2 + jj] + bias[1];
-          l[2] = acc1[nt * 4 + jj] + bias[2];
-          l[3] = acc1[nt * 4 + 2 + jj] + bias[3];
-          if constexpr (kEpi == Epi::kStore) {
-            if (col_ok) {
+          for (int jj = 0; jj < 2; ++jj) {
+            l[jj][0] = acc0[e0 + jj] + bias[0];
+            l[jj][1] = acc0[e0 + 2 + jj] + bias[1];
+            l[jj][2] = acc1[e0 + jj] + bias[2];
+            l[jj][3] = acc1[e0 + 2 + jj] + bias[3];
+          }
+          if constexpr (kRoll) {
 #pragma unroll
-              for (int o = 0; o < 4; ++o)
-                if (vq + o < V) a.logits[b * V + vq + o] = l[o];
+            for (int e = 0; e + 4 < kAcc; ++e) {
+              acc0[e] = acc0[e + 4];
+              acc1[e] = acc1[e + 4];
             }
-          } else {
-            RowParams rp;
-            rp.inv_temperature = row_inv_t[cw][n];
-            rp.greedy = row_greedy[cw][n] != 0;
-            rp.seed = row_seed[cw][n];
-            rp.offset = row_offset[cw][n];
-            rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-            for (int s = 0; s < a.num_samples; ++s) {
-              float best_s;
-              uint32_t best_k;
-              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
-              warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
-              if (g == 0 && col_ok && best_k != kNoToken)
-                atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+          }
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            const int n = nt * 8 + t4 * 2 + jj;
+            const int64_t b = b0 + n;
+            const bool col_ok = b < B;
+            if constexpr (kEpi == Epi::kStore) {
+              if (col_ok) {
+#pragma unroll
+                for (int o = 0; o < 4; ++o)
+                  if (vq + o < V) a.logits[b * V + vq + o] = l[jj][o];
+              }
+            } else {
+              RowParams rp;
+              rp.inv_temperature = row_inv_t[cw][n];
+              rp.greedy = row_greedy[cw][n] != 0;
+              rp.seed = row_seed[cw][n];
+              rp.offset = row_offset[cw][n];
+              rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+              for (int s = 0; s < a.num_samples; ++s) {
+                float best_s;
+                uint32_t best_k;
+                best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
+                warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
+                if (g == 0 && col_ok && best_k != kNoToken)
+                  atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+              }
             }
           }
         }

@@ -1139,93 +1139,65 @@ int main(int argc, char** argv) {
     ws_row("wsT<128,6st> B=256 S=4", 256, time_ws<WsT128>(bb, 256, 4));
     }  // section v7
     // v8: the epilogue of K columns at a time (quads_update_pruned<K>); main loop alone (kStore).
-    using Ws64E2 = WsTile<64, 9, true, false, 2>;
-    using Ws64E4 = WsTile<64, 9, true, false, 4>;
-    using Ws128E2 = WsTile<128, 6, true, false, 2>;
-    using Ws128E4 = WsTile<128, 6, true, false, 4>;
-    using Ws16E4 = WsTile<16, 12, true, false, 4>;
-    using Ws32E4 = WsTile<32, 11, true, false, 4>;
-    if (ws_section("v8")) {
-    printf("  v8 epilogue K columns at a time: checks\n");
-    check_ws_small<Ws16E4>(bb, 111, 64, 3, "ws<16,12st,K4>");
-    check_ws_small<Ws64E4>(bb, 1000, 4096, 99, "ws<64,9st,K4>");
-    check_ws_small<Ws128E2>(bb, 32000, 256, 200, "ws<128,6st,K2>");
-    compare_ws<Ws16E4, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st,K4>");
-    compare_ws<Ws32E4, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,K4>");
-    compare_ws<Ws64E2, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,K2>");
-    compare_ws<Ws64E4, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,K4>");
-    compare_ws<Ws64E4, Tile128, WgTile256>(bb, 256, 1, "ws<64,9st,K4>");
-    compare_ws<Ws128E4, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,K4>");
-    printf("  v8 timings:\n");
-    ws_row("ws<64,9st> B=64 kStore", 64, time_ws_store<WsTile64>(bb, 64));
-    ws_row("ws<64,9st> B=128 kStore", 128, time_ws_store<WsTile64>(bb, 128));
-    ws_row("ws<64,9st> B=256 kStore", 256, time_ws_store<WsTile64>(bb, 256));
-    ws_row("ws<128,6st> B=128 kStore", 128, time_ws_store<WsTile128>(bb, 128));
-    ws_row("ws<128,6st> B=256 kStore", 256, time_ws_store<WsTile128>(bb, 256));
-    ws_row("ws<16,12st,K4> B=1", 1, time_ws<Ws16E4>(bb, 1));
-    ws_row("ws<16,12st,K4> B=16", 16, time_ws<Ws16E4>(bb, 16));
-    ws_row("ws<32,11st,K4> B=32", 32, time_ws<Ws32E4>(bb, 32));
-    ws_row("ws<64,9st,K2> B=64", 64, time_ws<Ws64E2>(bb, 64));
-    ws_row("ws<64,9st,K4> B=64", 64, time_ws<Ws64E4>(bb, 64));
-    ws_row("ws<64,9st,K2> B=128", 128, time_ws<Ws64E2>(bb, 128));
-    ws_row("ws<64,9st,K4> B=128", 128, time_ws<Ws64E4>(bb, 128));
-    ws_row("ws<128,6st,K2> B=128", 128, time_ws<Ws128E2>(bb, 128));
-    ws_row("ws<128,6st,K4> B=128", 128, time_ws<Ws128E4>(bb, 128));
-    ws_row("ws<64,9st,K2> B=256", 256, time_ws<Ws64E2>(bb, 256));
-    ws_row("ws<64,9st,K4> B=256", 256, time_ws<Ws64E4>(bb, 256));
-    ws_row("ws<128,6st,K2> B=256", 256, time_ws<Ws128E2>(bb, 256));
-    ws_row("ws<128,6st,K4> B=256", 256, time_ws<Ws128E4>(bb, 256));
-    }  // section v8
-    if (ws_section("v9")) {
-      // v9: L2 256-byte prefetch on the W copies; the epilogue without noise (greedy rows).
-      using Ws16P = WsTile<16, 12, true, false, 1, true>;
-      using Ws32P = WsTile<32, 11, true, false, 1, true>;
-      using Ws64P = WsTile<64, 9, true, false, 1, true>;
-      printf("  v9 checks:\n");
-      check_ws_small<Ws16P>(bb, 111, 64, 3, "ws<16,12st,L2pf>");
-      check_ws_small<Ws64P>(bb, 1000, 4096, 99, "ws<64,9st,L2pf>");
-      compare_ws<Ws16P, Tile8, WgTile16>(bb, 1, 1, "ws<16,12st,L2pf>");
-      compare_ws<Ws32P, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,L2pf>");
-      compare_ws<Ws64P, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,L2pf>");
-      printf("  v9 timings:\n");
-      ws_row("ws<16,12st,L2pf> B=1", 1, time_ws<Ws16P>(bb, 1));
-      ws_row("ws<16,12st,L2pf> B=16", 16, time_ws<Ws16P>(bb, 16));
-      ws_row("ws<32,11st,L2pf> B=32", 32, time_ws<Ws32P>(bb, 32));
-      ws_row("ws<64,9st,L2pf> B=64", 64, time_ws<Ws64P>(bb, 64));
-      ws_row("ws<64,9st,L2pf> B=128", 128, time_ws<Ws64P>(bb, 128));
-      ws_row("ws<64,9st,L2pf> B=256", 256, time_ws<Ws64P>(bb, 256));
-      ws_row("ws<64,9st> B=64 greedy", 64, time_ws_greedy<WsTile64>(bb, 64));
-      ws_row("ws<64,9st> B=128 greedy", 128, time_ws_greedy<WsTile64>(bb, 128));
-      ws_row("ws<64,9st> B=256 greedy", 256, time_ws_greedy<WsTile64>(bb, 256));
-      ws_row("ws<128,6st> B=128 greedy", 128, time_ws_greedy<WsTile128>(bb, 128));
-      ws_row("ws<128,6st> B=256 greedy", 256, time_ws_greedy<WsTile128>(bb, 256));
-    }  // section v9
-    if (ws_section("v10")) {
-      // v10: cooperative consumers on 256-row items (both consumers on the same stages).
-      using WsC128 = WsTile<128, 4, true, false, 1, false, true>;
-      using WsC64 = WsTile<64, 5, true, false, 1, false, true>;
-      printf("  v10 cooperative checks:\n");
-      check_ws_small<WsC128>(bb, 111, 64, 3, "wsC<128,4st>");
-      check_ws_small<WsC128>(bb, 1000, 4096, 99, "wsC<128,4st>");
+    // v8 (epilogue K columns at a time), v9 (L2 256-byte prefetch; greedy rows) and v10 (cooperative
+    // consumers, unrolled epilogue): rows in runs 10-11 (NOTES.md); v8's K became the jj pair of
+    // the epilogue, v9's L2 prefetch a WsTile option.
+    if (ws_section("v11")) {
+      // v11: the kSampleOne epilogue rolled (one copy of its code), ping-pong and cooperative.
+      using Ws16R = WsTile<16, 12, true, false, true>;
+      using Ws32R = WsTile<32, 11, true, false, true>;
+      using Ws64R = WsTile<64, 9, true, false, true>;
+      using Ws128R = WsTile<128, 6, true, false, true>;
+      using WsC128 = WsTile<128, 4, true, false, false, false, true>;
+      using WsC128R = WsTile<128, 4, true, false, true, false, true>;
+      using WsC64R = WsTile<64, 5, true, false, true, false, true>;
+      printf("  v11 checks (rolled epilogue; cooperative):\n");
+      check_ws_small<Ws16R>(bb, 111, 64, 3, "ws<16,12st,R>");
+      check_ws_small<Ws16R>(bb, 1000, 4096, 99, "ws<16,12st,R>");
+      check_ws_small<Ws128R>(bb, 32000, 256, 200, "ws<128,6st,R>");
+      check_ws_small<Ws128R>(bb, 111, 64, 3, "ws<128,6st,R>");
+      check_ws_small<WsC128R>(bb, 1000, 4096, 99, "wsC<128,4st,R>");
+      check_ws_small<WsC128R>(bb, 111, 200, 3, "wsC<128,4st,R>");
       check_ws_small<WsC128>(bb, 32000, 256, 200, "wsC<128,4st>");
-      check_ws_small<WsC64>(bb, 1000, 200, 99, "wsC<64,5st>");
-      compare_ws<WsC128, Tile128, WgTile128>(bb, 128, 1, "wsC<128,4st>");
+      check_ws_small<WsC64R>(bb, 32000, 256, 200, "wsC<64,5st,R>");
+      compare_ws<Ws16R, Tile8, WgTile16>(bb, 1, 1, "ws<16,12st,R>");
+      compare_ws<Ws16R, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st,R>");
+      compare_ws<Ws32R, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,R>");
+      compare_ws<Ws64R, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,R>");
+      compare_ws<Ws64R, Tile128, WgTile128>(bb, 128, 1, "ws<64,9st,R>");
+      compare_ws<Ws128R, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st,R>");
+      compare_ws<Ws128R, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,R>");
+      compare_ws<Ws128R, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st,R>");
+      compare_ws<WsC128R, Tile128, WgTile128>(bb, 128, 1, "wsC<128,4st,R>");
+      compare_ws<WsC128R, Tile128, WgTile256>(bb, 256, 1, "wsC<128,4st,R>");
       compare_ws<WsC128, Tile128, WgTile256>(bb, 256, 1, "wsC<128,4st>");
-      compare_ws<WsC128, Tile128, WgTile256>(bb, 256, 4, "wsC<128,4st>");
-      compare_ws<WsC64, Tile64, WgTile64>(bb, 64, 1, "wsC<64,5st>");
-      compare_ws<WsC64, Tile128, WgTile256>(bb, 256, 1, "wsC<64,5st>");
-      printf("  v10 timings:\n");
+      compare_ws<WsC64R, Tile128, WgTile256>(bb, 256, 1, "wsC<64,5st,R>");
+      printf("  v11 timings:\n");
+      ws_row("ws<16,12st> B=1 (prod, jj pairs)", 1, time_ws<WsTile16>(bb, 1));
+      ws_row("ws<16,12st,R> B=1", 1, time_ws<Ws16R>(bb, 1));
+      ws_row("ws<16,12st,R> B=8", 8, time_ws<Ws16R>(bb, 8));
+      ws_row("ws<16,12st,R> B=16", 16, time_ws<Ws16R>(bb, 16));
+      ws_row("ws<32,11st,R> B=32", 32, time_ws<Ws32R>(bb, 32));
+      ws_row("ws<64,9st> B=64 (prod, jj pairs)", 64, time_ws<WsTile64>(bb, 64));
+      ws_row("ws<64,9st,R> B=64", 64, time_ws<Ws64R>(bb, 64));
+      ws_row("ws<128,6st,R> B=64", 64, time_ws<Ws128R>(bb, 64));
+      ws_row("wsC<64,5st,R> B=64", 64, time_ws<WsC64R>(bb, 64));
+      ws_row("ws<64,9st> B=128 (prod, jj pairs)", 128, time_ws<WsTile64>(bb, 128));
+      ws_row("ws<64,9st,R> B=128", 128, time_ws<Ws64R>(bb, 128));
+      ws_row("ws<128,6st,R> B=128", 128, time_ws<Ws128R>(bb, 128));
+      ws_row("ws<128,6st,R> B=128 greedy", 128, time_ws_greedy<Ws128R>(bb, 128));
       ws_row("wsC<128,4st> B=128", 128, time_ws<WsC128>(bb, 128));
-      ws_row("wsC<128,4st> B=256", 256, time_ws<WsC128>(bb, 256));
+      ws_row("wsC<128,4st,R> B=128", 128, time_ws<WsC128R>(bb, 128));
       ws_row("wsC<128,4st> B=128 kStore", 128, time_ws_store<WsC128>(bb, 128));
+      ws_row("wsC<64,5st,R> B=128", 128, time_ws<WsC64R>(bb, 128));
+      ws_row("ws<64,9st> B=256 (prod, jj pairs)", 256, time_ws<WsTile64>(bb, 256));
+      ws_row("ws<64,9st,R> B=256", 256, time_ws<Ws64R>(bb, 256));
+      ws_row("ws<128,6st,R> B=256", 256, time_ws<Ws128R>(bb, 256));
+      ws_row("wsC<128,4st> B=256", 256, time_ws<WsC128>(bb, 256));
+      ws_row("wsC<128,4st,R> B=256", 256, time_ws<WsC128R>(bb, 256));
       ws_row("wsC<128,4st> B=256 kStore", 256, time_ws_store<WsC128>(bb, 256));
-      ws_row("wsC<128,4st> B=256 S=4", 256, time_ws<WsC128>(bb, 256, 4));
-      ws_row("wsC<64,5st> B=64", 64, time_ws<WsC64>(bb, 64));
-      ws_row("wsC<64,5st> B=128", 128, time_ws<WsC64>(bb, 128));
-      ws_row("wsC<64,5st> B=256", 256, time_ws<WsC64>(bb, 256));
-      ws_row("ws<64,9st> B=128 (prod)", 128, time_ws<WsTile64>(bb, 128));
-      ws_row("ws<64,9st> B=256 (prod)", 256, time_ws<WsTile64>(bb, 256));
-    }  // section v10
+      ws_row("wsC<64,5st,R> B=256", 256, time_ws<WsC64R>(bb, 256));
+    }  // section v11
   }
   if (ws_only) {
     printf("done\n");
