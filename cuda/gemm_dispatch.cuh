@@ -147,7 +147,7 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
   memset(&maps, 0, sizeof maps);
   if constexpr (Cfg::kTma) {
     if (!encode_ws_maps<Cfg>(a, kF16, &maps)) {
-      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled, Cfg::kL2Prefetch, Cfg::kCoop>;
+      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled, Cfg::kL2Prefetch, Cfg::kCoop, Cfg::kKBlocks>;
       return launch_persistent<Plain>(wgmma_ws_kernel<Plain, kF16, kEpi>, a, stream, maps);
     }
   }

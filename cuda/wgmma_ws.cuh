@@ -100,9 +100,13 @@ namespace detail {
 // 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
 // Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
 // harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
+// KB (v12): k-blocks of 64 per stage: each stage reads KB x 128 contiguous bytes of every W row
+// (one SW128 sub-tile per k-block, the consumer's wgmmas walk them in order).
 template <int N, int STAGES, bool VMAJOR = true, bool TMA = false, bool ROLLED = false, bool L2PF = false,
-          bool COOP = false>
+          bool COOP = false, int KB = 1>
 struct WsTile {
+  static constexpr int kKBlocks = KB;
+  static_assert(KB >= 1 && (!TMA || KB == 1), "k-blocks per stage; the TMA producer has one");
   static constexpr bool kTma = TMA;
   static constexpr bool kL2Prefetch = L2PF;
   static constexpr bool kCoop = COOP;
@@ -113,15 +117,17 @@ struct WsTile {
   static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
   static constexpr int kConsumerBV = 128;      // vocabulary rows per consumer tile
   static constexpr int kNB = N;  // batch columns per chunk = wgmma N of each consumer
-  static constexpr int kBK = 64;
+  static constexpr int kBK = 64 * KB;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kNT = N / 8;   // n8 column groups
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr bool kVtileMajor = VMAJOR;
-  static constexpr int kWStageBytes = kBV * 128;
-  static constexpr int kHStageBytes = kNB * 128;
+  static constexpr int kWBlockBytes = kBV * 128;  // one k-block of 64 of the W tile
+  static constexpr int kHBlockBytes = kNB * 128;
+  static constexpr int kWStageBytes = kWBlockBytes * KB;
+  static constexpr int kHStageBytes = kHBlockBytes * KB;
   static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
   // ring (1024-byte aligned) + full[] and empty[] mbarriers + 1024 for aligning the dynamic base
   static constexpr int kSmemBytes = kRingBytes + 2 * STAGES * 8 + 1024;
@@ -364,26 +370,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
       for (int kt = 0; kt < KT; ++kt) {
         if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
-        const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
-        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
-        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
-        const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
-        const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
 #pragma unroll
-        for (int m = 0; m < kBV / 16; ++m) {
-          const bool ok = k_ok && m < w_rows;
-          // pass m of a 128-row half (m >> 3) at its permuted place in that half
-          const uint32_t dst =
-              sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
-          const void* src = ok ? static_cast<const void*>(pw + m * row_stride) : a.weight;
-          if constexpr (Cfg::kL2Prefetch) cp_async16_l2_256(dst, src, ok ? 16 : 0);
-          else cp_async16(dst, src, ok ? 16 : 0);
-        }
+        for (int kb = 0; kb < Cfg::kKBlocks; ++kb) {
+          const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + kb * 64 + c * 8 < D;
+          const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + kb * Cfg::kWBlockBytes;
+          const uint32_t sh = smem_h + slot * Cfg::kHStageBytes + kb * Cfg::kHBlockBytes;
+          const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK + kb * 64;
+          const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK + kb * 64;
 #pragma unroll
-        for (int m = 0; m < kNB / 16; ++m) {
-          const bool ok = k_ok && m < h_rows;
-          cp_async16(sh + hdst + m * 16 * 128,
-                     ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
+          for (int m = 0; m < kBV / 16; ++m) {
+            const bool ok = k_ok && m < w_rows;
+            // pass m of a 128-row half (m >> 3) at its permuted place in that half
+            const uint32_t dst =
+                sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
+            const void* src = ok ? static_cast<const void*>(pw + m * row_stride) : a.weight;
+            if constexpr (Cfg::kL2Prefetch) cp_async16_l2_256(dst, src, ok ? 16 : 0);
+            else cp_async16(dst, src, ok ? 16 : 0);
+          }
+#pragma unroll
+          for (int m = 0; m < kNB / 16; ++m) {
+            const bool ok = k_ok && m < h_rows;
+            cp_async16(sh + hdst + m * 16 * 128,
+                       ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
+          }
         }
         cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
         if (++slot == kStages) {
@@ -436,15 +445,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_wait(bar_full + 8 * slot, phase);
       fence_proxy_async_smem();
       // (cooperative: this consumer's half of the W tile)
-      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
-      const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-        const uint64_t db = sw128_desc(sh + ks * 32);
-        const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
-        WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
-        WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
+      for (int kb = 0; kb < Cfg::kKBlocks; ++kb) {
+        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + kb * Cfg::kWBlockBytes +
+                            (Cfg::kCoop ? cw * 128 * 128 : 0);
+        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes + kb * Cfg::kHBlockBytes;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint64_t db = sw128_desc(sh + ks * 32);
+          // the item's first k16 step: D = A·B
+          const uint32_t scale_d = (kt > 0 || kb > 0 || ks > 0) ? 1u : 0u;
+          WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
+          WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
+        }
       }
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer

@@ -1198,6 +1198,34 @@ int main(int argc, char** argv) {
       ws_row("wsC<128,4st> B=256 kStore", 256, time_ws_store<WsC128>(bb, 256));
       ws_row("wsC<64,5st,R> B=256", 256, time_ws<WsC64R>(bb, 256));
     }  // section v11
+    if (ws_section("v12")) {
+      // v12: KB k-blocks of 64 per stage (KB x 128 contiguous bytes of each W row per stage), the
+      // rolled tiles, the same ~200 KB in flight.
+      using W16K2 = WsTile<16, 6, true, false, true, false, false, 2>;
+      using W16K4 = WsTile<16, 3, true, false, true, false, false, 4>;
+      using W32K2 = WsTile<32, 5, true, false, true, false, false, 2>;
+      using W64K2 = WsTile<64, 4, true, false, true, false, false, 2>;
+      printf("  v12 checks (k-blocks per stage):\n");
+      check_ws_small<W16K4>(bb, 111, 64, 3, "ws<16,3st,R,KB4>");
+      check_ws_small<W16K4>(bb, 1000, 200, 99, "ws<16,3st,R,KB4>");
+      check_ws_small<W64K2>(bb, 1000, 4096, 99, "ws<64,4st,R,KB2>");
+      compare_ws<W16K2, Tile8, WgTile16>(bb, 1, 1, "ws<16,6st,R,KB2>");
+      compare_ws<W16K4, Tile16, WgTile16>(bb, 16, 1, "ws<16,3st,R,KB4>");
+      compare_ws<W32K2, Tile32, WgTile32>(bb, 32, 1, "ws<32,5st,R,KB2>");
+      compare_ws<W64K2, Tile64, WgTile64>(bb, 64, 1, "ws<64,4st,R,KB2>");
+      printf("  v12 timings:\n");
+      ws_row("ws<16,12st,R> B=1 (prod)", 1, time_ws<WsTile16R>(bb, 1));
+      ws_row("ws<16,6st,R,KB2> B=1", 1, time_ws<W16K2>(bb, 1));
+      ws_row("ws<16,3st,R,KB4> B=1", 1, time_ws<W16K4>(bb, 1));
+      ws_row("ws<16,12st,R> B=16 (prod)", 16, time_ws<WsTile16R>(bb, 16));
+      ws_row("ws<16,6st,R,KB2> B=16", 16, time_ws<W16K2>(bb, 16));
+      ws_row("ws<16,3st,R,KB4> B=16", 16, time_ws<W16K4>(bb, 16));
+      ws_row("ws<32,11st,R> B=32 (prod)", 32, time_ws<WsTile32R>(bb, 32));
+      ws_row("ws<32,5st,R,KB2> B=32", 32, time_ws<W32K2>(bb, 32));
+      ws_row("ws<64,9st,R> B=64 (prod)", 64, time_ws<WsTile64R>(bb, 64));
+      ws_row("ws<64,4st,R,KB2> B=64", 64, time_ws<W64K2>(bb, 64));
+      ws_row("ws<128,6st,R> B=128 (prod)", 128, time_ws<WsTile128R>(bb, 128));
+    }  // section v12
   }
   if (ws_only) {
     printf("done\n");
