@@ -98,10 +98,10 @@ cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda);
 // null when the driver does not have it.
-using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                          const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
-                                          CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                          CUtensorMapFloatOOBfill);
+using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                          const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                          const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                          CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 inline TensorMapEncodeTiled tensor_map_encoder() {
   static const TensorMapEncodeTiled fn = [] {
     void* f = nullptr;
@@ -147,7 +147,8 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
   memset(&maps, 0, sizeof maps);
   if constexpr (Cfg::kTma) {
     if (!encode_ws_maps<Cfg>(a, kF16, &maps)) {
-      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled, Cfg::kL2Prefetch, Cfg::kCoop, Cfg::kKBlocks>;
+      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled,
+                           Cfg::kL2Prefetch, Cfg::kCoop, Cfg::kKBlocks>;
       return launch_persistent<Plain>(wgmma_ws_kernel<Plain, kF16, kEpi>, a, stream, maps);
     }
   }

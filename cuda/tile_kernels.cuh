@@ -195,8 +195,9 @@ __device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const Ro
 // Every lane of the warp must call this (it uses __any_sync).
 template <int K>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
-                                                    uint32_t sample, int64_t vq, const int64_t (&vend)[K],
-                                                    const float (&thr)[K], float (&bs)[K], uint32_t (&bk)[K]) {
+                                                    uint32_t sample, int64_t vq,
+                                                    const int64_t (&vend)[K], const float (&thr)[K],
+                                                    float (&bs)[K], uint32_t (&bk)[K]) {
   uint32_t m[K];
   bool need[K];
   float t[K];

@@ -1063,30 +1063,30 @@ int main(int argc, char** argv) {
     using WsTile128Chunk = WsTile<128, 6, false>;  // wgmma_tile_kernel's item order
     using WsTile128S5 = WsTile<128, 5, true>;
     if (ws_section("v5")) {
-    printf("  v5 warp-specialized ping-pong (wgmma_ws_kernel) checks:\n");
-    check_ws_small<WsTile128>(bb, 1000, 4096, 99, "ws<128,6st>");
-    check_ws_small<WsTile128>(bb, 111, 64, 3, "ws<128,6st>");
-    check_ws_small<WsTile128>(bb, 32000, 256, 200, "ws<128,6st>");
-    check_ws_small<WsTile128Chunk>(bb, 32000, 256, 200, "ws<128,6st,chunk-major>");
-    check_ws_small<WsTile64>(bb, 1000, 4096, 99, "ws<64,9st>");
-    check_ws_small<WsTile64>(bb, 111, 64, 3, "ws<64,9st>");
-    check_ws_small<WsTile64>(bb, 32000, 256, 200, "ws<64,9st>");
-    compare_ws<WsTile128, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st>");
-    compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st>");
-    compare_ws<WsTile64, Tile128, WgTile128>(bb, 128, 1, "ws<64,9st>");
-    compare_ws<WsTile128Chunk, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,chunk-major>");
-    compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st>");
-    compare_ws<WsTile128, Tile32, WgTile32>(bb, 32, 1, "ws<128,6st>");
-    printf("  v5 timings:\n");
-    ws_row("ws<128,6st> B=128 (1 chunk)", 128, time_ws<WsTile128>(bb, 128));
-    ws_row("ws<128,5st> B=128", 128, time_ws<WsTile128S5>(bb, 128));
-    ws_row("ws<64,9st> B=128 (2 chunks)", 128, time_ws<WsTile64>(bb, 128));
-    ws_row("ws<128,6st> B=256 (vtile-major)", 256, time_ws<WsTile128>(bb, 256));
-    ws_row("ws<128,6st,chunk-major> B=256", 256, time_ws<WsTile128Chunk>(bb, 256));
-    ws_row("ws<64,9st> B=256 (4 chunks)", 256, time_ws<WsTile64>(bb, 256));
-    ws_row("ws<128,6st> B=256 S=4", 256, time_ws<WsTile128>(bb, 256, 4));
-    ws_row("ws<128,6st> B=64", 64, time_ws<WsTile128>(bb, 64));
-    printf("  (production wgmma_tile for reference: WgTile128 B=128 and WgTile256 B=256 rows below)\n");
+      printf("  v5 warp-specialized ping-pong (wgmma_ws_kernel) checks:\n");
+      check_ws_small<WsTile128>(bb, 1000, 4096, 99, "ws<128,6st>");
+      check_ws_small<WsTile128>(bb, 111, 64, 3, "ws<128,6st>");
+      check_ws_small<WsTile128>(bb, 32000, 256, 200, "ws<128,6st>");
+      check_ws_small<WsTile128Chunk>(bb, 32000, 256, 200, "ws<128,6st,chunk-major>");
+      check_ws_small<WsTile64>(bb, 1000, 4096, 99, "ws<64,9st>");
+      check_ws_small<WsTile64>(bb, 111, 64, 3, "ws<64,9st>");
+      check_ws_small<WsTile64>(bb, 32000, 256, 200, "ws<64,9st>");
+      compare_ws<WsTile128, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st>");
+      compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st>");
+      compare_ws<WsTile64, Tile128, WgTile128>(bb, 128, 1, "ws<64,9st>");
+      compare_ws<WsTile128Chunk, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,chunk-major>");
+      compare_ws<WsTile128, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st>");
+      compare_ws<WsTile128, Tile32, WgTile32>(bb, 32, 1, "ws<128,6st>");
+      printf("  v5 timings:\n");
+      ws_row("ws<128,6st> B=128 (1 chunk)", 128, time_ws<WsTile128>(bb, 128));
+      ws_row("ws<128,5st> B=128", 128, time_ws<WsTile128S5>(bb, 128));
+      ws_row("ws<64,9st> B=128 (2 chunks)", 128, time_ws<WsTile64>(bb, 128));
+      ws_row("ws<128,6st> B=256 (vtile-major)", 256, time_ws<WsTile128>(bb, 256));
+      ws_row("ws<128,6st,chunk-major> B=256", 256, time_ws<WsTile128Chunk>(bb, 256));
+      ws_row("ws<64,9st> B=256 (4 chunks)", 256, time_ws<WsTile64>(bb, 256));
+      ws_row("ws<128,6st> B=256 S=4", 256, time_ws<WsTile128>(bb, 256, 4));
+      ws_row("ws<128,6st> B=64", 64, time_ws<WsTile128>(bb, 64));
+      printf("  (production wgmma_tile for reference: WgTile128 B=128 and WgTile256 B=256 rows below)\n");
     }  // section v5
     // v6 candidates (written 2026-11-30, not run yet): the ping-pong kernel with one chunk of
     // N <= 64 columns for B <= 64, with the ring as deep as shared memory allows (more bytes in
@@ -1094,17 +1094,17 @@ int main(int argc, char** argv) {
     using WsTile16 = WsTile<16, 12, true>;
     using WsTile32 = WsTile<32, 11, true>;
     if (ws_section("v6")) {
-    printf("  v6 candidates (ping-pong for B <= 64):\n");
-    check_ws_small<WsTile16>(bb, 111, 64, 3, "ws<16,12st>");
-    check_ws_small<WsTile16>(bb, 1000, 4096, 99, "ws<16,12st>");
-    compare_ws<WsTile16, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st>");
-    compare_ws<WsTile32, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st>");
-    compare_ws<WsTile64, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st>");
-    ws_row("ws<16,12st> B=1", 1, time_ws<WsTile16>(bb, 1));
-    ws_row("ws<16,12st> B=8", 8, time_ws<WsTile16>(bb, 8));
-    ws_row("ws<16,12st> B=16", 16, time_ws<WsTile16>(bb, 16));
-    ws_row("ws<32,11st> B=32", 32, time_ws<WsTile32>(bb, 32));
-    ws_row("ws<64,9st> B=64 (1 chunk)", 64, time_ws<WsTile64>(bb, 64));
+      printf("  v6 candidates (ping-pong for B <= 64):\n");
+      check_ws_small<WsTile16>(bb, 111, 64, 3, "ws<16,12st>");
+      check_ws_small<WsTile16>(bb, 1000, 4096, 99, "ws<16,12st>");
+      compare_ws<WsTile16, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st>");
+      compare_ws<WsTile32, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st>");
+      compare_ws<WsTile64, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st>");
+      ws_row("ws<16,12st> B=1", 1, time_ws<WsTile16>(bb, 1));
+      ws_row("ws<16,12st> B=8", 8, time_ws<WsTile16>(bb, 8));
+      ws_row("ws<16,12st> B=16", 16, time_ws<WsTile16>(bb, 16));
+      ws_row("ws<32,11st> B=32", 32, time_ws<WsTile32>(bb, 32));
+      ws_row("ws<64,9st> B=64 (1 chunk)", 64, time_ws<WsTile64>(bb, 64));
     }  // section v6
     // v7: the same kernels with a one-thread TMA producer (WsTile<..., TMA = true>). Checks on odd
     // shapes (partial vocabulary tile, padding columns, a k tail at D = 200) before any timing.
@@ -1113,30 +1113,30 @@ int main(int argc, char** argv) {
     using WsT64 = WsTile<64, 9, true, true>;
     using WsT128 = WsTile<128, 6, true, true>;
     if (ws_section("v7")) {
-    printf("  v7 TMA producer checks:\n");
-    check_ws_small<WsT16>(bb, 111, 64, 3, "wsT<16,12st>");
-    check_ws_small<WsT16>(bb, 1000, 200, 99, "wsT<16,12st>");
-    check_ws_small<WsT64>(bb, 1000, 4096, 99, "wsT<64,9st>");
-    check_ws_small<WsT128>(bb, 32000, 256, 200, "wsT<128,6st>");
-    check_ws_small<WsT128>(bb, 111, 200, 3, "wsT<128,6st>");
-    compare_ws<WsT16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st>");
-    compare_ws<WsT16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st>");
-    compare_ws<WsT32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st>");
-    compare_ws<WsT64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st>");
-    compare_ws<WsT64, Tile128, WgTile128>(bb, 128, 1, "wsT<64,9st>");
-    compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st>");
-    compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st>");
-    printf("  v7 timings:\n");
-    ws_row("wsT<16,12st> B=1", 1, time_ws<WsT16>(bb, 1));
-    ws_row("wsT<16,12st> B=8", 8, time_ws<WsT16>(bb, 8));
-    ws_row("wsT<16,12st> B=16", 16, time_ws<WsT16>(bb, 16));
-    ws_row("wsT<32,11st> B=32", 32, time_ws<WsT32>(bb, 32));
-    ws_row("wsT<64,9st> B=64", 64, time_ws<WsT64>(bb, 64));
-    ws_row("wsT<64,9st> B=128", 128, time_ws<WsT64>(bb, 128));
-    ws_row("wsT<128,6st> B=128", 128, time_ws<WsT128>(bb, 128));
-    ws_row("wsT<64,9st> B=256", 256, time_ws<WsT64>(bb, 256));
-    ws_row("wsT<128,6st> B=256", 256, time_ws<WsT128>(bb, 256));
-    ws_row("wsT<128,6st> B=256 S=4", 256, time_ws<WsT128>(bb, 256, 4));
+      printf("  v7 TMA producer checks:\n");
+      check_ws_small<WsT16>(bb, 111, 64, 3, "wsT<16,12st>");
+      check_ws_small<WsT16>(bb, 1000, 200, 99, "wsT<16,12st>");
+      check_ws_small<WsT64>(bb, 1000, 4096, 99, "wsT<64,9st>");
+      check_ws_small<WsT128>(bb, 32000, 256, 200, "wsT<128,6st>");
+      check_ws_small<WsT128>(bb, 111, 200, 3, "wsT<128,6st>");
+      compare_ws<WsT16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st>");
+      compare_ws<WsT16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st>");
+      compare_ws<WsT32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st>");
+      compare_ws<WsT64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st>");
+      compare_ws<WsT64, Tile128, WgTile128>(bb, 128, 1, "wsT<64,9st>");
+      compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st>");
+      compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st>");
+      printf("  v7 timings:\n");
+      ws_row("wsT<16,12st> B=1", 1, time_ws<WsT16>(bb, 1));
+      ws_row("wsT<16,12st> B=8", 8, time_ws<WsT16>(bb, 8));
+      ws_row("wsT<16,12st> B=16", 16, time_ws<WsT16>(bb, 16));
+      ws_row("wsT<32,11st> B=32", 32, time_ws<WsT32>(bb, 32));
+      ws_row("wsT<64,9st> B=64", 64, time_ws<WsT64>(bb, 64));
+      ws_row("wsT<64,9st> B=128", 128, time_ws<WsT64>(bb, 128));
+      ws_row("wsT<128,6st> B=128", 128, time_ws<WsT128>(bb, 128));
+      ws_row("wsT<64,9st> B=256", 256, time_ws<WsT64>(bb, 256));
+      ws_row("wsT<128,6st> B=256", 256, time_ws<WsT128>(bb, 256));
+      ws_row("wsT<128,6st> B=256 S=4", 256, time_ws<WsT128>(bb, 256, 4));
     }  // section v7
     // v8: the epilogue of K columns at a time (quads_update_pruned<K>); main loop alone (kStore).
     // v8 (epilogue K columns at a time), v9 (L2 256-byte prefetch; greedy rows) and v10 (cooperative
