@@ -1,6 +1,7 @@
 #include "native_buffer.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda_api.h"
@@ -96,44 +97,74 @@ Napi::Value NativeBuffer::Wrap(const Napi::CallbackInfo& info) {
   return object;
 }
 
+namespace {
+
+// What upload() and uploadAsync() were asked to copy, after the argument checks.
+struct UploadRequest {
+  const uint8_t* src = nullptr;  // the view's bytes
+  size_t view_bytes = 0;
+  size_t bytes = 0;  // bytes written into the buffer (half of view_bytes when encoding)
+  HalfEncoding encoding = HalfEncoding::kNone;
+};
+
+// Checks upload(view, encoding)'s arguments against `storage`; the error message (prefixed with
+// `method`) or "" with `*req` filled in.
+std::string parse_upload(const Napi::CallbackInfo& info, const char* method, const Storage& storage,
+                         UploadRequest* req) {
+  const std::string m = method;
+  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsTypedArray() ||
+      (info.Length() == 2 && !info[1].IsNumber())) {
+    return m + ": expected a typed array and an optional encoding";
+  }
+  auto view = info[0].As<Napi::TypedArray>();
+  req->encoding = static_cast<HalfEncoding>(info.Length() == 2 ? info[1].As<Napi::Number>().Int32Value() : 0);
+  if (req->encoding != HalfEncoding::kNone && req->encoding != HalfEncoding::kF16 &&
+      req->encoding != HalfEncoding::kBF16) {
+    return m + ": encoding must be 0, 1 (f16) or 2 (bf16)";
+  }
+  if (req->encoding != HalfEncoding::kNone && view.TypedArrayType() != napi_float32_array) {
+    return m + ": encoding f16 / bf16 needs a Float32Array";
+  }
+  req->view_bytes = view.ByteLength();
+  req->bytes = req->encoding == HalfEncoding::kNone ? req->view_bytes : req->view_bytes / 2;
+  if (req->bytes > storage.bytes()) return "upload: more bytes than the tensor holds";
+  req->src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  return "";
+}
+
+// The conversion (half_encode.h) and copy of an upload, on whichever thread calls it: straight
+// into host memory, or through a staging vector and gpu_upload into device memory.
+std::string copy_upload(const Storage& storage, const UploadRequest& req) {
+  if (req.bytes == 0) return "";
+  if (storage.kind() == MemoryKind::kHost) {
+    if (req.encoding == HalfEncoding::kNone) {
+      std::memcpy(storage.data(), req.src, req.bytes);
+    } else {
+      encode_half(req.src, static_cast<uint16_t*>(storage.data()), req.view_bytes / 4, req.encoding);
+    }
+    return "";
+  }
+  const uint8_t* from = req.src;
+  std::vector<uint16_t> staging;
+  if (req.encoding != HalfEncoding::kNone) {
+    staging.resize(req.view_bytes / 4);
+    encode_half(req.src, staging.data(), staging.size(), req.encoding);
+    from = reinterpret_cast<const uint8_t*>(staging.data());
+  }
+  return gpu_upload(storage.ordinal(), storage.data(), from, req.bytes);
+}
+
+}  // namespace
+
 // upload(view: ArrayBufferView, encode = 0): copies the bytes of `view` to the start of the
 // buffer; with encode 1 (f16) or 2 (bf16), `view` is a Float32Array converted on the way
 // (half_encode.h), so the tensor receives 2 bytes per value.
 Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) throw_error(env, "tensor: the tensor has been disposed");
-  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsTypedArray() ||
-      (info.Length() == 2 && !info[1].IsNumber())) {
-    throw_error(env, "upload: expected a typed array and an optional encoding");
-  }
-  auto view = info[0].As<Napi::TypedArray>();
-  const auto encoding = static_cast<HalfEncoding>(info.Length() == 2 ? info[1].As<Napi::Number>().Int32Value() : 0);
-  if (encoding != HalfEncoding::kNone && encoding != HalfEncoding::kF16 && encoding != HalfEncoding::kBF16) {
-    throw_error(env, "upload: encoding must be 0, 1 (f16) or 2 (bf16)");
-  }
-  if (encoding != HalfEncoding::kNone && view.TypedArrayType() != napi_float32_array) {
-    throw_error(env, "upload: encoding f16 / bf16 needs a Float32Array");
-  }
-  const size_t view_bytes = view.ByteLength();
-  const size_t bytes = encoding == HalfEncoding::kNone ? view_bytes : view_bytes / 2;
-  if (bytes > storage_->bytes()) throw_error(env, "upload: more bytes than the tensor holds");
-  const uint8_t* src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
-  if (bytes == 0) return env.Undefined();
-  if (storage_->kind() == MemoryKind::kHost) {
-    if (encoding == HalfEncoding::kNone) {
-      std::memcpy(storage_->data(), src, bytes);
-    } else {
-      encode_half(src, static_cast<uint16_t*>(storage_->data()), view_bytes / 4, encoding);
-    }
-    return env.Undefined();
-  }
-  std::vector<uint16_t> staging;
-  if (encoding != HalfEncoding::kNone) {
-    staging.resize(view_bytes / 4);
-    encode_half(src, staging.data(), staging.size(), encoding);
-    src = reinterpret_cast<const uint8_t*>(staging.data());
-  }
-  std::string error = gpu_upload(storage_->ordinal(), storage_->data(), src, bytes);
+  UploadRequest req;
+  std::string error = parse_upload(info, "upload", *storage_, &req);
+  if (error.empty()) error = copy_upload(*storage_, req);
   if (!error.empty()) throw_error(env, error);
   return env.Undefined();
 }
@@ -144,46 +175,14 @@ Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
 Napi::Value NativeBuffer::UploadAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) return rejected(env, "tensor: the tensor has been disposed");
-  if (info.Length() < 1 || info.Length() > 2 || !info[0].IsTypedArray() ||
-      (info.Length() == 2 && !info[1].IsNumber())) {
-    return rejected(env, "uploadAsync: expected a typed array and an optional encoding");
-  }
-  auto view = info[0].As<Napi::TypedArray>();
-  const auto encoding = static_cast<HalfEncoding>(info.Length() == 2 ? info[1].As<Napi::Number>().Int32Value() : 0);
-  if (encoding != HalfEncoding::kNone && encoding != HalfEncoding::kF16 && encoding != HalfEncoding::kBF16) {
-    return rejected(env, "uploadAsync: encoding must be 0, 1 (f16) or 2 (bf16)");
-  }
-  if (encoding != HalfEncoding::kNone && view.TypedArrayType() != napi_float32_array) {
-    return rejected(env, "uploadAsync: encoding f16 / bf16 needs a Float32Array");
-  }
-  const size_t view_bytes = view.ByteLength();
-  const size_t bytes = encoding == HalfEncoding::kNone ? view_bytes : view_bytes / 2;
-  if (bytes > storage_->bytes()) return rejected(env, "upload: more bytes than the tensor holds");
-  const uint8_t* src = static_cast<const uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  UploadRequest req;
+  const std::string error = parse_upload(info, "uploadAsync", *storage_, &req);
+  if (!error.empty()) return rejected(env, error);
   // Released on the JS thread: the worker and its captures are destroyed there.
-  auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(view.As<Napi::Object>()));
+  auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(info[0].As<Napi::Object>()));
   StorageRef storage = storage_;
   return PromiseWorker::Start(
-      env,
-      [storage, src, view_bytes, bytes, encoding, keep]() -> std::string {
-        if (bytes == 0) return "";
-        std::vector<uint16_t> staging;
-        const uint8_t* from = src;
-        if (encoding != HalfEncoding::kNone) {
-          if (storage->kind() == MemoryKind::kHost) {
-            encode_half(src, static_cast<uint16_t*>(storage->data()), view_bytes / 4, encoding);
-            return "";
-          }
-          staging.resize(view_bytes / 4);
-          encode_half(src, staging.data(), staging.size(), encoding);
-          from = reinterpret_cast<const uint8_t*>(staging.data());
-        }
-        if (storage->kind() == MemoryKind::kHost) {
-          std::memcpy(storage->data(), from, bytes);
-          return "";
-        }
-        return gpu_upload(storage->ordinal(), storage->data(), from, bytes);
-      },
+      env, [storage, req, keep]() -> std::string { return copy_upload(*storage, req); },
       [keep](Napi::Env env) -> Napi::Value { return env.Undefined(); });
 }
 
