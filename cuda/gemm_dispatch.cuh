@@ -12,7 +12,6 @@
 #include <mutex>
 #include <utility>
 #include <cstdlib>
-#include <cstring>
 
 #include "check_params.h"
 #include "tile_kernels.cuh"
@@ -96,63 +95,10 @@ cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
   return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda);
-// null when the driver does not have it.
-using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                          const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                          const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                          CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-inline TensorMapEncodeTiled tensor_map_encoder() {
-  static const TensorMapEncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    return reinterpret_cast<TensorMapEncodeTiled>(f);
-  }();
-  return fn;
-}
-
-// The two tensor maps of a TMA ws configuration (see WsTensorMaps). False when the shape cannot be
-// described (coordinates past int32) or the driver refuses; the caller then takes cp.async.
-template <class Cfg>
-bool encode_ws_maps(const GemmArgs& a, bool f16, WsTensorMaps* maps) {
-  const TensorMapEncodeTiled encode = tensor_map_encoder();
-  if (encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
-      a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
-    return false;
-  const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(a.dim) * 2;
-  const cuuint32_t unit[2] = {1, 1}, stride4[2] = {1, 4};
-  const cuuint64_t wdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.vocab)};
-  const cuuint64_t hdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.batch)};
-  const cuuint32_t wbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), 32};
-  const cuuint32_t hbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kNB)};
-  // W is streamed once per chunk: 256-byte L2 fills fetch the next k-slice of each row with this one.
-  return encode(&maps->w, type, 2, const_cast<void*>(a.weight), wdim, &row_bytes, wbox, stride4,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
-         encode(&maps->h, type, 2, const_cast<void*>(a.hidden), hdim, &row_bytes, hbox, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM. A TMA
-// configuration whose maps cannot be encoded runs as its cp.async twin (same tile, same results).
+// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM.
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
-  WsTensorMaps maps;
-  memset(&maps, 0, sizeof maps);
-  if constexpr (Cfg::kTma) {
-    if (!encode_ws_maps<Cfg>(a, kF16, &maps)) {
-      using Plain = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, false, Cfg::kRolled,
-                           Cfg::kL2Prefetch, Cfg::kCoop, Cfg::kKBlocks>;
-      return launch_persistent<Plain>(wgmma_ws_kernel<Plain, kF16, kEpi>, a, stream, maps);
-    }
-  }
-  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream, maps);
+  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
 // Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's

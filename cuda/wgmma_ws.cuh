@@ -2,10 +2,10 @@
 // epilogue of one work item runs while the other consumer warpgroup's wgmmas run. The library's
 // kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh; harness runs 8-12 in
 // cuda/harness/NOTES.md: winners and stored logits identical to the other kernels). Options, each
-// measured there: kRolled (the epilogue as a rolled loop: the production tiles), kTma (a one-thread
-// TMA producer: slower, harness only), kL2Prefetch (slower, harness only), kCoop (cooperative
+// measured there: kRolled (the epilogue as a rolled loop: the production tiles), kCoop (cooperative
 // consumers on 256-row items: the fastest main loop, but the epilogue no longer overlaps; harness
-// only).
+// only). Measured slower and removed again (the code is in git history, commit ad97c74): a one-thread
+// TMA producer (v7), 256-byte L2 prefetch on the W copies (v9), several k-blocks per stage (v12).
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
 // wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
@@ -71,8 +71,6 @@
 // producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the type only: maps are encoded through the runtime's driver entry point)
-
 #include "wgmma_tile.cuh"
 
 namespace flashsample {
@@ -84,50 +82,33 @@ namespace detail {
 // num_chunks), so the num_chunks items of one vocabulary tile are adjacent in the item order and run
 // on neighbouring CTAs at about the same time (W tile read from HBM once, then from L2); false:
 // wgmma_tile_kernel's order (chunk = item / num_vtiles). Same results either way.
-// kTma (v7): the producer is one thread issuing bulk tensor copies (TMA) that complete on the
-// full[] mbarriers (expect-tx), instead of 128 threads issuing cp.async; the W tile arrives in the
-// same permuted, swizzled layout (16 copies of 8 rows with a traversal stride of 4 rows, see the
-// producer), so the consumers are unchanged. Needs the tensor maps of WsTensorMaps (D % 8 == 0,
-// 16-byte aligned W and H, V and B below 2^31: the coordinates are int32).
 // kRolled: the kSampleOne epilogue as a rolled loop over the n8 column groups (the accumulators
 // rotated down by one group per trip) instead of fully unrolled: one copy of the epilogue code
 // instead of N / 8. Unrolled, the kernel's code is 170 KB at N = 64 and 316 KB at N = 128 (readelf
 // of the sm_90a cubin), far beyond the instruction caches, and the epilogue ran ~25x slower than its
 // instruction count (harness runs 10-11: even with no noise at all, greedy rows).
-// kL2Prefetch: the W copies ask the L2 for 256-byte blocks (cp_async16_l2_256).
 // kCoop (v10): cooperative instead of ping-pong. An item is 256 vocabulary rows x N columns; both
 // consumers run its K loop at the same time on the same stages, consumer c on vocabulary rows
 // 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
 // Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
 // harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
-// KB (v12): k-blocks of 64 per stage: each stage reads KB x 128 contiguous bytes of every W row
-// (one SW128 sub-tile per k-block, the consumer's wgmmas walk them in order).
-template <int N, int STAGES, bool VMAJOR = true, bool TMA = false, bool ROLLED = false, bool L2PF = false,
-          bool COOP = false, int KB = 1>
+template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false>
 struct WsTile {
-  static constexpr int kKBlocks = KB;
-  static_assert(KB >= 1 && (!TMA || KB == 1), "k-blocks per stage; the TMA producer has one");
-  static constexpr bool kTma = TMA;
-  static constexpr bool kL2Prefetch = L2PF;
   static constexpr bool kCoop = COOP;
-  static_assert(!(TMA && COOP), "the cooperative variant has the cp.async producer only");
   static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
   static constexpr bool kRolled = ROLLED;
-  static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
   static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
   static constexpr int kConsumerBV = 128;      // vocabulary rows per consumer tile
   static constexpr int kNB = N;  // batch columns per chunk = wgmma N of each consumer
-  static constexpr int kBK = 64 * KB;
+  static constexpr int kBK = 64;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kNT = N / 8;   // n8 column groups
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr bool kVtileMajor = VMAJOR;
-  static constexpr int kWBlockBytes = kBV * 128;  // one k-block of 64 of the W tile
-  static constexpr int kHBlockBytes = kNB * 128;
-  static constexpr int kWStageBytes = kWBlockBytes * KB;
-  static constexpr int kHStageBytes = kHBlockBytes * KB;
+  static constexpr int kWStageBytes = kBV * 128;
+  static constexpr int kHStageBytes = kNB * 128;
   static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
   // ring (1024-byte aligned) + full[] and empty[] mbarriers + 1024 for aligning the dynamic base
   static constexpr int kSmemBytes = kRingBytes + 2 * STAGES * 8 + 1024;
@@ -159,19 +140,10 @@ using WsTile64 = WsTile<64, 9, true>;
 using WsTile16 = WsTile<16, 12, true>;
 using WsTile32 = WsTile<32, 11, true>;
 // The same tiles with the rolled sampling epilogue (kRolled; harness run 12).
-using WsTile16R = WsTile<16, 12, true, false, true>;
-using WsTile32R = WsTile<32, 11, true, false, true>;
-using WsTile64R = WsTile<64, 9, true, false, true>;
-using WsTile128R = WsTile<128, 6, true, false, true>;
-
-// TMA variants: W as [V, D] with a box of 32 rows x 64 elements traversed with a row stride of 4
-// (8 rows per copy), H as [B, D] with a box of N rows x 64; both SW128-swizzled (the layout the
-// wgmma descriptors read), out-of-range rows and k-columns filled with zeros by the copy engine.
-// Passed by value as a __grid_constant__ kernel parameter (zeros for the cp.async variants).
-struct WsTensorMaps {
-  CUtensorMap w;
-  CUtensorMap h;
-};
+using WsTile16R = WsTile<16, 12, true, true>;
+using WsTile32R = WsTile<32, 11, true, true>;
+using WsTile64R = WsTile<64, 9, true, true>;
+using WsTile128R = WsTile<128, 6, true, true>;
 
 // ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -204,22 +176,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // arrival is one of the barrier's expected arrivals (the count is the number of producer threads).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// One arrival on `bar` that also raises the phase's expected transaction bytes by `bytes`.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Bulk tensor copy of one box at (c0 = k column, c1 = row) into shared memory at `dst`; its bytes
-// complete_tx on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
-                                            uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-#endif
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
@@ -259,7 +215,7 @@ constexpr int kParamsBarrier = 3;
 
 template <class Cfg, bool kF16, Epi kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    wgmma_ws_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
+    wgmma_ws_kernel(const GemmArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kNT = Cfg::kNT, kAcc = Cfg::kAcc;
@@ -284,8 +240,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, Cfg::kFullArrivals);  // cp.async: one .noinc arrive per producer
-                                                        // thread; TMA: the one expect-tx arrive
+      mbar_init(bar_full + 8 * s, 128);  // one .noinc cp.async arrive per producer thread
       mbar_init(bar_empty + 8 * s, Cfg::kEmptyArrivals);  // one arrive per consumer thread that reads it
     }
     mbar_init_fence();
@@ -304,44 +259,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
-    if constexpr (Cfg::kTma) {
-      // One thread issues every copy. Permuted row P = 64 p + 16 wi + 8 h + g holds vocabulary row
-      // 32 wi + 4 g + 2 p + h of the tile (the cp.async path's permuted_row_wg): for each (p, wi, h)
-      // the 8 rows g = 0..7 are 4 apart in W and adjacent in shared memory, which is one box of
-      // 32 rows traversed with stride 4, landing at P = 64 p + 16 wi + 8 h (1 KB aligned, so the
-      // copy engine's SW128 pattern is the one the wgmma descriptors expect).
-      if (tid != 0) return;
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.w)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.h)) : "memory");
-      int slot = 0;
-      uint32_t phase = 0;
-      bool wrapped = false;
-      for (int64_t j = 0; j < my_items; ++j) {
-        const int64_t item = blockIdx.x + j * gridDim.x;
-        int64_t chunk, vtile;
-        ws_item_coords<Cfg>(item, a, chunk, vtile);
-        const int32_t v0 = static_cast<int32_t>(vtile * kBV), b0 = static_cast<int32_t>(chunk * kNB);
-        for (int kt = 0; kt < KT; ++kt) {
-          if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
-          const uint32_t full = bar_full + 8 * slot;
-          mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
-          const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
-          const int32_t k0 = kt * Cfg::kBK;
-#pragma unroll
-          for (int q = 0; q < 16; ++q) {
-            const int p = q >> 3, wi = (q >> 1) & 3, h = q & 1;
-            tma_load_2d(sw + (64 * p + 16 * wi + 8 * h) * 128, &maps.w, k0, v0 + 32 * wi + 2 * p + h, full);
-          }
-          tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps.h, k0, b0, full);
-          if (++slot == kStages) {
-            slot = 0;
-            phase ^= 1u;
-            wrapped = true;
-          }
-        }
-      }
-      return;  // the copies complete on the mbarriers, which the consumers wait for
-    }
     // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
     // the same places as wgmma_tile_kernel's load_stage (permuted W rows, SW128 swizzle), with the
     // offsets worked out once: for o = r0 + 16 m, permuted_row_wg(o) = 64 ((r0 >> 1) & 1) +
@@ -371,29 +288,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
       for (int kt = 0; kt < KT; ++kt) {
         if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+        const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
+        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
+        const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
+        const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
 #pragma unroll
-        for (int kb = 0; kb < Cfg::kKBlocks; ++kb) {
-          const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + kb * 64 + c * 8 < D;
-          const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + kb * Cfg::kWBlockBytes;
-          const uint32_t sh = smem_h + slot * Cfg::kHStageBytes + kb * Cfg::kHBlockBytes;
-          const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK + kb * 64;
-          const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK + kb * 64;
+        for (int m = 0; m < kBV / 16; ++m) {
+          const bool ok = k_ok && m < w_rows;
+          // pass m of a 128-row half (m >> 3) at its permuted place in that half
+          const uint32_t dst =
+              sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
+          cp_async16(dst, ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
+        }
 #pragma unroll
-          for (int m = 0; m < kBV / 16; ++m) {
-            const bool ok = k_ok && m < w_rows;
-            // pass m of a 128-row half (m >> 3) at its permuted place in that half
-            const uint32_t dst =
-                sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
-            const void* src = ok ? static_cast<const void*>(pw + m * row_stride) : a.weight;
-            if constexpr (Cfg::kL2Prefetch) cp_async16_l2_256(dst, src, ok ? 16 : 0);
-            else cp_async16(dst, src, ok ? 16 : 0);
-          }
-#pragma unroll
-          for (int m = 0; m < kNB / 16; ++m) {
-            const bool ok = k_ok && m < h_rows;
-            cp_async16(sh + hdst + m * 16 * 128,
-                       ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
-          }
+        for (int m = 0; m < kNB / 16; ++m) {
+          const bool ok = k_ok && m < h_rows;
+          cp_async16(sh + hdst + m * 16 * 128,
+                     ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
         }
         cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
         if (++slot == kStages) {
@@ -446,20 +358,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_wait(bar_full + 8 * slot, phase);
       fence_proxy_async_smem();
       // (cooperative: this consumer's half of the W tile)
+      // (cooperative: this consumer's half of the W tile)
+      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
+      const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       wgmma_fence();
 #pragma unroll
-      for (int kb = 0; kb < Cfg::kKBlocks; ++kb) {
-        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + kb * Cfg::kWBlockBytes +
-                            (Cfg::kCoop ? cw * 128 * 128 : 0);
-        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes + kb * Cfg::kHBlockBytes;
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const uint64_t db = sw128_desc(sh + ks * 32);
-          // the item's first k16 step: D = A·B
-          const uint32_t scale_d = (kt > 0 || kb > 0 || ks > 0) ? 1u : 0u;
-          WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
-          WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
-        }
+      for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
+        const uint64_t db = sw128_desc(sh + ks * 32);
+        const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
+        WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
+        WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
       }
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer

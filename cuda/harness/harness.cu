@@ -868,7 +868,7 @@ static void check_ws_small(const Bench& bb, int64_t V, int64_t D, int64_t B, con
 }
 
 // One variant, 20 calls at batch B on the bench inputs, nothing else: the target of an ncu run
-// (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws32, ws64, ws128.
+// (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws64, ws128.
 static int profile_variant(const std::string& name, int64_t B) {
   using namespace cuda::detail;
   Bench bb;
@@ -892,9 +892,6 @@ static int profile_variant(const std::string& name, int64_t B) {
   if (name == "wgtile64") return go([](GemmArgs a) { return launch_wgmma<WgTile64, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws16") return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true>, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws64") return go([](GemmArgs a) { return launch_ws<WsTile64, false, Epi::kSampleOne>(a, 0); });
-  if (name == "wst16") return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true, true>, false, Epi::kSampleOne>(a, 0); });
-  if (name == "wst64") return go([](GemmArgs a) { return launch_ws<WsTile<64, 9, true, true>, false, Epi::kSampleOne>(a, 0); });
-  if (name == "wst128") return go([](GemmArgs a) { return launch_ws<WsTile<128, 6, true, true>, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws128") return go([](GemmArgs a) { return launch_ws<WsTile128, false, Epi::kSampleOne>(a, 0); });
   fprintf(stderr, "unknown variant %s\n", name.c_str());
   return 2;
@@ -1106,51 +1103,20 @@ int main(int argc, char** argv) {
       ws_row("ws<32,11st> B=32", 32, time_ws<WsTile32>(bb, 32));
       ws_row("ws<64,9st> B=64 (1 chunk)", 64, time_ws<WsTile64>(bb, 64));
     }  // section v6
-    // v7: the same kernels with a one-thread TMA producer (WsTile<..., TMA = true>). Checks on odd
-    // shapes (partial vocabulary tile, padding columns, a k tail at D = 200) before any timing.
-    using WsT16 = WsTile<16, 12, true, true>;
-    using WsT32 = WsTile<32, 11, true, true>;
-    using WsT64 = WsTile<64, 9, true, true>;
-    using WsT128 = WsTile<128, 6, true, true>;
-    if (ws_section("v7")) {
-      printf("  v7 TMA producer checks:\n");
-      check_ws_small<WsT16>(bb, 111, 64, 3, "wsT<16,12st>");
-      check_ws_small<WsT16>(bb, 1000, 200, 99, "wsT<16,12st>");
-      check_ws_small<WsT64>(bb, 1000, 4096, 99, "wsT<64,9st>");
-      check_ws_small<WsT128>(bb, 32000, 256, 200, "wsT<128,6st>");
-      check_ws_small<WsT128>(bb, 111, 200, 3, "wsT<128,6st>");
-      compare_ws<WsT16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st>");
-      compare_ws<WsT16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st>");
-      compare_ws<WsT32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st>");
-      compare_ws<WsT64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st>");
-      compare_ws<WsT64, Tile128, WgTile128>(bb, 128, 1, "wsT<64,9st>");
-      compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st>");
-      compare_ws<WsT128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st>");
-      printf("  v7 timings:\n");
-      ws_row("wsT<16,12st> B=1", 1, time_ws<WsT16>(bb, 1));
-      ws_row("wsT<16,12st> B=8", 8, time_ws<WsT16>(bb, 8));
-      ws_row("wsT<16,12st> B=16", 16, time_ws<WsT16>(bb, 16));
-      ws_row("wsT<32,11st> B=32", 32, time_ws<WsT32>(bb, 32));
-      ws_row("wsT<64,9st> B=64", 64, time_ws<WsT64>(bb, 64));
-      ws_row("wsT<64,9st> B=128", 128, time_ws<WsT64>(bb, 128));
-      ws_row("wsT<128,6st> B=128", 128, time_ws<WsT128>(bb, 128));
-      ws_row("wsT<64,9st> B=256", 256, time_ws<WsT64>(bb, 256));
-      ws_row("wsT<128,6st> B=256", 256, time_ws<WsT128>(bb, 256));
-      ws_row("wsT<128,6st> B=256 S=4", 256, time_ws<WsT128>(bb, 256, 4));
-    }  // section v7
     // v8: the epilogue of K columns at a time (quads_update_pruned<K>); main loop alone (kStore).
-    // v8 (epilogue K columns at a time), v9 (L2 256-byte prefetch; greedy rows) and v10 (cooperative
-    // consumers, unrolled epilogue): rows in runs 10-11 (NOTES.md); v8's K became the jj pair of
-    // the epilogue, v9's L2 prefetch a WsTile option.
+    // v7 (TMA producer), v8 (epilogue K columns at a time), v9 (L2 256-byte prefetch; greedy rows),
+    // v10 (cooperative consumers, unrolled epilogue) and v12 (k-blocks per stage): rows in runs
+    // 9-13 (NOTES.md). v8's K became the jj pair of the epilogue; the TMA producer, the L2 prefetch
+    // and the k-blocks were measured slower and removed from wgmma_ws.cuh (code: commit ad97c74).
     if (ws_section("v11")) {
       // v11: the kSampleOne epilogue rolled (one copy of its code), ping-pong and cooperative.
-      using Ws16R = WsTile<16, 12, true, false, true>;
-      using Ws32R = WsTile<32, 11, true, false, true>;
-      using Ws64R = WsTile<64, 9, true, false, true>;
-      using Ws128R = WsTile<128, 6, true, false, true>;
-      using WsC128 = WsTile<128, 4, true, false, false, false, true>;
-      using WsC128R = WsTile<128, 4, true, false, true, false, true>;
-      using WsC64R = WsTile<64, 5, true, false, true, false, true>;
+      using Ws16R = WsTile<16, 12, true, true>;
+      using Ws32R = WsTile<32, 11, true, true>;
+      using Ws64R = WsTile<64, 9, true, true>;
+      using Ws128R = WsTile<128, 6, true, true>;
+      using WsC128 = WsTile<128, 4, true, false, true>;
+      using WsC128R = WsTile<128, 4, true, true, true>;
+      using WsC64R = WsTile<64, 5, true, true, true>;
       printf("  v11 checks (rolled epilogue; cooperative):\n");
       check_ws_small<Ws16R>(bb, 111, 64, 3, "ws<16,12st,R>");
       check_ws_small<Ws16R>(bb, 1000, 4096, 99, "ws<16,12st,R>");
@@ -1198,34 +1164,6 @@ int main(int argc, char** argv) {
       ws_row("wsC<128,4st> B=256 kStore", 256, time_ws_store<WsC128>(bb, 256));
       ws_row("wsC<64,5st,R> B=256", 256, time_ws<WsC64R>(bb, 256));
     }  // section v11
-    if (ws_section("v12")) {
-      // v12: KB k-blocks of 64 per stage (KB x 128 contiguous bytes of each W row per stage), the
-      // rolled tiles, the same ~200 KB in flight.
-      using W16K2 = WsTile<16, 6, true, false, true, false, false, 2>;
-      using W16K4 = WsTile<16, 3, true, false, true, false, false, 4>;
-      using W32K2 = WsTile<32, 5, true, false, true, false, false, 2>;
-      using W64K2 = WsTile<64, 4, true, false, true, false, false, 2>;
-      printf("  v12 checks (k-blocks per stage):\n");
-      check_ws_small<W16K4>(bb, 111, 64, 3, "ws<16,3st,R,KB4>");
-      check_ws_small<W16K4>(bb, 1000, 200, 99, "ws<16,3st,R,KB4>");
-      check_ws_small<W64K2>(bb, 1000, 4096, 99, "ws<64,4st,R,KB2>");
-      compare_ws<W16K2, Tile8, WgTile16>(bb, 1, 1, "ws<16,6st,R,KB2>");
-      compare_ws<W16K4, Tile16, WgTile16>(bb, 16, 1, "ws<16,3st,R,KB4>");
-      compare_ws<W32K2, Tile32, WgTile32>(bb, 32, 1, "ws<32,5st,R,KB2>");
-      compare_ws<W64K2, Tile64, WgTile64>(bb, 64, 1, "ws<64,4st,R,KB2>");
-      printf("  v12 timings:\n");
-      ws_row("ws<16,12st,R> B=1 (prod)", 1, time_ws<WsTile16R>(bb, 1));
-      ws_row("ws<16,6st,R,KB2> B=1", 1, time_ws<W16K2>(bb, 1));
-      ws_row("ws<16,3st,R,KB4> B=1", 1, time_ws<W16K4>(bb, 1));
-      ws_row("ws<16,12st,R> B=16 (prod)", 16, time_ws<WsTile16R>(bb, 16));
-      ws_row("ws<16,6st,R,KB2> B=16", 16, time_ws<W16K2>(bb, 16));
-      ws_row("ws<16,3st,R,KB4> B=16", 16, time_ws<W16K4>(bb, 16));
-      ws_row("ws<32,11st,R> B=32 (prod)", 32, time_ws<WsTile32R>(bb, 32));
-      ws_row("ws<32,5st,R,KB2> B=32", 32, time_ws<W32K2>(bb, 32));
-      ws_row("ws<64,9st,R> B=64 (prod)", 64, time_ws<WsTile64R>(bb, 64));
-      ws_row("ws<64,4st,R,KB2> B=64", 64, time_ws<W64K2>(bb, 64));
-      ws_row("ws<128,6st,R> B=128 (prod)", 128, time_ws<WsTile128R>(bb, 128));
-    }  // section v12
   }
   if (ws_only) {
     printf("done\n");
