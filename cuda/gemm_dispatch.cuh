@@ -95,10 +95,64 @@ cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
   return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
-// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM.
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda);
+// null when the driver does not have it.
+using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                          const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                          CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                          CUtensorMapFloatOOBfill);
+inline TensorMapEncodeTiled tensor_map_encoder() {
+  static const TensorMapEncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<TensorMapEncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// The two tensor maps of a kTma ws tile (WsTensorMaps): natural row order, SW128, zeros outside.
+// False when the shape cannot be described (int32 coordinates, 16-byte row pitch) or the driver
+// refuses; the caller then runs the cp.async twin of the tile.
+template <class Cfg>
+bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promotion, WsTensorMaps* maps) {
+  const TensorMapEncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
+      a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
+    return false;
+  const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(a.dim) * 2;
+  const cuuint32_t unit[2] = {1, 1};
+  const cuuint64_t wdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.vocab)};
+  const cuuint64_t hdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.batch)};
+  const cuuint32_t wbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kBV)};
+  const cuuint32_t hbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kNB)};
+  return encode(&maps->w, type, 2, const_cast<void*>(a.weight), wdim, &row_bytes, wbox, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, w_promotion,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+         encode(&maps->h, type, 2, const_cast<void*>(a.hidden), hdim, &row_bytes, hbox, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM. A kTma
+// tile whose maps cannot be encoded runs as its cp.async twin (same tile, same results).
+// w_promotion: the L2 fill size of the W copies (kTma only).
 template <class Cfg, bool kF16, Epi kEpi>
-cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
-  return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
+cudaError_t launch_ws(GemmArgs a, cudaStream_t stream,
+                      CUtensorMapL2promotion w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
+  if constexpr (Cfg::kTma) {
+    WsTensorMaps maps{};
+    if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
+      return launch_persistent<Cfg>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
+    using Twin = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, Cfg::kRolled, Cfg::kCoop, false, Cfg::kGroupsPerTrip>;
+    return launch_persistent<Twin>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
+  } else {
+    return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
+  }
 }
 
 // Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's
@@ -126,25 +180,29 @@ inline bool wgmma_usable() {
 
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
-  // Batch tiling on compute capability 9.0, measured with harness runs 9-12 (H200, llama3-8b, GEMM +
-  // sampling epilogue, winner words identical to mma.sync's and wgmma_tile's on the bench inputs;
-  // cuda/harness/NOTES.md): the warp-specialized ping-pong kernel (wgmma_ws.cuh) at every batch size,
-  // its sampling epilogue rolled (kRolled: 44 KB of code instead of up to 316 KB), one chunk of the
-  // smallest N >= B up to 64, N = 128 chunks above:
-  //   B <= 16: WsTile16R 261.1 us at B = 1, 263.6 at B = 16 (run 12; mma.sync Tile8 259-263 at
-  //            B <= 8 and wgmma_tile WgTile16 281.4 at B = 16 in runs 8-9)
-  //   B <= 32: WsTile32R 263.2 (WgTile32 309.6)
-  //   B <= 64: WsTile64R 292.8 (WgTile64 382.3; WsTile128R in one half-empty chunk 360.5)
-  //   B > 64: WsTile128R: B = 128 447.2 (WsTile64 508.2, cooperative wsC<128,4,R> 462.9), B = 256
-  //           784.8 (WsTile64 979.0, wsC<128,4,R> 795.5)
+  // Batch tiling on compute capability 9.0, measured with harness runs 9-15 (H200, llama3-8b, GEMM +
+  // sampling epilogue, winner words identical to mma.sync's and wgmma_tile's on the bench inputs,
+  // stored logits bitwise equal to wgmma_tile's on odd shapes; cuda/harness/NOTES.md): the
+  // warp-specialized ping-pong kernel (wgmma_ws.cuh) at every batch size, its sampling epilogue
+  // rolled (kRolled), its producer one thread issuing TMA copies of W in natural row order (kTma),
+  // one chunk of the smallest N >= B up to 64, N = 128 chunks above. Run 14, TMA against the
+  // cp.async producer of the same tile in the same run:
+  //   B <= 16: WsTile16T 249.4 us at B = 1, 251.0 at B = 16 (cp.async 259.8 / 262.1; DRAM 88.8 %
+  //            against 84.4 % under ncu)
+  //   B <= 32: WsTile32T 255.2 (261.4)
+  //   B <= 64: WsTile64T 284.1 (292.4; WsTile128T in one half-empty chunk 399.6)
+  //   B > 64:  WsTile128T: B = 128 442.7 (468.4), B = 256 739.8 (867.8); the cooperative tile with
+  //            TMA 506.6 / 825.2, two column groups per epilogue trip 429.0 / 742.4 against
+  //            421.1 / 697.9 in run 15.
+  // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
   // balanced vocabulary ranges (tile_rows), one per CTA.
   if (wgmma_usable()) {
-    if (a.batch <= 16) return launch_ws<WsTile16R, kF16, kEpi>(a, stream);
-    if (a.batch <= 32) return launch_ws<WsTile32R, kF16, kEpi>(a, stream);
-    if (a.batch <= 64) return launch_ws<WsTile64R, kF16, kEpi>(a, stream);
-    return launch_ws<WsTile128R, kF16, kEpi>(a, stream);
+    if (a.batch <= 16) return launch_ws<WsTile16T, kF16, kEpi>(a, stream);
+    if (a.batch <= 32) return launch_ws<WsTile32T, kF16, kEpi>(a, stream);
+    if (a.batch <= 64) return launch_ws<WsTile64T, kF16, kEpi>(a, stream);
+    return launch_ws<WsTile128T, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);

@@ -71,6 +71,8 @@
 // producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only: maps are encoded through the runtime's driver entry point)
+
 #include "wgmma_tile.cuh"
 
 namespace flashsample {
@@ -92,9 +94,19 @@ namespace detail {
 // 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
 // Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
 // harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
-template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false>
+// kTma (v13): the producer is one thread issuing bulk tensor copies (TMA, expect-tx on full[]) of
+// the W tile in natural row order (one box of kBV rows x 64) and the H tile; the epilogue moves
+// each thread's four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
+// (transpose_quad_lanes) instead of reading a permuted W layout. Needs WsTensorMaps (D % 8 == 0 and
+// 16-byte aligned W, H: mma_path_ok; V, B below 2^31: int32 coordinates).
+// GROUPS (v14): n8 column groups per trip of the rolled kSampleOne epilogue (kGroupsPerTrip).
+template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false,
+          int GROUPS = 1>
 struct WsTile {
+  static constexpr int kGroupsPerTrip = GROUPS;
   static constexpr bool kCoop = COOP;
+  static constexpr bool kTma = TMA;
+  static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
   static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
   static constexpr bool kRolled = ROLLED;
   static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
@@ -123,6 +135,7 @@ struct WsTile {
   static constexpr int kConsumerRegs = 232;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N; 8 H chunks per row over 128 threads");
   static_assert(STAGES >= 2, "ring");
+  static_assert(GROUPS >= 1 && (N / 8) % GROUPS == 0, "whole trips of the rolled epilogue");
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
   // setmaxnreg.inc blocks until the registers exist: never ask for more than the launch holds.
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 168 * kThreads,
@@ -144,6 +157,20 @@ using WsTile16R = WsTile<16, 12, true, true>;
 using WsTile32R = WsTile<32, 11, true, true>;
 using WsTile64R = WsTile<64, 9, true, true>;
 using WsTile128R = WsTile<128, 6, true, true>;
+// The production tiles on compute capability 9.0 (v13, harness runs 14-15): the rolled epilogue and
+// the TMA producer with W in natural row order, the same rings.
+using WsTile16T = WsTile<16, 12, true, true, false, true>;
+using WsTile32T = WsTile<32, 11, true, true, false, true>;
+using WsTile64T = WsTile<64, 9, true, true, false, true>;
+using WsTile128T = WsTile<128, 6, true, true, false, true>;
+
+// The kTma tiles' tensor maps: W as [V, D] with a box of kBV rows x 64, H as [B, D] with a box of
+// N rows x 64, both SW128-swizzled (the layout the wgmma descriptors read). A __grid_constant__
+// parameter of wgmma_ws_tma_kernel only (the cp.async kernels do not carry it).
+struct WsTensorMaps {
+  CUtensorMap w;
+  CUtensorMap h;
+};
 
 // ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -176,6 +203,26 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // arrival is one of the barrier's expected arrivals (the count is the number of producer threads).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` that also raises the phase's expected transaction bytes by `bytes`.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk tensor copy of one box at (c0 = k column, c1 = row) into shared memory at `dst`; its bytes
+// complete_tx on `bar`. Rows and k columns outside the tensor arrive as zeros (and still count).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
@@ -213,9 +260,65 @@ __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, 
 constexpr int kTurnBarrier = 1;
 constexpr int kParamsBarrier = 3;
 
+// 4 x 4 transpose of x over the lanes g = 4 k + r, r = 0..3 (lane = 4 g + t4, so g ^ 1 is lane ^ 4
+// and g ^ 2 lane ^ 8): afterwards lane r holds what lanes 4 k + i held in element r, for i = 0..3.
+// In the kTma layout element o = 2 p + h of lane g is vocabulary row 64 p + 16 wi + 8 h + g of the
+// tile, so lane r ends up with the quad 64 (r >> 1) + 16 wi + 8 (r & 1) + 4 k + 0..3: four
+// consecutive vocabulary rows, the unit of one Philox call. Two xor-butterfly stages: in each, a
+// lane sends the two elements whose index bit differs from its own lane bit and takes the
+// partner's in their place.
+__device__ __forceinline__ void transpose_quad_lanes(float (&x)[4], int g) {
+  const bool odd = (g & 1) != 0;
+  float s0 = odd ? x[0] : x[1], s1 = odd ? x[2] : x[3];
+  s0 = __shfl_xor_sync(0xffffffffu, s0, 4);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+  if (odd) {
+    x[0] = s0;
+    x[2] = s1;
+  } else {
+    x[1] = s0;
+    x[3] = s1;
+  }
+  const bool high = (g & 2) != 0;
+  s0 = high ? x[0] : x[2];
+  s1 = high ? x[1] : x[3];
+  s0 = __shfl_xor_sync(0xffffffffu, s0, 8);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, 8);
+  if (high) {
+    x[0] = s0;
+    x[1] = s1;
+  } else {
+    x[2] = s0;
+    x[3] = s1;
+  }
+}
+
+// The logits of this thread's vocabulary quad vq + 0..3 in one column: accumulator e (and e + 2,
+// the row 8 below) of both m64 blocks, plus the bias. kTma: the accumulators are gathered into the
+// quad first (transpose_quad_lanes), then the quad's bias added; the same fp32 sums either way.
+template <class Cfg, int kAcc>
+__device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[kAcc], const float (&acc1)[kAcc],
+                                            int e, const float (&bias)[4], int g) {
+  if constexpr (Cfg::kTma) {
+    l[0] = acc0[e];
+    l[1] = acc0[e + 2];
+    l[2] = acc1[e];
+    l[3] = acc1[e + 2];
+    transpose_quad_lanes(l, g);
+#pragma unroll
+    for (int o = 0; o < 4; ++o) l[o] += bias[o];
+  } else {
+    l[0] = acc0[e] + bias[0];
+    l[1] = acc0[e + 2] + bias[1];
+    l[2] = acc1[e] + bias[2];
+    l[3] = acc1[e + 2] + bias[3];
+  }
+}
+
+// The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
+// wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
 template <class Cfg, bool kF16, Epi kEpi>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    wgmma_ws_kernel(const GemmArgs a) {
+__device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorMaps* maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kNT = Cfg::kNT, kAcc = Cfg::kAcc;
@@ -240,7 +343,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, 128);  // one .noinc cp.async arrive per producer thread
+      mbar_init(bar_full + 8 * s, Cfg::kFullArrivals);  // cp.async: one .noinc arrive per producer
+                                                        // thread; kTma: the one expect-tx arrive
       mbar_init(bar_empty + 8 * s, Cfg::kEmptyArrivals);  // one arrive per consumer thread that reads it
     }
     mbar_init_fence();
@@ -259,6 +363,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
+    if constexpr (Cfg::kTma) {
+      // One thread issues every copy: per stage one box of the W tile's kBV rows (natural order)
+      // and one of the H tile's N rows, 64 k columns each, completing on full[slot] (expect-tx).
+      if (tid != 0) return;
+      prefetch_tensormap(&maps->w);
+      prefetch_tensormap(&maps->h);
+      int slot = 0;
+      uint32_t phase = 0;
+      bool wrapped = false;
+      for (int64_t j = 0; j < my_items; ++j) {
+        const int64_t item = blockIdx.x + j * gridDim.x;
+        int64_t chunk, vtile;
+        ws_item_coords<Cfg>(item, a, chunk, vtile);
+        const int32_t v0 = static_cast<int32_t>(vtile * kBV), b0 = static_cast<int32_t>(chunk * kNB);
+        for (int kt = 0; kt < KT; ++kt) {
+          if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+          const uint32_t full = bar_full + 8 * slot;
+          mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
+          const int32_t k0 = kt * Cfg::kBK;
+          tma_load_2d(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full);
+          tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
+          if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1u;
+            wrapped = true;
+          }
+        }
+      }
+      return;  // the copies complete on the mbarriers, which the consumers wait for
+    }
     // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
     // the same places as wgmma_tile_kernel's load_stage (permuted W rows, SW128 swizzle), with the
     // offsets worked out once: for o = r0 + 16 m, permuted_row_wg(o) = 64 ((r0 >> 1) & 1) +
@@ -392,7 +526,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int64_t v0 = vtile * kBV + (Cfg::kCoop ? cw * Cfg::kConsumerBV : 0), b0 = chunk * kNB;
-    const int64_t vq = v0 + wi * 32 + 4 * g;  // this thread's vocabulary quad
+    // This thread's vocabulary quad: the permuted layout's, or (kTma) the one transpose_quad_lanes
+    // gathers for it.
+    const int64_t vq = Cfg::kTma ? v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2)
+                                 : v0 + wi * 32 + 4 * g;
 
     if constexpr (kEpi != Epi::kStore) {
       if (chunk != params_chunk) {  // uniform over the consumer warpgroup
@@ -432,57 +569,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // both Philox calls). Rolled (kRolled): group nt's accumulators are always at the front of
       // acc0 / acc1, the rest rotated down by 4 after each trip (compile-time register indices
       // either way; the rotation is 2 (kAcc - 4) register moves per trip).
+      // kGroupsPerTrip (U) groups per trip of the rolled loop: their reads of the running winners
+      // first, then U independent noise / reduction chains (latency overlap), one __syncwarp, then
+      // the writes; the rotation moves 4 U registers per block per trip.
+      constexpr int kU = Cfg::kRolled ? Cfg::kGroupsPerTrip : 1;
 #pragma unroll
       for (int nt0 = 0; nt0 < (Cfg::kRolled ? 1 : kNT); ++nt0) {
 #pragma unroll 1
-        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); ++nt) {
-          const int e0 = Cfg::kRolled ? 0 : nt0 * 4;  // compile-time: this group's first accumulator
-          float l[2][4], thr[2], bs[2];
-          uint32_t bk[2];
-          RowParams rp[2];
-          int64_t vend[2];
-          int nn[2];
+        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); nt += kU) {
+          float l[kU][2][4], thr[kU][2], bs[kU][2];
+          uint32_t bk[kU][2];
+          RowParams rp[kU][2];
+          int64_t vend[kU][2];
+          int nn[kU][2];
 #pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const int n = nt * 8 + t4 * 2 + jj;
-            const int64_t b = b0 + n;
-            nn[jj] = n;
-            vend[jj] = b < B ? V : 0;
-            l[jj][0] = acc0[e0 + jj] + bias[0];
-            l[jj][1] = acc0[e0 + 2 + jj] + bias[1];
-            l[jj][2] = acc1[e0 + jj] + bias[2];
-            l[jj][3] = acc1[e0 + 2 + jj] + bias[3];
-            rp[jj].inv_temperature = row_inv_t[cw][n];
-            rp[jj].greedy = row_greedy[cw][n] != 0;
-            rp[jj].seed = row_seed[cw][n];
-            rp[jj].offset = row_offset[cw][n];
-            rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-            // Threshold: the warp's running winner of this column over the chunk's earlier items
-            // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
-            // over the 8 lanes' running winners, so the same exact pruning.
-            thr[jj] = win_score_s[cw][wi][n];
-            bs[jj] = -INFINITY;
-            bk[jj] = kNoToken;
+          for (int u = 0; u < kU; ++u) {
+            const int e0 = Cfg::kRolled ? 4 * u : nt0 * 4;  // compile-time: this group's first accumulator
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              const int n = (nt + u) * 8 + t4 * 2 + jj;
+              const int64_t b = b0 + n;
+              nn[u][jj] = n;
+              vend[u][jj] = b < B ? V : 0;
+              quad_logits<Cfg>(l[u][jj], acc0, acc1, e0 + jj, bias, g);
+              rp[u][jj].inv_temperature = row_inv_t[cw][n];
+              rp[u][jj].greedy = row_greedy[cw][n] != 0;
+              rp[u][jj].seed = row_seed[cw][n];
+              rp[u][jj].offset = row_offset[cw][n];
+              rp[u][jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+              // Threshold: the warp's running winner of this column over the chunk's earlier items
+              // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
+              // over the 8 lanes' running winners, so the same exact pruning.
+              thr[u][jj] = win_score_s[cw][wi][n];
+              bs[u][jj] = -INFINITY;
+              bk[u][jj] = kNoToken;
+            }
           }
           if constexpr (Cfg::kRolled) {
 #pragma unroll
-            for (int e = 0; e + 4 < kAcc; ++e) {
-              acc0[e] = acc0[e + 4];
-              acc1[e] = acc1[e + 4];
+            for (int e = 0; e + 4 * kU < kAcc; ++e) {
+              acc0[e] = acc0[e + 4 * kU];
+              acc1[e] = acc1[e + 4 * kU];
             }
           }
-          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
-          warp_best_k<4, 16, 2>(bs, bk);  // the 8 lanes (g) of each column
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            quads_update_pruned<2>(l[u], rp[u], 0u, vq, vend[u], thr[u], bs[u], bk[u]);
+            warp_best_k<4, 16, 2>(bs[u], bk[u]);  // the 8 lanes (g) of each column
+          }
           // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
           // shuffles converge the warp but do not order shared memory (racecheck warned).
           __syncwarp();
           if (g == 0) {
 #pragma unroll
-            for (int jj = 0; jj < 2; ++jj)
-              if (candidate_better(bs[jj], bk[jj], thr[jj], win_key_s[cw][wi][nn[jj]])) {
-                win_score_s[cw][wi][nn[jj]] = bs[jj];
-                win_key_s[cw][wi][nn[jj]] = bk[jj];
-              }
+            for (int u = 0; u < kU; ++u)
+#pragma unroll
+              for (int jj = 0; jj < 2; ++jj)
+                if (candidate_better(bs[u][jj], bk[u][jj], thr[u][jj], win_key_s[cw][wi][nn[u][jj]])) {
+                  win_score_s[cw][wi][nn[u][jj]] = bs[u][jj];
+                  win_key_s[cw][wi][nn[u][jj]] = bk[u][jj];
+                }
           }
         }
       }
@@ -498,10 +644,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           float l[2][4];
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
-            l[jj][0] = acc0[e0 + jj] + bias[0];
-            l[jj][1] = acc0[e0 + 2 + jj] + bias[1];
-            l[jj][2] = acc1[e0 + jj] + bias[2];
-            l[jj][3] = acc1[e0 + 2 + jj] + bias[3];
+            quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
           }
           if constexpr (kRoll) {
 #pragma unroll
@@ -578,6 +721,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #else
   __trap();  // sm_90a only
 #endif
+}
+
+template <class Cfg, bool kF16, Epi kEpi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmArgs a) {
+  static_assert(!Cfg::kTma, "kTma tiles launch wgmma_ws_tma_kernel");
+  wgmma_ws_body<Cfg, kF16, kEpi>(a, nullptr);
+}
+
+template <class Cfg, bool kF16, Epi kEpi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_ws_tma_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
+  static_assert(Cfg::kTma, "cp.async tiles launch wgmma_ws_kernel");
+  wgmma_ws_body<Cfg, kF16, kEpi>(a, &maps);
 }
 
 }  // namespace detail

@@ -615,26 +615,36 @@ static void ws_sticky(const char* where) {
   }
 }
 
+template <class Cfg, cuda::detail::Epi kEpi>
+static const void* ws_kernel_ptr() {
+  using namespace cuda::detail;
+  if constexpr (Cfg::kTma) return reinterpret_cast<const void*>(wgmma_ws_tma_kernel<Cfg, false, kEpi>);
+  else return reinterpret_cast<const void*>(wgmma_ws_kernel<Cfg, false, kEpi>);
+}
+
 template <class Cfg>
 static cudaError_t ws_raise_smem_limit() {
   using namespace cuda::detail;
   cudaError_t e;
-  if ((e = cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kSampleOne>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes)) != cudaSuccess)
+  if ((e = cudaFuncSetAttribute(ws_kernel_ptr<Cfg, Epi::kSampleOne>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Cfg::kSmemBytes)) != cudaSuccess)
     return e;
-  if ((e = cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kSampleMany>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes)) != cudaSuccess)
+  if ((e = cudaFuncSetAttribute(ws_kernel_ptr<Cfg, Epi::kSampleMany>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Cfg::kSmemBytes)) != cudaSuccess)
     return e;
-  return cudaFuncSetAttribute(wgmma_ws_kernel<Cfg, false, Epi::kStore>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  return cudaFuncSetAttribute(ws_kernel_ptr<Cfg, Epi::kStore>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              Cfg::kSmemBytes);
 }
+
+// L2 fill size of the kTma tiles' W copies (v13 rows switch it).
+static CUtensorMapL2promotion g_ws_w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
 
 template <class Cfg>
 static cudaError_t ws_launch(cuda::detail::GemmArgs a, cuda::detail::Epi epi) {
   using namespace cuda::detail;
-  if (epi == Epi::kStore) return launch_ws<Cfg, false, Epi::kStore>(a, 0);
-  if (epi == Epi::kSampleMany) return launch_ws<Cfg, false, Epi::kSampleMany>(a, 0);
-  return launch_ws<Cfg, false, Epi::kSampleOne>(a, 0);
+  if (epi == Epi::kStore) return launch_ws<Cfg, false, Epi::kStore>(a, 0, g_ws_w_promotion);
+  if (epi == Epi::kSampleMany) return launch_ws<Cfg, false, Epi::kSampleMany>(a, 0, g_ws_w_promotion);
+  return launch_ws<Cfg, false, Epi::kSampleOne>(a, 0, g_ws_w_promotion);
 }
 
 // median_us without exits: -1 on any CUDA error (printed).
@@ -893,6 +903,9 @@ static int profile_variant(const std::string& name, int64_t B) {
   if (name == "ws16") return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true>, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws64") return go([](GemmArgs a) { return launch_ws<WsTile64, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws128") return go([](GemmArgs a) { return launch_ws<WsTile128, false, Epi::kSampleOne>(a, 0); });
+  if (name == "ws16t")
+    return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true, true, false, true>, false, Epi::kSampleOne>(a, 0); });
+  if (name == "ws16r") return go([](GemmArgs a) { return launch_ws<WsTile16R, false, Epi::kSampleOne>(a, 0); });
   fprintf(stderr, "unknown variant %s\n", name.c_str());
   return 2;
 }
@@ -1015,6 +1028,7 @@ int main(int argc, char** argv) {
     printf("  %-34s B=%-4lld %8.1f  %.3f\n", name, (long long)B, us, us / bb.floor_us(B));
     fflush(stdout);
   };
+#ifndef HARNESS_QUICK  // -DHARNESS_QUICK: only the newest ws section is compiled (a build of minutes)
   if (!ws_only) {
   // Balanced ranges (tile_rows) against classic tiles, llama3-8b and qwen3-8b vocabularies.
   for (int64_t vocab : {int64_t(128256), int64_t(151936)}) {
@@ -1049,6 +1063,7 @@ int main(int argc, char** argv) {
   row("<256,128,4x2w,3st>", 128, time_variant<MmaTile<256, 128, 4, 2, 3>>(bb, 128));
   row("<128,128,2x4w,3st>", 128, time_variant<MmaTile<128, 128, 2, 4, 3>>(bb, 128));
   }  // !ws_only
+#endif  // HARNESS_QUICK
   printf("\nwgmma (sm_90a) checks and variants:\n");
   // v5 first (cuda/wgmma_ws.cuh): a failing configuration prints a [ws] line and the run goes on.
   {
@@ -1059,6 +1074,7 @@ int main(int argc, char** argv) {
     };
     using WsTile128Chunk = WsTile<128, 6, false>;  // wgmma_tile_kernel's item order
     using WsTile128S5 = WsTile<128, 5, true>;
+#ifndef HARNESS_QUICK
     if (ws_section("v5")) {
       printf("  v5 warp-specialized ping-pong (wgmma_ws_kernel) checks:\n");
       check_ws_small<WsTile128>(bb, 1000, 4096, 99, "ws<128,6st>");
@@ -1164,11 +1180,107 @@ int main(int argc, char** argv) {
       ws_row("wsC<128,4st> B=256 kStore", 256, time_ws_store<WsC128>(bb, 256));
       ws_row("wsC<64,5st,R> B=256", 256, time_ws<WsC64R>(bb, 256));
     }  // section v11
+#endif  // HARNESS_QUICK
+    if (ws_section("v13")) {
+      // v13: the TMA producer with W in natural row order, the epilogue's quads gathered by a
+      // 4 x 4 lane transpose (kTma); the same stage counts as the production tiles.
+      using T16 = WsTile<16, 12, true, true, false, true>;
+      using T16s8 = WsTile<16, 8, true, true, false, true>;
+      using T32 = WsTile<32, 11, true, true, false, true>;
+      using T64 = WsTile<64, 9, true, true, false, true>;
+      using T128 = WsTile<128, 6, true, true, false, true>;
+      using TC128 = WsTile<128, 4, true, true, true, true>;
+      printf("  v13 checks (TMA, natural W rows):\n");
+      check_ws_small<T16>(bb, 111, 64, 3, "wsT<16,12st,R>");
+      check_ws_small<T16>(bb, 1000, 4096, 99, "wsT<16,12st,R>");
+      check_ws_small<T32>(bb, 1000, 200, 33, "wsT<32,11st,R>");
+      check_ws_small<T64>(bb, 32000, 256, 200, "wsT<64,9st,R>");
+      check_ws_small<T128>(bb, 111, 64, 3, "wsT<128,6st,R>");
+      check_ws_small<T128>(bb, 32000, 256, 200, "wsT<128,6st,R>");
+      check_ws_small<TC128>(bb, 1000, 4096, 99, "wsTC<128,4st,R>");
+      check_ws_small<TC128>(bb, 111, 200, 3, "wsTC<128,4st,R>");
+      compare_ws<T16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st,R>");
+      compare_ws<T16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st,R>");
+      compare_ws<T32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st,R>");
+      compare_ws<T64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st,R>");
+      compare_ws<T128, Tile128, WgTile128>(bb, 128, 1, "wsT<128,6st,R>");
+      compare_ws<T128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st,R>");
+      compare_ws<T128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st,R>");
+      compare_ws<TC128, Tile128, WgTile128>(bb, 128, 1, "wsTC<128,4st,R>");
+      compare_ws<TC128, Tile128, WgTile256>(bb, 256, 1, "wsTC<128,4st,R>");
+      printf("  v13 timings (prod = the dispatched cp.async tile, same run):\n");
+      for (int64_t B : {1, 8, 16}) {
+        ws_row("ws<16,12st,R> (prod)", B, time_ws<WsTile16R>(bb, B));
+        ws_row("wsT<16,12st,R> L2 128B", B, time_ws<T16>(bb, B));
+      }
+      g_ws_w_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+      ws_row("wsT<16,12st,R> L2 none", 1, time_ws<T16>(bb, 1));
+      g_ws_w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+      ws_row("wsT<16,12st,R> L2 256B", 1, time_ws<T16>(bb, 1));
+      ws_row("wsT<64,9st,R> L2 256B", 64, time_ws<T64>(bb, 64));
+      g_ws_w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+      ws_row("wsT<16,8st,R>", 1, time_ws<T16s8>(bb, 1));
+      ws_row("ws<32,11st,R> (prod)", 32, time_ws<WsTile32R>(bb, 32));
+      ws_row("wsT<32,11st,R>", 32, time_ws<T32>(bb, 32));
+      ws_row("ws<64,9st,R> (prod)", 64, time_ws<WsTile64R>(bb, 64));
+      ws_row("wsT<64,9st,R>", 64, time_ws<T64>(bb, 64));
+      ws_row("wsT<64,9st,R> kStore", 64, time_ws_store<T64>(bb, 64));
+      ws_row("wsT<128,6st,R> B=64", 64, time_ws<T128>(bb, 64));
+      for (int64_t B : {128, 256}) {
+        ws_row("ws<128,6st,R> (prod)", B, time_ws<WsTile128R>(bb, B));
+        ws_row("ws<128,6st,R> kStore (prod)", B, time_ws_store<WsTile128R>(bb, B));
+        ws_row("wsT<128,6st,R>", B, time_ws<T128>(bb, B));
+        ws_row("wsT<128,6st,R> kStore", B, time_ws_store<T128>(bb, B));
+        ws_row("wsT<128,6st,R> greedy", B, time_ws_greedy<T128>(bb, B));
+        ws_row("wsTC<128,4st,R>", B, time_ws<TC128>(bb, B));
+        ws_row("wsTC<128,4st,R> kStore", B, time_ws_store<TC128>(bb, B));
+      }
+    }  // section v13
+    if (ws_section("v14")) {
+      // v14: U n8 groups per trip of the rolled kSampleOne epilogue (kGroupsPerTrip), TMA tiles.
+      using T16 = WsTile<16, 12, true, true, false, true>;
+      using T32 = WsTile<32, 11, true, true, false, true>;
+      using T32U2 = WsTile<32, 11, true, true, false, true, 2>;
+      using T64 = WsTile<64, 9, true, true, false, true>;
+      using T64U2 = WsTile<64, 9, true, true, false, true, 2>;
+      using T64U4 = WsTile<64, 9, true, true, false, true, 4>;
+      using T128 = WsTile<128, 6, true, true, false, true>;
+      using T128U2 = WsTile<128, 6, true, true, false, true, 2>;
+      using T128U4 = WsTile<128, 6, true, true, false, true, 4>;
+      printf("  v14 checks (groups per trip):\n");
+      check_ws_small<T128U2>(bb, 111, 64, 3, "wsT<128,6st,R,U2>");
+      check_ws_small<T128U2>(bb, 32000, 256, 200, "wsT<128,6st,R,U2>");
+      check_ws_small<T64U4>(bb, 1000, 4096, 99, "wsT<64,9st,R,U4>");
+      check_ws_small<T32U2>(bb, 1000, 200, 33, "wsT<32,11st,R,U2>");
+      compare_ws<T32U2, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st,R,U2>");
+      compare_ws<T64U2, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st,R,U2>");
+      compare_ws<T64U4, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st,R,U4>");
+      compare_ws<T128U2, Tile128, WgTile128>(bb, 128, 1, "wsT<128,6st,R,U2>");
+      compare_ws<T128U2, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st,R,U2>");
+      compare_ws<T128U4, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st,R,U4>");
+      printf("  v14 timings:\n");
+      ws_row("wsT<16,12st,R>", 1, time_ws<T16>(bb, 1));
+      ws_row("wsT<16,12st,R>", 16, time_ws<T16>(bb, 16));
+      ws_row("wsT<32,11st,R>", 32, time_ws<T32>(bb, 32));
+      ws_row("wsT<32,11st,R,U2>", 32, time_ws<T32U2>(bb, 32));
+      ws_row("wsT<64,9st,R>", 64, time_ws<T64>(bb, 64));
+      ws_row("wsT<64,9st,R,U2>", 64, time_ws<T64U2>(bb, 64));
+      ws_row("wsT<64,9st,R,U4>", 64, time_ws<T64U4>(bb, 64));
+      for (int64_t B : {128, 256}) {
+        ws_row("wsT<128,6st,R>", B, time_ws<T128>(bb, B));
+        ws_row("wsT<128,6st,R,U2>", B, time_ws<T128U2>(bb, B));
+        ws_row("wsT<128,6st,R,U2> greedy", B, time_ws_greedy<T128U2>(bb, B));
+        ws_row("wsT<128,6st,R,U4>", B, time_ws<T128U4>(bb, B));
+        ws_row("wsT<64,9st,R,U2>", B, time_ws<T64U2>(bb, B));
+        ws_row("wsT<64,9st,R,U4>", B, time_ws<T64U4>(bb, B));
+      }
+    }  // section v14
   }
   if (ws_only) {
     printf("done\n");
     return 0;
   }
+#ifndef HARNESS_QUICK
   compare_wgmma_mma<WgTile32, Tile32>(bb, 32);
   compare_wgmma_mma<WgTile64, Tile64>(bb, 64);
   compare_wgmma_mma<WgTile128, Tile128>(bb, 128);
@@ -1199,6 +1311,7 @@ int main(int argc, char** argv) {
   row("wg<128,2wg,3st>", 256, time_variant<WgTile<128, 2, 3>, true>(bb, 256));
   row("WgTile256 S=4", 256, time_variant<WgTile256, true>(bb, 256, 4));
   row("WgTile64 S=4", 64, time_variant<WgTile64, true>(bb, 64, 4));
+#endif  // HARNESS_QUICK
   printf("done\n");
   return 0;
 }
