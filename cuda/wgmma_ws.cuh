@@ -99,11 +99,8 @@ namespace detail {
 // each thread's four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
 // (transpose_quad_lanes) instead of reading a permuted W layout. Needs WsTensorMaps (D % 8 == 0 and
 // 16-byte aligned W, H: mma_path_ok; V, B below 2^31: int32 coordinates).
-// GROUPS (v14): n8 column groups per trip of the rolled kSampleOne epilogue (kGroupsPerTrip).
-template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false,
-          int GROUPS = 1>
+template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false>
 struct WsTile {
-  static constexpr int kGroupsPerTrip = GROUPS;
   static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
@@ -135,7 +132,6 @@ struct WsTile {
   static constexpr int kConsumerRegs = 232;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N; 8 H chunks per row over 128 threads");
   static_assert(STAGES >= 2, "ring");
-  static_assert(GROUPS >= 1 && (N / 8) % GROUPS == 0, "whole trips of the rolled epilogue");
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
   // setmaxnreg.inc blocks until the registers exist: never ask for more than the launch holds.
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 168 * kThreads,
@@ -569,66 +565,54 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       // both Philox calls). Rolled (kRolled): group nt's accumulators are always at the front of
       // acc0 / acc1, the rest rotated down by 4 after each trip (compile-time register indices
       // either way; the rotation is 2 (kAcc - 4) register moves per trip).
-      // kGroupsPerTrip (U) groups per trip of the rolled loop: their reads of the running winners
-      // first, then U independent noise / reduction chains (latency overlap), one __syncwarp, then
-      // the writes; the rotation moves 4 U registers per block per trip.
-      constexpr int kU = Cfg::kRolled ? Cfg::kGroupsPerTrip : 1;
 #pragma unroll
       for (int nt0 = 0; nt0 < (Cfg::kRolled ? 1 : kNT); ++nt0) {
 #pragma unroll 1
-        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); nt += kU) {
-          float l[kU][2][4], thr[kU][2], bs[kU][2];
-          uint32_t bk[kU][2];
-          RowParams rp[kU][2];
-          int64_t vend[kU][2];
-          int nn[kU][2];
+        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); ++nt) {
+          const int e0 = Cfg::kRolled ? 0 : nt0 * 4;  // compile-time: this group's first accumulator
+          float l[2][4], thr[2], bs[2];
+          uint32_t bk[2];
+          RowParams rp[2];
+          int64_t vend[2];
+          int nn[2];
 #pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            const int e0 = Cfg::kRolled ? 4 * u : nt0 * 4;  // compile-time: this group's first accumulator
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-              const int n = (nt + u) * 8 + t4 * 2 + jj;
-              const int64_t b = b0 + n;
-              nn[u][jj] = n;
-              vend[u][jj] = b < B ? V : 0;
-              quad_logits<Cfg>(l[u][jj], acc0, acc1, e0 + jj, bias, g);
-              rp[u][jj].inv_temperature = row_inv_t[cw][n];
-              rp[u][jj].greedy = row_greedy[cw][n] != 0;
-              rp[u][jj].seed = row_seed[cw][n];
-              rp[u][jj].offset = row_offset[cw][n];
-              rp[u][jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-              // Threshold: the warp's running winner of this column over the chunk's earlier items
-              // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
-              // over the 8 lanes' running winners, so the same exact pruning.
-              thr[u][jj] = win_score_s[cw][wi][n];
-              bs[u][jj] = -INFINITY;
-              bk[u][jj] = kNoToken;
-            }
+          for (int jj = 0; jj < 2; ++jj) {
+            const int n = nt * 8 + t4 * 2 + jj;
+            const int64_t b = b0 + n;
+            nn[jj] = n;
+            vend[jj] = b < B ? V : 0;
+            quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
+            rp[jj].inv_temperature = row_inv_t[cw][n];
+            rp[jj].greedy = row_greedy[cw][n] != 0;
+            rp[jj].seed = row_seed[cw][n];
+            rp[jj].offset = row_offset[cw][n];
+            rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+            // Threshold: the warp's running winner of this column over the chunk's earlier items
+            // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
+            // over the 8 lanes' running winners, so the same exact pruning.
+            thr[jj] = win_score_s[cw][wi][n];
+            bs[jj] = -INFINITY;
+            bk[jj] = kNoToken;
           }
           if constexpr (Cfg::kRolled) {
 #pragma unroll
-            for (int e = 0; e + 4 * kU < kAcc; ++e) {
-              acc0[e] = acc0[e + 4 * kU];
-              acc1[e] = acc1[e + 4 * kU];
+            for (int e = 0; e + 4 < kAcc; ++e) {
+              acc0[e] = acc0[e + 4];
+              acc1[e] = acc1[e + 4];
             }
           }
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            quads_update_pruned<2>(l[u], rp[u], 0u, vq, vend[u], thr[u], bs[u], bk[u]);
-            warp_best_k<4, 16, 2>(bs[u], bk[u]);  // the 8 lanes (g) of each column
-          }
+          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
+          warp_best_k<4, 16, 2>(bs, bk);  // the 8 lanes (g) of each column
           // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
           // shuffles converge the warp but do not order shared memory (racecheck warned).
           __syncwarp();
           if (g == 0) {
 #pragma unroll
-            for (int u = 0; u < kU; ++u)
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj)
-                if (candidate_better(bs[u][jj], bk[u][jj], thr[u][jj], win_key_s[cw][wi][nn[u][jj]])) {
-                  win_score_s[cw][wi][nn[u][jj]] = bs[u][jj];
-                  win_key_s[cw][wi][nn[u][jj]] = bk[u][jj];
-                }
+            for (int jj = 0; jj < 2; ++jj)
+              if (candidate_better(bs[jj], bk[jj], thr[jj], win_key_s[cw][wi][nn[jj]])) {
+                win_score_s[cw][wi][nn[jj]] = bs[jj];
+                win_key_s[cw][wi][nn[jj]] = bk[jj];
+              }
           }
         }
       }
