@@ -5,6 +5,8 @@
 // Gumbel noise of noise.h and merges each (row, sample) winner into one 64-bit word with an
 // order-preserving atomicMax (score ties go to the smaller index, as candidate_better says).
 // Stage 2 (finalize_kernel): unpacks the words into tokens and row statuses.
+// Before stage 1, clear_winners_kernel zeroes the words (a kernel rather than a memset so that the
+// GEMM can be launched programmatically after it).
 // Workspace: [B, numSamples] 64-bit words, stream-ordered (cudaMallocAsync / cudaFreeAsync).
 #include <cuda_runtime.h>
 
@@ -16,9 +18,18 @@ namespace flashsample {
 namespace cuda {
 namespace {
 
+// 0 = no candidate. Lets the GEMM grid (launched programmatically after it) start at once: the
+// GEMM waits for this grid's completion before its first winner write.
+__global__ void clear_winners_kernel(unsigned long long* __restrict__ winners, int64_t n) {
+  detail::griddep_launch_dependents();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) winners[i] = 0ull;
+}
+
 __global__ void finalize_kernel(const unsigned long long* __restrict__ winners, int64_t batch,
                                 int32_t num_samples, int32_t* __restrict__ tokens,
                                 int32_t* __restrict__ row_status) {
+  detail::griddep_wait();  // launched programmatically: the GEMM grid's winners are complete
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= batch * num_samples) return;
   const unsigned long long w = winners[i];
@@ -39,18 +50,31 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   unsigned long long* winners = nullptr;
   err = cudaMallocAsync(reinterpret_cast<void**>(&winners), n * sizeof(unsigned long long), stream);
   if (err != cudaSuccess) return err;
-  err = cudaMemsetAsync(winners, 0, n * sizeof(unsigned long long), stream);  // 0 = no candidate
+  // Three kernels; on compute capability 9.0 the second and third are launched programmatically
+  // (each may start while the one before it still runs and waits for it with griddepcontrol.wait),
+  // which hides the zeroing and the finalize kernel's launch gap under the GEMM: ~3-5 us a call
+  // on the H200 (bench/NOTES.md). The GEMM takes the programmatic launch only where its kernel
+  // waits (the wgmma_ws kernels; launch_persistent / launch_mma clear it otherwise).
+  const bool programmatic = detail::programmatic_launch_supported();
+  const int threads = 256;
+  const int64_t blocks = (n + threads - 1) / threads;
+  clear_winners_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(winners, n);
+  err = cudaGetLastError();
   if (err == cudaSuccess) {
     detail::GemmArgs a = detail::gemm_args(p);
     a.winners = winners;
+    a.programmatic_launch = programmatic;
     err = detail::launch_gemm<detail::Epi::kSampleOne>(p, a, stream);
   }
   if (err == cudaSuccess) {
-    const int threads = 256;
-    const int64_t blocks = (n + threads - 1) / threads;
-    finalize_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        winners, p.batch, p.num_samples, p.tokens, p.row_status);
-    err = cudaGetLastError();
+    if (programmatic) {
+      err = detail::launch_programmatic(finalize_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0,
+                                        stream, winners, p.batch, p.num_samples, p.tokens, p.row_status);
+    } else {
+      finalize_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+          winners, p.batch, p.num_samples, p.tokens, p.row_status);
+      err = cudaGetLastError();
+    }
   }
   const cudaError_t free_err = cudaFreeAsync(winners, stream);
   return err != cudaSuccess ? err : free_err;

@@ -32,6 +32,41 @@ inline bool mma_path_ok(const SampleParams& p) {
          (reinterpret_cast<uintptr_t>(p.hidden) & 15) == 0;
 }
 
+// Whether the current device takes programmatic dependent launches (compute capability >= 9.0).
+// Cached per device.
+inline bool programmatic_launch_supported() {
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  int v = device < kMaxDevices ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    v = major >= 9 ? 2 : 1;
+    if (device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// Launches `kernel` with programmatic stream serialization: it may start before the previous
+// kernel in the stream has finished (as soon as that one runs griddepcontrol.launch_dependents or
+// exits) and must itself griddepcontrol.wait before it reads what that kernel writes.
+template <class... KernelArgs, class... Args>
+cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                                cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // Launches a persistent tile kernel: one CTA per resident slot (SMs x CTAs per SM, computed once
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
@@ -81,17 +116,21 @@ cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, co
   }
   const int64_t items = a.num_vtiles * a.num_chunks;
   const int64_t grid = items < resident ? items : resident;
+  if (a.programmatic_launch) return launch_programmatic(kernel, dim3(static_cast<unsigned>(grid)),
+                                                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, a, extra...);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, extra...);
   return cudaGetLastError();
 }
 
 template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
 cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
+  a.programmatic_launch = false;  // these kernels do not wait for the previous grid
   return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
+  a.programmatic_launch = false;  // these kernels do not wait for the previous grid
   return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 

@@ -310,6 +310,9 @@ struct GemmArgs {
   int64_t num_vtiles, num_chunks;
   // Balanced ranges (range_rows > 0; mma_tile_kernel only): see tile_rows.
   int64_t range_rows = 0, num_ranges = 0;
+  // Host side only: launch with programmatic stream serialization (launch_persistent). Only the
+  // wgmma_ws kernels honour it (they wait for the previous grid before touching `winners`).
+  bool programmatic_launch = false;
 };
 
 // Vocabulary rows [v0, v_end) of tile `vtile` (0 <= vtile < num_vtiles).

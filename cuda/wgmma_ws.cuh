@@ -220,6 +220,20 @@ __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 #endif
 }
+// Programmatic dependent launch (sm_90). griddep_wait: block until the grids this one depends on
+// have completed and their memory is visible (returns at once when it was launched normally).
+// griddep_launch_dependents: the grid launched after this one with programmatic serialization may
+// start (it still waits for this grid's completion before reading what this grid writes).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -353,8 +367,15 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   const int64_t total_items = a.num_vtiles * a.num_chunks;
   const int64_t my_items =
       blockIdx.x < total_items ? (total_items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  if (KT == 0 || my_items == 0) return;  // no stage will ever be produced (as wgmma_tile_kernel:
-                                         // D = 0 runs no item); CTA-uniform
+  // Programmatic launch (launch_fused_sample on compute capability 9.0): this grid may start while
+  // the kernel that zeroes `winners` still runs, and the finalize kernel after it may be scheduled
+  // now. Every CTA waits for the zeroing grid before its first winner write and before it exits,
+  // so this grid's completion (what the finalize kernel waits for) implies the zeroing's.
+  if (tid == 0) griddep_launch_dependents();
+  if (KT == 0 || my_items == 0) {  // no stage will ever be produced (as wgmma_tile_kernel: D = 0
+    griddep_wait();                 // runs no item); CTA-uniform
+    return;
+  }
 
   if (wg == 0) {
     // ================================ producer ================================
@@ -453,6 +474,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
   // ================================ consumers ================================
   setmaxnreg_inc<Cfg::kConsumerRegs>();
+  griddep_wait();  // the winners are zeroed (programmatic launch); overlaps the first stages' copies
   const int cw = wg - 1;  // consumer 0 or 1: local items j with j % 2 == cw
   const int ctid = tid & 127;
   const int lane = tid & 31, wi = (tid >> 5) & 3;
