@@ -270,37 +270,32 @@ __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, 
 constexpr int kTurnBarrier = 1;
 constexpr int kParamsBarrier = 3;
 
+// One stage of transpose_quad_lanes, over lane bit kM of g (lane ^ 4 kM): a lane sends the two
+// elements whose index bit kM differs from its own g bit and takes the partner's in their place.
+template <int kM>
+__device__ __forceinline__ void transpose_quad_stage(float (&x)[4], int g) {
+  constexpr int kOther = kM ^ 3;  // the other index bit
+  const bool set = (g & kM) != 0;
+  float s0 = set ? x[0] : x[kM], s1 = set ? x[kOther] : x[kM + kOther];
+  s0 = __shfl_xor_sync(0xffffffffu, s0, 4 * kM);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, 4 * kM);
+  if (set) {
+    x[0] = s0;
+    x[kOther] = s1;
+  } else {
+    x[kM] = s0;
+    x[kM + kOther] = s1;
+  }
+}
+
 // 4 x 4 transpose of x over the lanes g = 4 k + r, r = 0..3 (lane = 4 g + t4, so g ^ 1 is lane ^ 4
 // and g ^ 2 lane ^ 8): afterwards lane r holds what lanes 4 k + i held in element r, for i = 0..3.
 // In the kTma layout element o = 2 p + h of lane g is vocabulary row 64 p + 16 wi + 8 h + g of the
 // tile, so lane r ends up with the quad 64 (r >> 1) + 16 wi + 8 (r & 1) + 4 k + 0..3: four
-// consecutive vocabulary rows, the unit of one Philox call. Two xor-butterfly stages: in each, a
-// lane sends the two elements whose index bit differs from its own lane bit and takes the
-// partner's in their place.
+// consecutive vocabulary rows, the unit of one Philox call. Two xor-butterfly stages.
 __device__ __forceinline__ void transpose_quad_lanes(float (&x)[4], int g) {
-  const bool odd = (g & 1) != 0;
-  float s0 = odd ? x[0] : x[1], s1 = odd ? x[2] : x[3];
-  s0 = __shfl_xor_sync(0xffffffffu, s0, 4);
-  s1 = __shfl_xor_sync(0xffffffffu, s1, 4);
-  if (odd) {
-    x[0] = s0;
-    x[2] = s1;
-  } else {
-    x[1] = s0;
-    x[3] = s1;
-  }
-  const bool high = (g & 2) != 0;
-  s0 = high ? x[0] : x[2];
-  s1 = high ? x[1] : x[3];
-  s0 = __shfl_xor_sync(0xffffffffu, s0, 8);
-  s1 = __shfl_xor_sync(0xffffffffu, s1, 8);
-  if (high) {
-    x[0] = s0;
-    x[1] = s1;
-  } else {
-    x[2] = s0;
-    x[3] = s1;
-  }
+  transpose_quad_stage<1>(x, g);
+  transpose_quad_stage<2>(x, g);
 }
 
 // The logits of this thread's vocabulary quad vq + 0..3 in one column: accumulator e (and e + 2,

@@ -1241,6 +1241,23 @@ int main(int argc, char** argv) {
         ws_row("wsTC<128,4st,R> kStore", B, time_ws_store<TC128>(bb, B));
       }
     }  // section v13
+    if (ws_section("v16")) {
+      // v16: the cooperative tile with the TMA producer at B = 33..64 (256 vocabulary rows x 64
+      // columns an item, half the H fill per FLOP of the ping-pong N = 64 tile).
+      using T64 = WsTile<64, 9, true, true, false, true>;
+      using TC64 = WsTile<64, 5, true, true, true, true>;
+      printf("  v16 checks (cooperative TMA, N = 64):\n");
+      check_ws_small<TC64>(bb, 1000, 4096, 99, "wsTC<64,5st,R>");
+      check_ws_small<TC64>(bb, 111, 200, 3, "wsTC<64,5st,R>");
+      compare_ws<TC64, Tile64, WgTile64>(bb, 64, 1, "wsTC<64,5st,R>");
+      printf("  v16 timings:\n");
+      for (int64_t B : {48, 64}) {
+        ws_row("wsT<64,9st,R> (prod)", B, time_ws<T64>(bb, B));
+        ws_row("wsTC<64,5st,R>", B, time_ws<TC64>(bb, B));
+        ws_row("wsT<64,9st,R> kStore (prod)", B, time_ws_store<T64>(bb, B));
+        ws_row("wsTC<64,5st,R> kStore", B, time_ws_store<TC64>(bb, B));
+      }
+    }  // section v16
     // v14 (U column groups per trip of the rolled epilogue, run 15): measured slower and removed
     // again (code: commit 1ceb7ef).
   }
