@@ -1,19 +1,22 @@
 // Warp-specialized, ping-pong variant of wgmma_tile_kernel (sm_90a, v5): the fused sampling
 // epilogue of one work item runs while the other consumer warpgroup's wgmmas run. The library's
-// kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh; harness runs 8-12 in
+// kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh; harness runs 8-16 in
 // cuda/harness/NOTES.md: winners and stored logits identical to the other kernels). Options, each
-// measured there: kRolled (the epilogue as a rolled loop: the production tiles), kCoop (cooperative
-// consumers on 256-row items: the fastest main loop, but the epilogue no longer overlaps; harness
-// only). Measured slower and removed again (the code is in git history, commit ad97c74): a one-thread
-// TMA producer (v7), 256-byte L2 prefetch on the W copies (v9), several k-blocks per stage (v12).
+// measured there: kRolled (the epilogue as a rolled loop) and kTma (a one-thread TMA producer with
+// W in natural row order, v13): the production tiles; kCoop (cooperative consumers on 256-row items:
+// its epilogue no longer overlaps; harness only). Measured slower and removed again (the code is in
+// git history): a TMA producer that kept the permuted W layout through strided boxes (v7), 256-byte
+// L2 prefetch on the W copies (v9), several k-blocks per stage (v12; all three at ad97c74), several
+// column groups per epilogue trip (v14, at 1ceb7ef).
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
 // wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
 // CTA's local items j = 0, 1, ..., same GemmArgs, num_vtiles / num_chunks from launch_persistent):
 //   * warpgroup 0 = producer: streams the k-slices (W tile 128 x 64 + H tile N x 64) of every local
-//     item, in item order, through a kStages-deep shared-memory ring with cp.async; the W rows are
-//     permuted (permuted_row_wg) and both tiles stored in the SW128 swizzle exactly as in
-//     wgmma_tile_kernel. setmaxnreg.dec to 40 registers;
+//     item, in item order, through a kStages-deep shared-memory ring: kTma, one thread issuing one
+//     bulk tensor copy per tile and stage (W rows in natural order); otherwise all 128 threads with
+//     cp.async, the W rows permuted (permuted_row_wg) exactly as in wgmma_tile_kernel. Both tiles in
+//     the SW128 swizzle. setmaxnreg.dec to 40 registers;
 //   * warpgroups 1 and 2 = consumers (setmaxnreg.inc to 232): consumer c takes the local items
 //     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
 //     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
@@ -21,11 +24,13 @@
 //     and flushes them with the same 64-bit atomicMax as the other kernels.
 //
 // Synchronization (all in shared memory of the CTA; no __syncthreads after the set-up):
-//   full[s]  (mbarrier, count 128): stage slot s holds its k-slice. Each producer thread issues
-//            its cp.asyncs of the stage, then cp.async.mbarrier.arrive.noinc on full[s]: the arrive
-//            fires when all of that thread's earlier cp.asyncs have landed, and counts as one of the
-//            128 expected arrivals (.noinc), so phase k of full[s] completes when the 128 threads'
-//            copies of stage k·S + s are all in shared memory.
+//   full[s]  (mbarrier, count 128; kTma: count 1): stage slot s holds its k-slice. Each producer
+//            thread issues its cp.asyncs of the stage, then cp.async.mbarrier.arrive.noinc on
+//            full[s]: the arrive fires when all of that thread's earlier cp.asyncs have landed, and
+//            counts as one of the 128 expected arrivals (.noinc), so phase k of full[s] completes
+//            when the 128 threads' copies of stage k·S + s are all in shared memory. kTma: the one
+//            producer thread arrives with expect-tx of the stage's bytes before issuing the two
+//            copies, which complete the phase's transaction count as they land.
 //   empty[s] (mbarrier, count 128): the 128 threads of the consumer that used stage k·S + s
 //            arrive after wgmma.wait_group has retired the wgmmas that read it (phase k completes).
 //   turn     (named barriers 1 and 2, 256 threads): consumer c may start the K loop of its item j
@@ -68,7 +73,9 @@
 // async proxy. The consumer threads acquire the copies through the full[] mbarrier wait and then
 // execute fence.proxy.async.shared::cta before their wgmmas read the stage (the same fence the
 // non-specialized kernel runs after cp.async.wait_group). The write-after-read direction (the
-// producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive.
+// producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive. kTma: the
+// bulk copies write through the async proxy and complete on the mbarrier, so the fence is not
+// needed there; it is kept (one instruction per stage) so that both producers share the consumer.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (the type only: maps are encoded through the runtime's driver entry point)
