@@ -3,6 +3,7 @@
 #   bash cuda/harness/run.sh                 # build (about 46 s on the H200 machine), then run
 #   USE_PREBUILT=1 bash cuda/harness/run.sh  # run cuda/harness/build/harness if it starts there
 #   bash cuda/harness/run.sh --bench-only    # timings only
+#   QUICK=1 bash cuda/harness/run.sh --ws-only  # build only the newest ws section (-DHARNESS_QUICK)
 # The build log (with -Xptxas -v) is cuda/harness/build/ptxas.log, copied to $OUT when set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,6 +11,7 @@ B=cuda/harness/build
 LOG=$B/ptxas.log
 mkdir -p "$B"
 FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
+if [ "${QUICK:-0}" = 1 ]; then FLAGS="$FLAGS -DHARNESS_QUICK"; fi
 build() {
   echo "building harness ($(nvcc --version | tail -1))"
   local t0=$SECONDS
