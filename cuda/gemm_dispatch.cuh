@@ -187,7 +187,7 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream,
     WsTensorMaps maps{};
     if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
       return launch_persistent<Cfg>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
-    using Twin = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, Cfg::kRolled, Cfg::kCoop, false, Cfg::kSeedThreshold>;
+    using Twin = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, Cfg::kRolled, Cfg::kCoop, false>;
     return launch_persistent<Twin>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
   } else {
     return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);

@@ -106,13 +106,8 @@ namespace detail {
 // each thread's four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
 // (transpose_quad_lanes) instead of reading a permuted W layout. Needs WsTensorMaps (D % 8 == 0 and
 // 16-byte aligned W, H: mma_path_ok; V, B below 2^31: int32 coordinates).
-// SEED (v18, harness only): in an item where a column has no running winner yet (thr = -Inf: the
-// first item of each chunk), the pruning threshold is seeded with the warp's best exact lower bound
-// of a candidate's score (seed_threshold).
-template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false,
-          bool SEED = false>
+template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false>
 struct WsTile {
-  static constexpr bool kSeedThreshold = SEED;
   static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
@@ -308,34 +303,6 @@ __device__ __forceinline__ void transpose_quad_stage(float (&x)[4], int g) {
 __device__ __forceinline__ void transpose_quad_lanes(float (&x)[4], int g) {
   transpose_quad_stage<1>(x, g);
   transpose_quad_stage<2>(x, g);
-}
-
-// A lower bound of the best candidate score among the column's values in this warp's rows of the
-// tile, or -Inf: max over lanes g (lane ^ 4, 8, 16) and valid values o of fmaf(l, 1/T, glow(x)).
-// glow: with c = clz(x) >= 1, u = (x + 0.5) 2^-32 rounds to at most 2^-c, so E = -log1p(-u) <=
-// -log(1 - 2^-c) and g = -log(E) >= -log(-log(1 - 2^-c)) >= c ln 2 - 0.35 (tightest at c = 1:
-// 0.3665 against 0.3431; the computed logs err by ~1e-6). fmaf is monotone in its addend, so the
-// value that attains the bound scores at least that much, and its own upper bound (gumbel_upper)
-// is above it: using the bound as the pruning threshold can only drop values that score strictly
-// less than a value that is still evaluated. Greedy rows, +-Inf and NaN as in quads_update_pruned
-// (+Inf logits give +Inf: every finite value is pruned and the +Inf tier is evaluated).
-__device__ __forceinline__ float seed_threshold(const float (&l)[4], const RowParams& rp, int64_t vq,
-                                                int64_t vend) {
-  float lb = -INFINITY;
-  const int64_t rem = vend - vq;
-  if (!rp.greedy && rem > 0 && isfinite(rp.inv_temperature)) {
-    const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(vq >> 2));
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      const int c = __clz(r.x[o]);
-      if (o < rem && c >= 1)
-        lb = fmaxf(lb, fmaf(l[o], rp.inv_temperature, fmaf(static_cast<float>(c), 0.69314718f, -0.35f)));
-    }
-  }
-  lb = fmaxf(lb, __shfl_xor_sync(0xffffffffu, lb, 4));
-  lb = fmaxf(lb, __shfl_xor_sync(0xffffffffu, lb, 8));
-  lb = fmaxf(lb, __shfl_xor_sync(0xffffffffu, lb, 16));
-  return lb;
 }
 
 // The logits of this thread's vocabulary quad vq + 0..3 in one column: accumulator e (and e + 2,
@@ -658,16 +625,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               acc1[e] = acc1[e + 4];
             }
           }
-          if constexpr (Cfg::kSeedThreshold) {
-            float tp[2] = {thr[0], thr[1]};
-            if (__any_sync(0xffffffffu, thr[0] == -INFINITY || thr[1] == -INFINITY)) {
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj) tp[jj] = fmaxf(thr[jj], seed_threshold(l[jj], rp[jj], vq, vend[jj]));
-            }
-            quads_update_pruned<2>(l, rp, 0u, vq, vend, tp, bs, bk);
-          } else {
-            quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
-          }
+          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
           warp_best_k<4, 16, 2>(bs, bk);  // the 8 lanes (g) of each column
           // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
           // shuffles converge the warp but do not order shared memory (racecheck warned).

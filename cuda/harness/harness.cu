@@ -1258,35 +1258,8 @@ int main(int argc, char** argv) {
         ws_row("wsTC<64,5st,R> kStore", B, time_ws_store<TC64>(bb, B));
       }
     }  // section v16
-    if (ws_section("v18")) {
-      // v18: the first item's pruning threshold seeded with an exact lower bound (kSeedThreshold).
-      using T16 = WsTile<16, 12, true, true, false, true>;
-      using T64 = WsTile<64, 9, true, true, false, true>;
-      using T128 = WsTile<128, 6, true, true, false, true>;
-      using T16S = WsTile<16, 12, true, true, false, true, true>;
-      using T64S = WsTile<64, 9, true, true, false, true, true>;
-      using T128S = WsTile<128, 6, true, true, false, true, true>;
-      printf("  v18 checks (seeded threshold):\n");
-      check_ws_small<T128S>(bb, 111, 64, 3, "wsT<128,6st,R,seed>");
-      check_ws_small<T128S>(bb, 32000, 256, 200, "wsT<128,6st,R,seed>");
-      check_ws_small<T16S>(bb, 1000, 4096, 99, "wsT<16,12st,R,seed>");
-      compare_ws<T16S, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st,R,seed>");
-      compare_ws<T16S, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st,R,seed>");
-      compare_ws<T64S, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st,R,seed>");
-      compare_ws<T128S, Tile128, WgTile128>(bb, 128, 1, "wsT<128,6st,R,seed>");
-      compare_ws<T128S, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st,R,seed>");
-      printf("  v18 timings:\n");
-      for (int rep = 0; rep < 2; ++rep) {
-        ws_row("wsT<16,12st,R> (prod)", 1, time_ws<T16>(bb, 1));
-        ws_row("wsT<16,12st,R,seed>", 1, time_ws<T16S>(bb, 1));
-        ws_row("wsT<64,9st,R> (prod)", 64, time_ws<T64>(bb, 64));
-        ws_row("wsT<64,9st,R,seed>", 64, time_ws<T64S>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("wsT<128,6st,R> (prod)", B, time_ws<T128>(bb, B));
-          ws_row("wsT<128,6st,R,seed>", B, time_ws<T128S>(bb, B));
-        }
-      }
-    }  // section v18
+    // v18 (the first item's pruning threshold seeded with an exact lower bound, run 17): no
+    // measurable gain, removed again (code: the commit that adds run 17 to NOTES.md).
     // v14 (U column groups per trip of the rolled epilogue, run 15): measured slower and removed
     // again (code: commit 1ceb7ef).
   }
