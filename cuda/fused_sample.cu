@@ -54,7 +54,7 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   // (each may start while the one before it still runs and waits for it with griddepcontrol.wait),
   // which hides the zeroing and the finalize kernel's launch gap under the GEMM: ~3-5 us a call
   // on the H200 (bench/NOTES.md). The GEMM takes the programmatic launch only where its kernel
-  // waits (the wgmma_ws kernels; launch_persistent / launch_mma clear it otherwise).
+  // waits (the wgmma_ws kernels; launch_persistent ignores it for the others).
   const bool programmatic = detail::programmatic_launch_supported();
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
@@ -67,14 +67,8 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
     err = detail::launch_gemm<detail::Epi::kSampleOne>(p, a, stream);
   }
   if (err == cudaSuccess) {
-    if (programmatic) {
-      err = detail::launch_programmatic(finalize_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0,
-                                        stream, winners, p.batch, p.num_samples, p.tokens, p.row_status);
-    } else {
-      finalize_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-          winners, p.batch, p.num_samples, p.tokens, p.row_status);
-      err = cudaGetLastError();
-    }
+    err = detail::launch_kernel(finalize_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
+                                programmatic, winners, p.batch, p.num_samples, p.tokens, p.row_status);
   }
   const cudaError_t free_err = cudaFreeAsync(winners, stream);
   return err != cudaSuccess ? err : free_err;

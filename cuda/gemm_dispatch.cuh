@@ -32,28 +32,33 @@ inline bool mma_path_ok(const SampleParams& p) {
          (reinterpret_cast<uintptr_t>(p.hidden) & 15) == 0;
 }
 
-// Whether the current device takes programmatic dependent launches (compute capability >= 9.0).
-// Cached per device.
-inline bool programmatic_launch_supported() {
-  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 yes
+// The current device's compute capability as 10 major + minor (90 for sm_90), 0 when it cannot
+// be read. Cached per device.
+inline int compute_capability() {
+  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, else 1 + 10 major + minor
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
   int v = device < kMaxDevices ? cache[device].load(std::memory_order_relaxed) : 0;
   if (v == 0) {
-    int major = 0;
+    int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    v = major >= 9 ? 2 : 1;
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    v = 1 + 10 * major + minor;
     if (device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
   }
-  return v == 2;
+  return v - 1;
 }
 
-// Launches `kernel` with programmatic stream serialization: it may start before the previous
-// kernel in the stream has finished (as soon as that one runs griddepcontrol.launch_dependents or
-// exits) and must itself griddepcontrol.wait before it reads what that kernel writes.
+// Whether the current device takes programmatic dependent launches (compute capability >= 9.0).
+inline bool programmatic_launch_supported() { return compute_capability() >= 90; }
+
+// Launches `kernel`; with `programmatic`, with programmatic stream serialization: it may start
+// before the previous kernel in the stream has finished (as soon as that one runs
+// griddepcontrol.launch_dependents or exits) and must itself griddepcontrol.wait before it reads
+// what that kernel writes. Without, an ordinary launch.
 template <class... KernelArgs, class... Args>
-cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                                cudaStream_t stream, Args&&... args) {
+cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          bool programmatic, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -63,7 +68,7 @@ cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 b
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = programmatic ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
@@ -71,7 +76,10 @@ cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 b
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
 // tile_kernels.cuh) when every range holds at least one full tile; classic tiles otherwise.
-template <class Cfg, bool kBalanced = false, class Kernel, class... Extra>
+// kWaitsForPreviousGrid: the kernel runs griddepcontrol.wait before it touches `winners` (the
+// wgmma_ws kernels), so a.programmatic_launch may be honoured; every other kernel is launched in
+// order whatever a.programmatic_launch says.
+template <class Cfg, bool kBalanced = false, bool kWaitsForPreviousGrid = false, class Kernel, class... Extra>
 cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, const Extra&... extra) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -116,21 +124,17 @@ cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, co
   }
   const int64_t items = a.num_vtiles * a.num_chunks;
   const int64_t grid = items < resident ? items : resident;
-  if (a.programmatic_launch) return launch_programmatic(kernel, dim3(static_cast<unsigned>(grid)),
-                                                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, a, extra...);
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, extra...);
-  return cudaGetLastError();
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
+                       kWaitsForPreviousGrid && a.programmatic_launch, a, extra...);
 }
 
 template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
 cudaError_t launch_mma(GemmArgs a, cudaStream_t stream) {
-  a.programmatic_launch = false;  // these kernels do not wait for the previous grid
   return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_wgmma(GemmArgs a, cudaStream_t stream) {
-  a.programmatic_launch = false;  // these kernels do not wait for the previous grid
   return launch_persistent<Cfg>(wgmma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
@@ -186,11 +190,11 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream,
   if constexpr (Cfg::kTma) {
     WsTensorMaps maps{};
     if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
-      return launch_persistent<Cfg>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
+      return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
     using Twin = WsTile<Cfg::kNB, Cfg::kStages, Cfg::kVtileMajor, Cfg::kRolled, Cfg::kCoop, false>;
-    return launch_persistent<Twin>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
+    return launch_persistent<Twin, false, true>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
   } else {
-    return launch_persistent<Cfg>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
+    return launch_persistent<Cfg, false, true>(wgmma_ws_kernel<Cfg, kF16, kEpi>, a, stream);
   }
 }
 
@@ -198,23 +202,11 @@ cudaError_t launch_ws(GemmArgs a, cudaStream_t stream,
 // 90a cubin), unless FLASHSAMPLE_NO_WGMMA is set (then every batch takes the mma.sync kernels,
 // for comparisons and as an escape hatch). Cached per device.
 inline bool wgmma_usable() {
-  static std::atomic<int> cache[kMaxDevices];  // 0 unknown, 1 no, 2 yes
   static const bool disabled = [] {
     const char* e = std::getenv("FLASHSAMPLE_NO_WGMMA");
     return e != nullptr && e[0] != '\0' && e[0] != '0';
   }();
-  if (disabled) return false;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  int v = device < kMaxDevices ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    v = (major == 9 && minor == 0) ? 2 : 1;
-    if (device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
+  return !disabled && compute_capability() == 90;
 }
 
 template <bool kF16, Epi kEpi>
