@@ -46,6 +46,13 @@ __device__ __forceinline__ unsigned long long pack_candidate(float score, uint32
   return (tier << 63) | (static_cast<unsigned long long>(bits) << 31) | (0x7fffffffull - index);
 }
 
+// The score of a packed candidate (pack_candidate's inverse for the score; -Inf for the empty 0).
+__device__ __forceinline__ float packed_score(unsigned long long packed) {
+  if (packed == 0ull) return -INFINITY;
+  const uint32_t bits = static_cast<uint32_t>(packed >> 31);
+  return __uint_as_float((bits & 0x80000000u) ? (bits & 0x7fffffffu) : ~bits);
+}
+
 __device__ __forceinline__ int32_t packed_token(unsigned long long packed) {
   if (packed == 0ull) return -1;
   return static_cast<int32_t>(0x7fffffffull - (packed & 0x7fffffffull));
