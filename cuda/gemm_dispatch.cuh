@@ -224,7 +224,8 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   //   B <= 64: WsTile64T 284.1 (292.4; WsTile128T in one half-empty chunk 399.6)
   //   B > 64:  WsTile128T: B = 128 442.7 (468.4), B = 256 739.8 (867.8); the cooperative tile with
   //            TMA 506.6 / 825.2, two column groups per epilogue trip 429.0 / 742.4 against
-  //            421.1 / 697.9 in run 15.
+  //            421.1 / 697.9 in run 15. Since runs 19-21 (shared running winners, each tile starting
+  //            from the grid's winners): B = 128 349-351, B = 256 617-633.
   // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with

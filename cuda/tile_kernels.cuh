@@ -278,27 +278,6 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
   }
 }
 
-// warp_best for K independent candidates at once (interleaved shuffles; same result as K calls).
-template <int kFirstXor, int kLastXor, int K>
-__device__ __forceinline__ void warp_best_k(float (&score)[K], uint32_t (&key)[K]) {
-#pragma unroll
-  for (int x = kFirstXor; x <= kLastXor; x <<= 1) {
-    float s[K];
-    uint32_t kk[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      s[k] = __shfl_xor_sync(0xffffffffu, score[k], x);
-      kk[k] = __shfl_xor_sync(0xffffffffu, key[k], x);
-    }
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (candidate_better(s[k], kk[k], score[k], key[k])) {
-        score[k] = s[k];
-        key[k] = kk[k];
-      }
-  }
-}
-
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
 enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2 };
 

@@ -20,8 +20,12 @@
 //   * warpgroups 1 and 2 = consumers (setmaxnreg.inc to 232): consumer c takes the local items
 //     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
 //     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
-//     consumer runs the K loop of item j + 1. Each consumer keeps its own running winners (S = 1)
-//     and flushes them with the same 64-bit atomicMax as the other kernels.
+//     consumer runs the K loop of item j + 1. Each consumer keeps one running winner per column
+//     (S = 1) in shared memory as a packed candidate (pack_candidate), raised with a shared
+//     atomicMax by any lane that beats it; before an item's epilogue it is merged with the grid's
+//     winners word of the column (the best any CTA has published), after the epilogue published to
+//     it with the same 64-bit atomicMax as the other kernels. Exact: every threshold is the score
+//     of a candidate that exists, and the max of packed candidates does not depend on the order.
 //
 // Synchronization (all in shared memory of the CTA; no __syncthreads after the set-up):
 //   full[s]  (mbarrier, count 128; kTma: count 1): stage slot s holds its k-slice. Each producer
@@ -106,24 +110,14 @@ namespace detail {
 // each thread's four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
 // (transpose_quad_lanes) instead of reading a permuted W layout. Needs WsTensorMaps (D % 8 == 0 and
 // 16-byte aligned W, H: mma_path_ok; V, B below 2^31: int32 coordinates).
-template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false,
-          bool SHARED_WINNER = false, bool GLOBAL_THRESHOLD = false>
+template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false>
 struct WsTile {
-  static constexpr bool kSharedWinner = SHARED_WINNER;
-  // (with kSharedWinner) each item starts from the grid's best candidates so far: the winners word
-  // of each column is read before the K loop and merged into the shared winner, and the shared
-  // winners are published (atomicMax) after every item instead of only when the chunk ends.
-  static constexpr bool kGlobalThreshold = GLOBAL_THRESHOLD;
-  static_assert(!GLOBAL_THRESHOLD || SHARED_WINNER, "the global threshold merges into the shared winners");
   static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
   static constexpr bool kProbe = false;  // harness-only cycle probe (WsProbe); a derived Cfg sets it
   // harness-only: the turn is handed over after the epilogue instead of after the last wgmma (no
   // overlap of one consumer's epilogue with the other's K loop; measures the epilogue alone)
   static constexpr bool kSerialEpilogue = false;
-  // kSampleOne, rolled: group nt's accumulators picked by a switch on nt (a branch tree of log2(kNT)
-  // uniform branches and 8 moves) instead of rotating every accumulator down by 4 after each trip
-  static constexpr bool kSwitchGroups = false;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
   static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
   static constexpr bool kRolled = ROLLED;
@@ -144,10 +138,8 @@ struct WsTile {
   static constexpr int kSmemBytes = kRingBytes + 2 * STAGES * 8 + 1024;
   // static shared memory: row parameters of each consumer's current chunk, and the running
   // winners (score, key) of each (consumer, warp, column)
-  // winners of each (consumer, column): kSharedWinner one packed word (the score / key arrays shrink
-  // to one warp's), otherwise a (score, key) per warp
-  static constexpr int kStaticSmemBytes =
-      kConsumers * kNB * (4 + 8 + 8 + 1) + (SHARED_WINNER ? kConsumers * kNB * (8 + 8) : kConsumers * 4 * kNB * 8 + 16);
+  // winners of each (consumer, column), one packed word
+  static constexpr int kStaticSmemBytes = kConsumers * kNB * (4 + 8 + 8 + 1) + kConsumers * kNB * 8;
   // Launch: 384 threads x 168 registers = 64512 (__launch_bounds__(384, 1)); setmaxnreg moves them
   // to 40 per producer thread and 232 per consumer thread (CUTLASS's ping-pong split):
   // 40·128 + 232·256 = 64512. ptxas allocates each role's code within its new limit; 0 spills at
@@ -204,7 +196,7 @@ enum WsProbeSlot : int {
   kProbeEpi = 4,       // epilogue (after wgmma_wait<0> .. item end, flush included)
   kProbeLogits = 5,    //   of which: quad logits, row parameters, rotation
   kProbePruned = 6,    //   of which: quads_update_pruned (tests, Philox, survivors)
-  kProbeReduce = 7,    //   of which: cross-lane best and the running-winner write
+  kProbeReduce = 7,    //   of which: raising the running winners
   kWsProbeSlots = 8
 };
 #ifdef FLASHSAMPLE_WS_PROBE
@@ -323,6 +315,17 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
 #endif
   return v;
 }
+// The same for a shared-memory word that other warps of the CTA raise with atomics (a plain load
+// racing with them would be a data race in the PTX memory model).
+__device__ __forceinline__ unsigned long long ld_relaxed_shared_u64(const unsigned long long* p) {
+  unsigned long long v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.relaxed.cta.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))) : "memory");
+#else
+  v = *p;
+#endif
+  return v;
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -409,56 +412,6 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   }
 }
 
-// The raw accumulators of n8 group kGroup (columns jj = 0, 1) in quad_logits' order: acc0[e],
-// acc0[e + 2], acc1[e], acc1[e + 2] with e = 4 kGroup + jj.
-template <int kGroup, int kAcc>
-__device__ __forceinline__ void take_group(const float (&acc0)[kAcc], const float (&acc1)[kAcc], float (&v)[2][4]) {
-  if constexpr (4 * kGroup + 3 < kAcc) {
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj) {
-      v[jj][0] = acc0[4 * kGroup + jj];
-      v[jj][1] = acc0[4 * kGroup + jj + 2];
-      v[jj][2] = acc1[4 * kGroup + jj];
-      v[jj][3] = acc1[4 * kGroup + jj + 2];
-    }
-  }
-}
-// Group nt (run-time, warp-uniform) of the accumulators: a switch, which nvcc compiles to a
-// tree of uniform branches, so the accumulators stay in fixed registers (no rotation).
-template <int kAcc>
-__device__ __forceinline__ void select_group(const float (&acc0)[kAcc], const float (&acc1)[kAcc], int nt,
-                                             float (&v)[2][4]) {
-  static_assert(kAcc <= 64, "at most 16 n8 groups");
-  switch (nt) {
-    case 0: take_group<0>(acc0, acc1, v); break;
-    case 1: take_group<1>(acc0, acc1, v); break;
-    case 2: take_group<2>(acc0, acc1, v); break;
-    case 3: take_group<3>(acc0, acc1, v); break;
-    case 4: take_group<4>(acc0, acc1, v); break;
-    case 5: take_group<5>(acc0, acc1, v); break;
-    case 6: take_group<6>(acc0, acc1, v); break;
-    case 7: take_group<7>(acc0, acc1, v); break;
-    case 8: take_group<8>(acc0, acc1, v); break;
-    case 9: take_group<9>(acc0, acc1, v); break;
-    case 10: take_group<10>(acc0, acc1, v); break;
-    case 11: take_group<11>(acc0, acc1, v); break;
-    case 12: take_group<12>(acc0, acc1, v); break;
-    case 13: take_group<13>(acc0, acc1, v); break;
-    case 14: take_group<14>(acc0, acc1, v); break;
-    default: take_group<15>(acc0, acc1, v); break;
-  }
-}
-
-// quad_logits from the four raw accumulators of one column (select_group's order).
-template <class Cfg>
-__device__ __forceinline__ void quad_logits_of(float (&l)[4], const float (&v)[4], const float (&bias)[4], int g) {
-#pragma unroll
-  for (int o = 0; o < 4; ++o) l[o] = v[o];
-  if constexpr (Cfg::kTma) transpose_quad_lanes(l, g);
-#pragma unroll
-  for (int o = 0; o < 4; ++o) l[o] += bias[o];
-}
-
 // The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
 // wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
 template <class Cfg, bool kF16, Epi kEpi>
@@ -476,14 +429,11 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   __shared__ float row_inv_t[2][kNB];
   __shared__ unsigned long long row_seed[2][kNB], row_offset[2][kNB];
   __shared__ uint8_t row_greedy[2][kNB];
-  // Running winner (S = 1) of each (consumer, warp of the consumer, column) over the items of the
-  // current chunk: kept here rather than in registers (64 registers per thread at N = 128), written
-  // only by lane g = 0 of its warp, flushed with atomicMax when the consumer's chunk changes.
-  __shared__ float win_score_s[2][Cfg::kSharedWinner ? 1 : 4][kNB];
-  __shared__ uint32_t win_key_s[2][Cfg::kSharedWinner ? 1 : 4][kNB];
-  // kSharedWinner: one running winner per (consumer, column), packed (pack_candidate) and raised
-  // with a shared-memory atomicMax by any lane whose candidate beats it.
-  __shared__ unsigned long long win_packed_s[2][Cfg::kSharedWinner ? kNB : 1];
+  // Running winner (S = 1) of each (consumer, column), packed (pack_candidate): raised with a
+  // shared-memory atomicMax by any lane whose candidate beats the value it read (the max of packed
+  // candidates does not depend on the order), merged with the grid's winners before each item's
+  // epilogue, published to them after it (v20 / v22, cuda/harness/NOTES.md).
+  __shared__ unsigned long long win_packed_s[2][kNB];
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 producer, 1 and 2 consumers (uniform per warp)
@@ -618,14 +568,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   const int g = lane >> 2, t4 = lane & 3;
 
   if constexpr (kEpi == Epi::kSampleOne) {
-    if constexpr (Cfg::kSharedWinner) {
-      for (int n = ctid; n < kNB; n += 128) win_packed_s[cw][n] = 0ull;
-    } else {
-      for (int n = ctid; n < 4 * kNB; n += 128) {
-        (&win_score_s[cw][0][0])[n] = -INFINITY;
-        (&win_key_s[cw][0][0])[n] = kNoToken;
-      }
-    }
+    for (int n = ctid; n < kNB; n += 128) win_packed_s[cw][n] = 0ull;
     // (ordered before the first epilogue's reads by the params barrier there: the first item
     // always loads its chunk's parameters)
   }
@@ -646,10 +589,12 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     uint32_t phase = static_cast<uint32_t>((p0 / kStages) & 1);
     int prev_slot = slot;
 
-    // kGlobalThreshold: the grid's best candidate of this thread's column so far (any CTA's
-    // published items); read now, merged after the K loop, so the load's latency is hidden.
+    // The grid's best candidate of this thread's column so far (any CTA's published items): read
+    // now, merged after the K loop, so the load's latency is hidden. A candidate that exists is a
+    // valid pruning threshold wherever it was found, and with ~4 items per consumer at B = 128 the
+    // consumer's own winners alone stay weak (v22: B = 128 -5 %, B = 256 -12 %).
     unsigned long long grid_best = 0ull;
-    if constexpr (Cfg::kGlobalThreshold && kEpi == Epi::kSampleOne) {
+    if constexpr (kEpi == Epi::kSampleOne) {
       int64_t chunk0, vtile0;
       ws_item_coords<Cfg>(item, a, chunk0, vtile0);
       const int64_t b = chunk0 * kNB + ctid;
@@ -708,8 +653,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     const int64_t vq = Cfg::kTma ? v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2)
                                  : v0 + wi * 32 + 4 * g;
 
-    if constexpr (Cfg::kGlobalThreshold && kEpi == Epi::kSampleOne) {
-      // another CTA's candidate: a valid threshold (its score belongs to a candidate of the row)
+    if constexpr (kEpi == Epi::kSampleOne) {
       if (grid_best != 0ull) atomicMax(&win_packed_s[cw][ctid], grid_best);
     }
     if constexpr (kEpi != Epi::kStore) {
@@ -757,13 +701,6 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
           const int e0 = Cfg::kRolled ? 0 : nt0 * 4;  // compile-time: this group's first accumulator
           uint32_t probe_trip = probe.now();
           float l[2][4], thr[2], bs[2];
-          if constexpr (Cfg::kSwitchGroups) {
-            static_assert(Cfg::kRolled, "kSwitchGroups picks the group of a rolled loop's trip");
-            float v[2][4];
-            select_group(acc0, acc1, nt, v);
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) quad_logits_of<Cfg>(l[jj], v[jj], bias, g);
-          }
           uint32_t bk[2];
           unsigned long long thr_packed[2];
           RowParams rp[2];
@@ -775,25 +712,20 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             const int64_t b = b0 + n;
             nn[jj] = n;
             vend[jj] = b < B ? V : 0;
-            if constexpr (!Cfg::kSwitchGroups) quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
+            quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
             rp[jj].inv_temperature = row_inv_t[cw][n];
             rp[jj].greedy = row_greedy[cw][n] != 0;
             rp[jj].seed = row_seed[cw][n];
             rp[jj].offset = row_offset[cw][n];
             rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-            // Threshold: the warp's running winner of this column over the chunk's earlier items
-            // (a real candidate of the row, or -Inf): the same value as wgmma_tile_kernel's max
-            // over the 8 lanes' running winners, so the same exact pruning.
-            if constexpr (Cfg::kSharedWinner) {
-              thr_packed[jj] = win_packed_s[cw][n];
-              thr[jj] = packed_score(thr_packed[jj]);
-            } else {
-              thr[jj] = win_score_s[cw][wi][n];
-            }
+            // Threshold: the score of the column's running winner (a real candidate of the row,
+            // or -Inf), so the pruning is exact as in wgmma_tile_kernel.
+            thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[cw][n]);
+            thr[jj] = packed_score(thr_packed[jj]);
             bs[jj] = -INFINITY;
             bk[jj] = kNoToken;
           }
-          if constexpr (Cfg::kRolled && !Cfg::kSwitchGroups) {
+          if constexpr (Cfg::kRolled) {
 #pragma unroll
             for (int e = 0; e + 4 < kAcc; ++e) {
               acc0[e] = acc0[e + 4];
@@ -803,29 +735,14 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
           probe_trip = probe.add(kProbeLogits, probe_trip);
           quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
           probe_trip = probe.add(kProbePruned, probe_trip);
-          if constexpr (Cfg::kSharedWinner) {
-            // A lane whose best beats the winner it read raises it (no cross-lane reduction: the
-            // atomic max of packed candidates is the same whatever the order).
+          // A lane whose best beats the winner it read raises it: no cross-lane reduction per
+          // trip (the 8-lane shuffle reduction and __syncwarp of v19 and before).
 #pragma unroll
-            for (int jj = 0; jj < 2; ++jj)
-              if (bk[jj] != kNoToken) {
-                const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
-                if (c > thr_packed[jj]) atomicMax(&win_packed_s[cw][nn[jj]], c);
-              }
-          } else {
-            warp_best_k<4, 16, 2>(bs, bk);  // the 8 lanes (g) of each column
-            // Every lane's read of the running winners (above) before lane g = 0 replaces them: the
-            // shuffles converge the warp but do not order shared memory (racecheck warned).
-            __syncwarp();
-            if (g == 0) {
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj)
-                if (candidate_better(bs[jj], bk[jj], thr[jj], win_key_s[cw][wi][nn[jj]])) {
-                  win_score_s[cw][wi][nn[jj]] = bs[jj];
-                  win_key_s[cw][wi][nn[jj]] = bk[jj];
-                }
+          for (int jj = 0; jj < 2; ++jj)
+            if (bk[jj] != kNoToken) {
+              const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
+              if (c > thr_packed[jj]) atomicMax(&win_packed_s[cw][nn[jj]], c);
             }
-          }
           probe.add(kProbeReduce, probe_trip);
         }
       }
@@ -893,38 +810,19 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
         flush = nchunk != chunk;
       }
       if (flush) {  // uniform over the consumer warpgroup
-        named_bar_sync(kParamsBarrier + cw, 128);  // every warp's winners of this chunk written
+        named_bar_sync(kParamsBarrier + cw, 128);  // every warp's raises of this chunk done
         for (int n = ctid; n < kNB; n += 128) {
-          if constexpr (Cfg::kSharedWinner) {
-            const unsigned long long c = win_packed_s[cw][n];  // already the packed winner
-            win_packed_s[cw][n] = 0ull;
-            if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
-          } else {
-            float s = -INFINITY;
-            uint32_t k = kNoToken;
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-              if (candidate_better(win_score_s[cw][w][n], win_key_s[cw][w][n], s, k)) {
-                s = win_score_s[cw][w][n];
-                k = win_key_s[cw][w][n];
-              }
-              win_score_s[cw][w][n] = -INFINITY;
-              win_key_s[cw][w][n] = kNoToken;
-            }
-            const int64_t b = b0 + n;
-            if (b < B && k != kNoToken) atomicMax(a.winners + b, pack_candidate(s, k));
-          }
+          const unsigned long long c = win_packed_s[cw][n];
+          win_packed_s[cw][n] = 0ull;
+          if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
         }
         named_bar_sync(kParamsBarrier + cw, 128);  // reset before the next chunk's reads
-      } else if constexpr (Cfg::kGlobalThreshold) {
-        // publish this consumer's winners so far (other warps may still raise them: those reach the
-        // grid with a later item's publish or the flush, which waits for every warp)
-        if (ctid < kNB && b0 + ctid < B) {
-          const unsigned long long c = win_packed_s[cw][ctid];
-          if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
-        }
-      } else if constexpr (!Cfg::kSharedWinner) {
-        __syncwarp();  // lane g = 0's winner writes before the other lanes' next reads
+      } else if (ctid < kNB && b0 + ctid < B) {
+        // publish the column's winner so far for the other CTAs' thresholds (a warp still in its
+        // trips may raise it later: that reaches the grid with a later publish or the flush, which
+        // waits for every warp)
+        const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[cw][ctid]);
+        if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
       }
     }
     probe.add(kProbeEpi, probe_epi);

@@ -728,17 +728,8 @@ static double time_ws_greedy(Bench& bb, int64_t B) {
 struct T16P : cuda::detail::WsTile<16, 12, true, true, false, true> { static constexpr bool kProbe = true; };
 struct T64P : cuda::detail::WsTile<64, 9, true, true, false, true> { static constexpr bool kProbe = true; };
 struct T128P : cuda::detail::WsTile<128, 6, true, true, false, true> { static constexpr bool kProbe = true; };
-// v20: the same tiles with one packed running winner per (consumer, column) raised by shared atomics.
-struct T128AP : cuda::detail::WsTile<128, 6, true, true, false, true, true> { static constexpr bool kProbe = true; };
-struct T64AP : cuda::detail::WsTile<64, 9, true, true, false, true, true> { static constexpr bool kProbe = true; };
-// v22: shared winners + the grid's winners as the threshold (kGlobalThreshold)
-struct T128GP : cuda::detail::WsTile<128, 6, true, true, false, true, true, true> { static constexpr bool kProbe = true; };
-// v23: v22 with the group picked by a switch instead of rotating the accumulators (kSwitchGroups)
-template <int N, int S>
-struct TSw : cuda::detail::WsTile<N, S, true, true, false, true, true, true> { static constexpr bool kSwitchGroups = true; };
-struct T128SwP : TSw<128, 6> { static constexpr bool kProbe = true; };
-// v21: T128AP with the turn handed over after the epilogue (the epilogue never overlaps a K loop)
-struct T128ASP : cuda::detail::WsTile<128, 6, true, true, false, true, true> {
+// v21: T128P with the turn handed over after the epilogue (the epilogue never overlaps a K loop)
+struct T128SP : cuda::detail::WsTile<128, 6, true, true, false, true> {
   static constexpr bool kProbe = true;
   static constexpr bool kSerialEpilogue = true;
 };
@@ -945,7 +936,7 @@ static void check_ws_small(const Bench& bb, int64_t V, int64_t D, int64_t B, con
 
 // One variant, 20 calls at batch B on the bench inputs, nothing else: the target of an ncu run
 // (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws64, ws128, ws16t,
-// ws16r, ws128t, ws128a (v20); PROFILE_GREEDY=1 makes every row greedy.
+// ws16r, ws128t; PROFILE_GREEDY=1 makes every row greedy.
 static int profile_variant(const std::string& name, int64_t B) {
   using namespace cuda::detail;
   Bench bb;
@@ -977,8 +968,6 @@ static int profile_variant(const std::string& name, int64_t B) {
     return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true, true, false, true>, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws16r") return go([](GemmArgs a) { return launch_ws<WsTile16R, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws128t") return go([](GemmArgs a) { return launch_ws<WsTile128T, false, Epi::kSampleOne>(a, 0); });
-  if (name == "ws128a")
-    return go([](GemmArgs a) { return launch_ws<WsTile<128, 6, true, true, false, true, true>, false, Epi::kSampleOne>(a, 0); });
   fprintf(stderr, "unknown variant %s\n", name.c_str());
   return 2;
 }
@@ -1344,154 +1333,20 @@ int main(int argc, char** argv) {
       probe_ws<T64P>(bb, 64, 2, "wsT<64> kStore");
       probe_ws<T16P>(bb, 1, 0, "wsT<16> sampled");
     }  // section v19
-    if (ws_section("v20")) {
-      // v20: one packed running winner per (consumer, column) in shared memory, raised with a
-      // shared atomicMax by any lane whose candidate beats it (no per-trip 8-lane reduction, no
-      // __syncwarp; the threshold is the best over all four warps' rows).
-      using T16 = WsTile<16, 12, true, true, false, true>;
-      using T32 = WsTile<32, 11, true, true, false, true>;
-      using T64 = WsTile<64, 9, true, true, false, true>;
-      using T128 = WsTile<128, 6, true, true, false, true>;
-      using T16A = WsTile<16, 12, true, true, false, true, true>;
-      using T32A = WsTile<32, 11, true, true, false, true, true>;
-      using T64A = WsTile<64, 9, true, true, false, true, true>;
-      using T128A = WsTile<128, 6, true, true, false, true, true>;
-      printf("  v20 checks (shared packed winners):\n");
-      check_ws_small<T16A>(bb, 111, 64, 3, "wsTA<16,12st,R>");
-      check_ws_small<T16A>(bb, 1000, 4096, 99, "wsTA<16,12st,R>");
-      check_ws_small<T32A>(bb, 1000, 200, 33, "wsTA<32,11st,R>");
-      check_ws_small<T64A>(bb, 32000, 256, 200, "wsTA<64,9st,R>");
-      check_ws_small<T128A>(bb, 111, 64, 3, "wsTA<128,6st,R>");
-      check_ws_small<T128A>(bb, 32000, 256, 200, "wsTA<128,6st,R>");
-      compare_ws<T16A, Tile8, WgTile16>(bb, 1, 1, "wsTA<16,12st,R>");
-      compare_ws<T16A, Tile16, WgTile16>(bb, 16, 1, "wsTA<16,12st,R>");
-      compare_ws<T32A, Tile32, WgTile32>(bb, 32, 1, "wsTA<32,11st,R>");
-      compare_ws<T64A, Tile64, WgTile64>(bb, 64, 1, "wsTA<64,9st,R>");
-      compare_ws<T128A, Tile128, WgTile128>(bb, 128, 1, "wsTA<128,6st,R>");
-      compare_ws<T128A, Tile128, WgTile256>(bb, 256, 1, "wsTA<128,6st,R>");
-      compare_ws<T128A, Tile128, WgTile256>(bb, 256, 4, "wsTA<128,6st,R>");
-      compare_ws<T128AP, Tile128, WgTile128>(bb, 128, 1, "wsTA<128,6st,R> probe");
-      printf("  v20 timings (prod = the dispatched TMA tile, same run, two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("wsT<16,12st,R> (prod)", B, time_ws<T16>(bb, B));
-          ws_row("wsTA<16,12st,R>", B, time_ws<T16A>(bb, B));
-        }
-        ws_row("wsT<32,11st,R> (prod)", 32, time_ws<T32>(bb, 32));
-        ws_row("wsTA<32,11st,R>", 32, time_ws<T32A>(bb, 32));
-        ws_row("wsT<64,9st,R> (prod)", 64, time_ws<T64>(bb, 64));
-        ws_row("wsTA<64,9st,R>", 64, time_ws<T64A>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("wsT<128,6st,R> (prod)", B, time_ws<T128>(bb, B));
-          ws_row("wsTA<128,6st,R>", B, time_ws<T128A>(bb, B));
-          ws_row("wsTA<128,6st,R> greedy", B, time_ws_greedy<T128A>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        probe_ws<T128AP>(bb, B, 0, "wsTA<128> sampled");
-        probe_ws<T128AP>(bb, B, 1, "wsTA<128> greedy");
-      }
-      probe_ws<T64AP>(bb, 64, 0, "wsTA<64> sampled");
-    }  // section v20
     if (ws_section("v21")) {
-      // v21: the epilogue alone (T128ASP: no overlap with the other consumer's K loop) against the
-      // overlapped one (T128AP), per item, from the cycle probe.
+      // v21: the epilogue alone (T128SP: no overlap with the other consumer's K loop) against the
+      // overlapped one (T128P), per item, from the cycle probe.
       for (int64_t B : {128, 256}) {
-        probe_ws<T128AP>(bb, B, 0, "wsTA<128> sampled");
-        probe_ws<T128ASP>(bb, B, 0, "wsTA<128> serial sampled");
-        probe_ws<T128AP>(bb, B, 1, "wsTA<128> greedy");
-        probe_ws<T128ASP>(bb, B, 1, "wsTA<128> serial greedy");
+        probe_ws<T128P>(bb, B, 0, "wsT<128> sampled");
+        probe_ws<T128SP>(bb, B, 0, "wsT<128> serial sampled");
+        probe_ws<T128P>(bb, B, 1, "wsT<128> greedy");
+        probe_ws<T128SP>(bb, B, 1, "wsT<128> serial greedy");
       }
     }  // section v21
-    if (ws_section("v22")) {
-      // v22: v20's shared winners, each item starting from the grid's best candidates (winners read
-      // before the K loop; published after every item).
-      using T16A = WsTile<16, 12, true, true, false, true, true>;
-      using T32A = WsTile<32, 11, true, true, false, true, true>;
-      using T64A = WsTile<64, 9, true, true, false, true, true>;
-      using T128A = WsTile<128, 6, true, true, false, true, true>;
-      using T16G = WsTile<16, 12, true, true, false, true, true, true>;
-      using T32G = WsTile<32, 11, true, true, false, true, true, true>;
-      using T64G = WsTile<64, 9, true, true, false, true, true, true>;
-      using T128G = WsTile<128, 6, true, true, false, true, true, true>;
-      printf("  v22 checks (grid threshold):\n");
-      check_ws_small<T16G>(bb, 111, 64, 3, "wsTG<16,12st,R>");
-      check_ws_small<T16G>(bb, 1000, 4096, 99, "wsTG<16,12st,R>");
-      check_ws_small<T32G>(bb, 1000, 200, 33, "wsTG<32,11st,R>");
-      check_ws_small<T64G>(bb, 32000, 256, 200, "wsTG<64,9st,R>");
-      check_ws_small<T128G>(bb, 111, 64, 3, "wsTG<128,6st,R>");
-      check_ws_small<T128G>(bb, 32000, 256, 200, "wsTG<128,6st,R>");
-      compare_ws<T16G, Tile8, WgTile16>(bb, 1, 1, "wsTG<16,12st,R>");
-      compare_ws<T16G, Tile16, WgTile16>(bb, 16, 1, "wsTG<16,12st,R>");
-      compare_ws<T32G, Tile32, WgTile32>(bb, 32, 1, "wsTG<32,11st,R>");
-      compare_ws<T64G, Tile64, WgTile64>(bb, 64, 1, "wsTG<64,9st,R>");
-      compare_ws<T128G, Tile128, WgTile128>(bb, 128, 1, "wsTG<128,6st,R>");
-      compare_ws<T128G, Tile128, WgTile256>(bb, 256, 1, "wsTG<128,6st,R>");
-      compare_ws<T128G, Tile128, WgTile256>(bb, 256, 4, "wsTG<128,6st,R>");
-      printf("  v22 timings (v20 shared winners against v22, same run, two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("wsTA<16,12st,R>", B, time_ws<T16A>(bb, B));
-          ws_row("wsTG<16,12st,R>", B, time_ws<T16G>(bb, B));
-        }
-        ws_row("wsTA<32,11st,R>", 32, time_ws<T32A>(bb, 32));
-        ws_row("wsTG<32,11st,R>", 32, time_ws<T32G>(bb, 32));
-        ws_row("wsTA<64,9st,R>", 64, time_ws<T64A>(bb, 64));
-        ws_row("wsTG<64,9st,R>", 64, time_ws<T64G>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("wsTA<128,6st,R>", B, time_ws<T128A>(bb, B));
-          ws_row("wsTG<128,6st,R>", B, time_ws<T128G>(bb, B));
-          ws_row("wsTG<128,6st,R> greedy", B, time_ws_greedy<T128G>(bb, B));
-          ws_row("wsTG<128,6st,R> kStore", B, time_ws_store<T128G>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        probe_ws<T128GP>(bb, B, 0, "wsTG<128> sampled");
-        probe_ws<T128GP>(bb, B, 1, "wsTG<128> greedy");
-      }
-    }  // section v22
-    if (ws_section("v23")) {
-      // v23: v22 (shared winners, grid threshold) with the rolled epilogue's group picked by a
-      // switch on the trip (a uniform branch tree) instead of rotating all accumulators by 4.
-      using T16G = WsTile<16, 12, true, true, false, true, true, true>;
-      using T32G = WsTile<32, 11, true, true, false, true, true, true>;
-      using T64G = WsTile<64, 9, true, true, false, true, true, true>;
-      using T128G = WsTile<128, 6, true, true, false, true, true, true>;
-      printf("  v23 checks (switch groups):\n");
-      check_ws_small<TSw<16, 12>>(bb, 111, 64, 3, "wsTS<16,12st,R>");
-      check_ws_small<TSw<16, 12>>(bb, 1000, 4096, 99, "wsTS<16,12st,R>");
-      check_ws_small<TSw<32, 11>>(bb, 1000, 200, 33, "wsTS<32,11st,R>");
-      check_ws_small<TSw<64, 9>>(bb, 32000, 256, 200, "wsTS<64,9st,R>");
-      check_ws_small<TSw<128, 6>>(bb, 111, 64, 3, "wsTS<128,6st,R>");
-      check_ws_small<TSw<128, 6>>(bb, 32000, 256, 200, "wsTS<128,6st,R>");
-      compare_ws<TSw<16, 12>, Tile8, WgTile16>(bb, 1, 1, "wsTS<16,12st,R>");
-      compare_ws<TSw<16, 12>, Tile16, WgTile16>(bb, 16, 1, "wsTS<16,12st,R>");
-      compare_ws<TSw<32, 11>, Tile32, WgTile32>(bb, 32, 1, "wsTS<32,11st,R>");
-      compare_ws<TSw<64, 9>, Tile64, WgTile64>(bb, 64, 1, "wsTS<64,9st,R>");
-      compare_ws<TSw<128, 6>, Tile128, WgTile128>(bb, 128, 1, "wsTS<128,6st,R>");
-      compare_ws<TSw<128, 6>, Tile128, WgTile256>(bb, 256, 1, "wsTS<128,6st,R>");
-      compare_ws<TSw<128, 6>, Tile128, WgTile256>(bb, 256, 4, "wsTS<128,6st,R>");
-      printf("  v23 timings (v22 against v23, same run, two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("wsTG<16,12st,R>", B, time_ws<T16G>(bb, B));
-          ws_row("wsTS<16,12st,R>", B, time_ws<TSw<16, 12>>(bb, B));
-        }
-        ws_row("wsTG<32,11st,R>", 32, time_ws<T32G>(bb, 32));
-        ws_row("wsTS<32,11st,R>", 32, time_ws<TSw<32, 11>>(bb, 32));
-        ws_row("wsTG<64,9st,R>", 64, time_ws<T64G>(bb, 64));
-        ws_row("wsTS<64,9st,R>", 64, time_ws<TSw<64, 9>>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("wsTG<128,6st,R>", B, time_ws<T128G>(bb, B));
-          ws_row("wsTS<128,6st,R>", B, time_ws<TSw<128, 6>>(bb, B));
-          ws_row("wsTS<128,6st,R> greedy", B, time_ws_greedy<TSw<128, 6>>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        probe_ws<T128SwP>(bb, B, 0, "wsTS<128> sampled");
-        probe_ws<T128SwP>(bb, B, 1, "wsTS<128> greedy");
-      }
-    }  // section v23
+    // v20 / v22 (shared packed running winners; each item starting from the grid's winners, runs
+    // 19 and 21): adopted, now the only kSampleOne scheme of wgmma_ws.cuh. v23 (the group picked by
+    // a switch instead of rotating the accumulators, run 22): no gain, removed again (code: the
+    // commit that adds runs 18-22 to NOTES.md).
     // v18 (the first item's pruning threshold seeded with an exact lower bound, run 17): no
     // measurable gain, removed again (code: the commit that adds run 17 to NOTES.md).
     // v14 (U column groups per trip of the rolled epilogue, run 15): measured slower and removed
