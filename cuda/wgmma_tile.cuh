@@ -68,10 +68,12 @@ __device__ __forceinline__ int permuted_row_wg(int o) {
 
 // Shared-memory matrix descriptor: K-major operand, 128-byte swizzle, 8-row groups 1024 bytes
 // apart (SBO); LBO is unused for swizzled K-major layouts (encoded 1, as CUTLASS does).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr) {
+__host__ __device__ constexpr uint64_t sw128_desc(uint32_t smem_addr) {
   return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
          (1ull << 62);
 }
+// Its high word (SBO 64 · 16 bytes, 128-byte swizzle), the same for every address.
+constexpr uint64_t kSw128DescHi = (64ull) | (1ull << 30);
 
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -118,17 +118,6 @@ struct WsTile {
   // harness-only: the turn is handed over after the epilogue instead of after the last wgmma (no
   // overlap of one consumer's epilogue with the other's K loop; measures the epilogue alone)
   static constexpr bool kSerialEpilogue = false;
-  // v24 (harness): the Philox bits' leading-zero counts of an item's values computed during its own
-  // K loop (one quad of one column per k-slice, after the k-slice's wgmmas are issued) into shared
-  // memory, so the epilogue's per-value bound test needs no Philox call (survivors recompute it)
-  static constexpr bool kNoiseInKLoop = false;
-  // v25 (harness): the K loop's wgmma descriptors as one 32-bit add to a per-slot base (sw128 low
-  // words are (addr >> 4) + 0x10000 for every shared address, the high word a constant) instead of
-  // sw128_desc's mask / shift / or per k16 step
-  static constexpr bool kDescIncrement = false;
-  // v25b (harness): with kDescIncrement, the ring's descriptor bases passed through a lane-0 shuffle
-  // first (CUTLASS's hint that a value is warp-uniform), to let the add run in uniform registers
-  static constexpr bool kDescUniform = false;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
   static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
   static constexpr bool kRolled = ROLLED;
@@ -423,75 +412,6 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   }
 }
 
-// quads_update_pruned<K> with the per-value bound taken from precomputed leading-zero counts of the
-// Philox bits (nib[k]: 4 bits per value o at bit 4 o, saturated at 15, kNoiseInKLoop) instead of a
-// Philox call: the same bound gumbel_upper(x) = (clz + 1) ln 2 + 1e-3 for clz < 15, kGumbelUpper
-// (>= every gumbel_upper) for the saturated count, so the same exact pruning; the quads with
-// survivors recompute their Philox block for the logs.
-template <int K>
-__device__ __forceinline__ void quads_update_pruned_nib(const float (&l)[K][4], const RowParams (&rp)[K],
-                                                        const uint32_t (&nib)[K], int64_t vq,
-                                                        const int64_t (&vend)[K], const float (&thr)[K],
-                                                        float (&bs)[K], uint32_t (&bk)[K]) {
-  uint32_t m[K];
-  uint32_t any_m = 0u;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    m[k] = 0u;
-    if (vq < vend[k]) {
-      if (rp[k].greedy) {
-#pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if (vq + o < vend[k]) {
-            const Candidate c = make_candidate(l[k][o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
-            if (candidate_better(c.score, c.key, bs[k], bk[k])) {
-              bs[k] = c.score;
-              bk[k] = c.key;
-            }
-          }
-      } else {
-        const float t = fmaxf(thr[k], bs[k]);
-#pragma unroll
-        for (int o = 0; o < 4; ++o) {
-          const uint32_t c = (nib[k] >> (4 * o)) & 15u;
-          const float bound = c == 15u ? kGumbelUpper : fmaf(static_cast<float>(c + 1), 0.69314718f, 1e-3f);
-          if ((vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, bound) >= t) m[k] |= 1u << o;
-        }
-      }
-    }
-    any_m |= m[k];
-  }
-  if (!__any_sync(0xffffffffu, any_m != 0u)) return;
-  Philox4 r[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    r[k].x[0] = r[k].x[1] = r[k].x[2] = r[k].x[3] = 0u;
-    if (m[k] != 0u) r[k] = noise_block(rp[k].seed, rp[k].offset, rp[k].stream, 0u, static_cast<uint32_t>(vq >> 2));
-  }
-  while (__any_sync(0xffffffffu, any_m != 0u)) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (m[k] != 0u) {
-        const int o = __ffs(m[k]) - 1;
-        m[k] &= m[k] - 1u;
-        const uint32_t x = o == 0 ? r[k].x[0] : o == 1 ? r[k].x[1] : o == 2 ? r[k].x[2] : r[k].x[3];
-        const float lo = o == 0 ? l[k][0] : o == 1 ? l[k][1] : o == 2 ? l[k][2] : l[k][3];
-        if (fmaf(lo, rp[k].inv_temperature, gumbel_upper(x)) >= fmaxf(thr[k], bs[k])) {
-          const Candidate c = make_candidate(lo, rp[k].inv_temperature, false, gumbel_from_bits(x),
-                                             static_cast<uint32_t>(vq + o));
-          if (candidate_better(c.score, c.key, bs[k], bk[k])) {
-            bs[k] = c.score;
-            bk[k] = c.key;
-          }
-        }
-      }
-    }
-    any_m = 0u;
-#pragma unroll
-    for (int k = 0; k < K; ++k) any_m |= m[k];
-  }
-}
-
 // The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
 // wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
 template <class Cfg, bool kF16, Epi kEpi>
@@ -514,9 +434,6 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   // candidates does not depend on the order), merged with the grid's winners before each item's
   // epilogue, published to them after it (v20 / v22, cuda/harness/NOTES.md).
   __shared__ unsigned long long win_packed_s[2][kNB];
-  // kNoiseInKLoop: per consumer thread, the 4-bit leading-zero counts of its values' Philox bits in
-  // the current item, two columns (16 bits each) per word: [consumer][n8 group][thread]
-  __shared__ uint32_t noise_nib_s[2][Cfg::kNoiseInKLoop ? kNT : 1][128];
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 producer, 1 and 2 consumers (uniform per warp)
@@ -671,7 +588,6 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     int slot = static_cast<int>(p0 % kStages);
     uint32_t phase = static_cast<uint32_t>((p0 / kStages) & 1);
     int prev_slot = slot;
-    int prev2_slot = slot;  // kNoiseInKLoop: the slot two k-slices back (two wgmma groups in flight)
 
     // The grid's best candidate of this thread's column so far (any CTA's published items): read
     // now, merged after the K loop, so the load's latency is hidden. A candidate that exists is a
@@ -684,47 +600,6 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       const int64_t b = chunk0 * kNB + ctid;
       if (ctid < kNB && b < B) grid_best = ld_relaxed_u64(a.winners + b);
     }
-    // kNoiseInKLoop: the item's coordinates and its chunk's row parameters before the K loop
-    int64_t pre_b0 = 0, pre_vq = 0;
-    if constexpr (Cfg::kNoiseInKLoop && kEpi == Epi::kSampleOne) {
-      int64_t chunk0, vtile0;
-      ws_item_coords<Cfg>(item, a, chunk0, vtile0);
-      pre_b0 = chunk0 * kNB;
-      const int64_t pv0 = vtile0 * kBV;
-      pre_vq = Cfg::kTma ? pv0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2) : pv0 + wi * 32 + 4 * g;
-      if (chunk0 != params_chunk) {
-        named_bar_sync(kParamsBarrier + cw, 128);
-        for (int n = ctid; n < kNB; n += 128) {
-          const int64_t b = pre_b0 + n;
-          RowParams r;
-          if (b < B) {
-            r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
-          } else {
-            r.greedy = true;
-            r.inv_temperature = 0.0f;
-            r.seed = r.offset = 0;
-          }
-          row_inv_t[cw][n] = r.inv_temperature;
-          row_greedy[cw][n] = r.greedy ? 1 : 0;
-          row_seed[cw][n] = r.seed;
-          row_offset[cw][n] = r.offset;
-        }
-        named_bar_sync(kParamsBarrier + cw, 128);
-        params_chunk = chunk0;
-      }
-    }
-    // column p = 2 nt + jj of this thread: leading-zero counts of its quad's Philox bits
-    auto noise_column = [&](int p) {
-      const int n = 8 * (p >> 1) + 2 * t4 + (p & 1);
-      uint32_t nib = 0u;
-      if (pre_b0 + n < B && row_greedy[cw][n] == 0) {
-        const uint32_t stream = a.per_row_seed ? 0u : static_cast<uint32_t>(pre_b0 + n);
-        const Philox4 r = noise_block(row_seed[cw][n], row_offset[cw][n], stream, 0u, static_cast<uint32_t>(pre_vq >> 2));
-#pragma unroll
-        for (int o = 0; o < 4; ++o) nib |= min(static_cast<uint32_t>(__clz(r.x[o])), 15u) << (4 * o);
-      }
-      reinterpret_cast<uint16_t*>(&noise_nib_s[cw][p >> 1][ctid])[p & 1] = static_cast<uint16_t>(nib);
-    };
     uint32_t probe_t = probe.now();
     if (!Cfg::kCoop && j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
     probe_t = probe.add(kProbeTurn, probe_t);
@@ -740,49 +615,29 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
       const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       wgmma_fence();
-      if constexpr (Cfg::kDescIncrement) {
-        // shared-window addresses are below 2^18, so (addr & 0x3FFFF) >> 4 | 1 << 16 is (addr >> 4)
-        // + 0x10000 and a 16-byte multiple offset adds offset >> 4 to it
-        uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
-        if constexpr (Cfg::kDescUniform) {
-          lo_w = __shfl_sync(0xffffffffu, lo_w, 0);
-          lo_h = __shfl_sync(0xffffffffu, lo_h, 0);
-        }
-        constexpr uint64_t kHi = static_cast<uint64_t>((64u) | (1u << 30)) << 32;
+      // sw128_desc's descriptors by one add each (v25, harness run 26: ~97 instructions a k-slice
+      // instead of 144, the K loop being issue-bound beside the other consumer's epilogue at
+      // B >= 128): shared-window addresses are below 2^18, so the low word (addr & 0x3FFFF) >> 4 |
+      // 1 << 16 is (addr >> 4) + 0x10000 and a k16 step (32 bytes) or the second m64 block (8 KB)
+      // adds 2 or 512; the high word is a constant. The same descriptors bit for bit.
+      const uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
+      static_assert(kSw128DescHi == (sw128_desc(0) >> 32), "sw128_desc's high word");
 #pragma unroll
-        for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-          const uint64_t db = kHi | (lo_h + 2 * ks);
-          const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;
-          WgmmaZ<kNB, kF16>::mma(acc0, kHi | (lo_w + 2 * ks), db, scale_d);
-          WgmmaZ<kNB, kF16>::mma(acc1, kHi | (lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
-        }
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-          const uint64_t db = sw128_desc(sh + ks * 32);
-          const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
-          WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc(sw + ks * 32), db, scale_d);
-          WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc(sw + 64 * 128 + ks * 32), db, scale_d);
-        }
+      for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
+        const uint64_t db = (kSw128DescHi << 32) | (lo_h + 2 * ks);
+        const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
+        WgmmaZ<kNB, kF16>::mma(acc0, (kSw128DescHi << 32) | (lo_w + 2 * ks), db, scale_d);
+        WgmmaZ<kNB, kF16>::mma(acc1, (kSw128DescHi << 32) | (lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
       }
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer
       // may start item j + 1 (its stages follow these in the ring).
       if (!Cfg::kCoop && !Cfg::kSerialEpilogue && kt == KT - 1 && j + 1 < my_items)
         named_bar_arrive(kTurnBarrier + (1 - cw), 256);
-      if constexpr (Cfg::kNoiseInKLoop && kEpi == Epi::kSampleOne) {
-        // one column's quad every other k-slice, while this k-slice's and the previous one's
-        // wgmmas run (two groups in flight, so the Philox work does not starve the tensor pipe)
-        if ((kt & 1) && (kt >> 1) < 2 * kNT) noise_column(kt >> 1);
-        wgmma_wait<2>();
-        if (kt > 1) mbar_arrive(bar_empty + 8 * prev2_slot);
-        prev2_slot = prev_slot;
-      } else {
-        // The wgmmas of the previous k-slice have retired (at kt = 0 there is none in flight: the
-        // previous item ended with wait_group 0): release its slot.
-        wgmma_wait<1>();
-        if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
-      }
+      // The wgmmas of the previous k-slice have retired (at kt = 0 there is none in flight: the
+      // previous item ended with wait_group 0): release its slot.
+      wgmma_wait<1>();
+      if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
       prev_slot = slot;
       if (++slot == kStages) {
         slot = 0;
@@ -790,16 +645,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       }
     }
     wgmma_wait<0>();
-    if constexpr (Cfg::kNoiseInKLoop && kEpi == Epi::kSampleOne) {
-      if (KT > 1) mbar_arrive(bar_empty + 8 * prev2_slot);
-    }
     mbar_arrive(bar_empty + 8 * prev_slot);
     pin_registers(acc0);
     pin_registers(acc1);
-    if constexpr (Cfg::kNoiseInKLoop && kEpi == Epi::kSampleOne) {
-#pragma unroll 1
-      for (int p = KT >> 1; p < 2 * kNT; ++p) noise_column(p);  // short K loops (D < 128 · 2 kNT)
-    }
     const uint32_t probe_epi = probe.add(kProbeMain, probe_main);
     probe.count(kProbeItems);
 
@@ -892,13 +740,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             }
           }
           probe_trip = probe.add(kProbeLogits, probe_trip);
-          if constexpr (Cfg::kNoiseInKLoop) {
-            const uint32_t nib2 = noise_nib_s[cw][nt][ctid];
-            const uint32_t nib[2] = {nib2 & 0xffffu, nib2 >> 16};
-            quads_update_pruned_nib<2>(l, rp, nib, vq, vend, thr, bs, bk);
-          } else {
-            quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
-          }
+          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
           probe_trip = probe.add(kProbePruned, probe_trip);
           // A lane whose best beats the winner it read raises it: no cross-lane reduction per
           // trip (the 8-lane shuffle reduction and __syncwarp of v19 and before).

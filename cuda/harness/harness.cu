@@ -734,18 +734,6 @@ struct T128SP : cuda::detail::WsTile<128, 6, true, true, false, true> {
   static constexpr bool kSerialEpilogue = true;
 };
 
-// v24: the Philox leading-zero counts computed in the K loop (kNoiseInKLoop)
-template <int N, int S>
-struct TNoise : cuda::detail::WsTile<N, S, true, true, false, true> { static constexpr bool kNoiseInKLoop = true; };
-struct T128NP : TNoise<128, 6> { static constexpr bool kProbe = true; };
-
-// v25: the K loop's descriptors by one add to a per-slot base (kDescIncrement)
-template <int N, int S>
-struct TDesc : cuda::detail::WsTile<N, S, true, true, false, true> { static constexpr bool kDescIncrement = true; };
-struct T128DP : TDesc<128, 6> { static constexpr bool kProbe = true; };
-template <int N, int S>
-struct TDescU : TDesc<N, S> { static constexpr bool kDescUniform = true; };
-
 // v19: one launch of a probed ws tile (mode 0 sampled, 1 every row greedy, 2 kStore) after three
 // warm-up launches; prints the per-item cycle split of the consumers (WsProbe slots).
 template <class Cfg>
@@ -1355,77 +1343,9 @@ int main(int argc, char** argv) {
         probe_ws<T128SP>(bb, B, 1, "wsT<128> serial greedy");
       }
     }  // section v21
-    if (ws_section("v24")) {
-      // v24: the leading-zero counts of every value's Philox bits computed during the item's own K
-      // loop (one column's quad per k-slice, after its wgmmas are issued) into shared memory; the
-      // epilogue's bound test reads them instead of calling Philox (survivors recompute it).
-      using T128 = WsTile<128, 6, true, true, false, true>;
-      using T128N = TNoise<128, 6>;
-      printf("  v24b checks (noise in the K loop, every other k-slice, two wgmma groups in flight):\n");
-      check_ws_small<T128N>(bb, 111, 64, 3, "wsTN<128,6st,R>");
-      check_ws_small<T128N>(bb, 32000, 256, 200, "wsTN<128,6st,R>");
-      check_ws_small<T128N>(bb, 1000, 4096, 99, "wsTN<128,6st,R>");
-      check_ws_small<T128N>(bb, 1000, 200, 33, "wsTN<128,6st,R>");
-      compare_ws<T128N, Tile64, WgTile64>(bb, 64, 1, "wsTN<128,6st,R>");
-      compare_ws<T128N, Tile128, WgTile128>(bb, 128, 1, "wsTN<128,6st,R>");
-      compare_ws<T128N, Tile128, WgTile256>(bb, 256, 1, "wsTN<128,6st,R>");
-      compare_ws<T128N, Tile128, WgTile256>(bb, 256, 4, "wsTN<128,6st,R>");
-      printf("  v24 timings (production against v24, same run, two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {128, 256}) {
-          ws_row("wsT<128,6st,R> (prod)", B, time_ws<T128>(bb, B));
-          ws_row("wsTN<128,6st,R>", B, time_ws<T128N>(bb, B));
-          ws_row("wsTN<128,6st,R> greedy", B, time_ws_greedy<T128N>(bb, B));
-        }
-        ws_row("wsTN<128,6st,R> kStore", 128, time_ws_store<T128N>(bb, 128));
-      }
-      for (int64_t B : {128, 256}) {
-        probe_ws<T128NP>(bb, B, 0, "wsTN<128> sampled");
-        probe_ws<T128NP>(bb, B, 1, "wsTN<128> greedy");
-      }
-    }  // section v24
-    if (ws_section("v25")) {
-      // v25: the K loop's wgmma descriptors built by one 32-bit add per k16 step (kDescIncrement);
-      // v25b: the same with the bases passed through a lane-0 shuffle (kDescUniform).
-      using T16 = WsTile<16, 12, true, true, false, true>;
-      using T32 = WsTile<32, 11, true, true, false, true>;
-      using T64 = WsTile<64, 9, true, true, false, true>;
-      using T128 = WsTile<128, 6, true, true, false, true>;
-      printf("  v25b checks (descriptor increments, uniform hint):\n");
-      check_ws_small<TDescU<16, 12>>(bb, 111, 64, 3, "wsTDU<16,12st,R>");
-      check_ws_small<TDescU<16, 12>>(bb, 1000, 4096, 99, "wsTDU<16,12st,R>");
-      check_ws_small<TDescU<32, 11>>(bb, 1000, 200, 33, "wsTDU<32,11st,R>");
-      check_ws_small<TDescU<64, 9>>(bb, 32000, 256, 200, "wsTDU<64,9st,R>");
-      check_ws_small<TDescU<128, 6>>(bb, 111, 64, 3, "wsTDU<128,6st,R>");
-      check_ws_small<TDescU<128, 6>>(bb, 32000, 256, 200, "wsTDU<128,6st,R>");
-      compare_ws<TDescU<16, 12>, Tile8, WgTile16>(bb, 1, 1, "wsTDU<16,12st,R>");
-      compare_ws<TDescU<16, 12>, Tile16, WgTile16>(bb, 16, 1, "wsTDU<16,12st,R>");
-      compare_ws<TDescU<32, 11>, Tile32, WgTile32>(bb, 32, 1, "wsTDU<32,11st,R>");
-      compare_ws<TDescU<64, 9>, Tile64, WgTile64>(bb, 64, 1, "wsTDU<64,9st,R>");
-      compare_ws<TDescU<128, 6>, Tile128, WgTile128>(bb, 128, 1, "wsTDU<128,6st,R>");
-      compare_ws<TDescU<128, 6>, Tile128, WgTile256>(bb, 256, 1, "wsTDU<128,6st,R>");
-      compare_ws<TDescU<128, 6>, Tile128, WgTile256>(bb, 256, 4, "wsTDU<128,6st,R>");
-      printf("  v25 timings (production, v25, v25b in the same run, two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("wsT<16,12st,R> (prod)", B, time_ws<T16>(bb, B));
-          ws_row("wsTD<16,12st,R>", B, time_ws<TDesc<16, 12>>(bb, B));
-          ws_row("wsTDU<16,12st,R>", B, time_ws<TDescU<16, 12>>(bb, B));
-        }
-        ws_row("wsT<32,11st,R> (prod)", 32, time_ws<T32>(bb, 32));
-        ws_row("wsTD<32,11st,R>", 32, time_ws<TDesc<32, 11>>(bb, 32));
-        ws_row("wsTDU<32,11st,R>", 32, time_ws<TDescU<32, 11>>(bb, 32));
-        ws_row("wsT<64,9st,R> (prod)", 64, time_ws<T64>(bb, 64));
-        ws_row("wsTD<64,9st,R>", 64, time_ws<TDesc<64, 9>>(bb, 64));
-        ws_row("wsTDU<64,9st,R>", 64, time_ws<TDescU<64, 9>>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("wsT<128,6st,R> (prod)", B, time_ws<T128>(bb, B));
-          ws_row("wsTD<128,6st,R>", B, time_ws<TDesc<128, 6>>(bb, B));
-          ws_row("wsTDU<128,6st,R>", B, time_ws<TDescU<128, 6>>(bb, B));
-          ws_row("wsTDU<128,6st,R> kStore", B, time_ws_store<TDescU<128, 6>>(bb, B));
-        }
-      }
-    }  // section v25
+    // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
+    // again; v25 (the K loop's descriptors by one add, run 26): adopted, the only way wgmma_ws.cuh
+    // builds them; v25b (its bases through a lane-0 shuffle, run 27): not adopted (code: cf4af26).
     // v20 / v22 (shared packed running winners; each item starting from the grid's winners, runs
     // 19 and 21): adopted, now the only kSampleOne scheme of wgmma_ws.cuh. v23 (the group picked by
     // a switch instead of rotating the accumulators, run 22): no gain, removed again (code: the
