@@ -7,7 +7,10 @@
 // its epilogue no longer overlaps; harness only). Measured slower and removed again (the code is in
 // git history): a TMA producer that kept the permuted W layout through strided boxes (v7), 256-byte
 // L2 prefetch on the W copies (v9), several k-blocks per stage (v12; all three at ad97c74), several
-// column groups per epilogue trip (v14, at 1ceb7ef).
+// column groups per epilogue trip (v14, at 1ceb7ef), the trip's accumulators picked by a switch
+// instead of rotated (v23, at 62e9b43), the Philox bits' leading zeros drawn in the K loop (v24)
+// and the descriptor adds moved to uniform registers by a lane-0 shuffle (v25b; both at cf4af26).
+// Harness-only instruments: kProbe (WsProbe, per-phase cycle counts) and kSerialEpilogue.
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
 // wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
