@@ -1343,6 +1343,26 @@ int main(int argc, char** argv) {
         probe_ws<T128SP>(bb, B, 1, "wsT<128> serial greedy");
       }
     }  // section v21
+    if (ws_section("v26")) {
+      // v26: the cp.async twins of the production tiles (what launch_ws runs when the tensor maps
+      // cannot be encoded), checked with this session's consumer (shared winners, grid threshold,
+      // descriptors by one add): the permuted W layout through the same epilogue.
+      printf("  v26 checks (cp.async twins of the production tiles):\n");
+      check_ws_small<WsTile16R>(bb, 111, 64, 3, "ws<16,12st,R>");
+      check_ws_small<WsTile16R>(bb, 1000, 4096, 99, "ws<16,12st,R>");
+      check_ws_small<WsTile32R>(bb, 1000, 200, 33, "ws<32,11st,R>");
+      check_ws_small<WsTile64R>(bb, 32000, 256, 200, "ws<64,9st,R>");
+      check_ws_small<WsTile128R>(bb, 111, 64, 3, "ws<128,6st,R>");
+      check_ws_small<WsTile128R>(bb, 32000, 256, 200, "ws<128,6st,R>");
+      compare_ws<WsTile16R, Tile8, WgTile16>(bb, 1, 1, "ws<16,12st,R>");
+      compare_ws<WsTile16R, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st,R>");
+      compare_ws<WsTile32R, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,R>");
+      compare_ws<WsTile64R, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,R>");
+      compare_ws<WsTile128R, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st,R>");
+      compare_ws<WsTile128R, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,R>");
+      compare_ws<WsTile128R, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st,R>");
+      for (int64_t B : {1, 64, 128, 256}) ws_row("ws<..,R> cp.async twin", B, B <= 16 ? time_ws<WsTile16R>(bb, B) : B <= 64 ? time_ws<WsTile64R>(bb, B) : time_ws<WsTile128R>(bb, B));
+    }  // section v26
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
     // again; v25 (the K loop's descriptors by one add, run 26): adopted, the only way wgmma_ws.cuh
     // builds them; v25b (its bases through a lane-0 shuffle, run 27): not adopted (code: cf4af26).
