@@ -614,7 +614,6 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       probe.add(kProbeFull, probe_f);
       fence_proxy_async_smem();
       // (cooperative: this consumer's half of the W tile)
-      // (cooperative: this consumer's half of the W tile)
       const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
       const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       wgmma_fence();
