@@ -67,13 +67,15 @@ __device__ __forceinline__ int permuted_row_wg(int o) {
 }
 
 // Shared-memory matrix descriptor: K-major operand, 128-byte swizzle, 8-row groups 1024 bytes
-// apart (SBO); LBO is unused for swizzled K-major layouts (encoded 1, as CUTLASS does).
-__host__ __device__ constexpr uint64_t sw128_desc(uint32_t smem_addr) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) |
-         (1ull << 62);
+// apart (SBO); LBO is unused for swizzled K-major layouts (encoded 1, as CUTLASS does). The low
+// word is the start address >> 4 and LBO; the high word (SBO 64 · 16 bytes, 128-byte swizzle) is
+// the same for every address, so a descriptor is also its low word plus that constant.
+__host__ __device__ constexpr uint64_t sw128_desc_from_lo(uint32_t lo) {
+  return (((64ull) | (1ull << 30)) << 32) | lo;
 }
-// Its high word (SBO 64 · 16 bytes, 128-byte swizzle), the same for every address.
-constexpr uint64_t kSw128DescHi = (64ull) | (1ull << 30);
+__host__ __device__ constexpr uint64_t sw128_desc(uint32_t smem_addr) {
+  return sw128_desc_from_lo(((smem_addr & 0x3FFFF) >> 4) | (1u << 16));
+}
 
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

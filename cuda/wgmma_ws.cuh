@@ -623,13 +623,12 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       // 1 << 16 is (addr >> 4) + 0x10000 and a k16 step (32 bytes) or the second m64 block (8 KB)
       // adds 2 or 512; the high word is a constant. The same descriptors bit for bit.
       const uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
-      static_assert(kSw128DescHi == (sw128_desc(0) >> 32), "sw128_desc's high word");
 #pragma unroll
       for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-        const uint64_t db = (kSw128DescHi << 32) | (lo_h + 2 * ks);
+        const uint64_t db = sw128_desc_from_lo(lo_h + 2 * ks);
         const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
-        WgmmaZ<kNB, kF16>::mma(acc0, (kSw128DescHi << 32) | (lo_w + 2 * ks), db, scale_d);
-        WgmmaZ<kNB, kF16>::mma(acc1, (kSw128DescHi << 32) | (lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
+        WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc_from_lo(lo_w + 2 * ks), db, scale_d);
+        WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc_from_lo(lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
       }
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer
