@@ -934,6 +934,33 @@ static void check_ws_small(const Bench& bb, int64_t V, int64_t D, int64_t B, con
   CK(cudaFree(dBias));
 }
 
+// The checks a set of ws tiles for B <= 16 / 32 / 64 / above gets (the production tiles, v13, and
+// their cp.async twins, v26): check_ws_small on odd shapes (partial tiles, D = 64 / 200 / 256 /
+// 4096, B = 3 / 33 / 99 / 200) and compare_ws against mma.sync and wgmma_tile at B = 1 ... 256
+// (S = 4 too). `name` is printf's "<prefix><N,S st,R>" pattern's prefix ("wsT", "ws").
+template <class T16, class T32, class T64, class T128>
+static void check_ws_tile_set(Bench& bb, const char* prefix) {
+  using namespace cuda::detail;
+  auto name = [prefix](int n, int stages) {
+    return std::string(prefix) + "<" + std::to_string(n) + "," + std::to_string(stages) + "st,R>";
+  };
+  const std::string n16 = name(16, T16::kStages), n32 = name(32, T32::kStages), n64 = name(64, T64::kStages),
+                    n128 = name(128, T128::kStages);
+  check_ws_small<T16>(bb, 111, 64, 3, n16.c_str());
+  check_ws_small<T16>(bb, 1000, 4096, 99, n16.c_str());
+  check_ws_small<T32>(bb, 1000, 200, 33, n32.c_str());
+  check_ws_small<T64>(bb, 32000, 256, 200, n64.c_str());
+  check_ws_small<T128>(bb, 111, 64, 3, n128.c_str());
+  check_ws_small<T128>(bb, 32000, 256, 200, n128.c_str());
+  compare_ws<T16, Tile8, WgTile16>(bb, 1, 1, n16.c_str());
+  compare_ws<T16, Tile16, WgTile16>(bb, 16, 1, n16.c_str());
+  compare_ws<T32, Tile32, WgTile32>(bb, 32, 1, n32.c_str());
+  compare_ws<T64, Tile64, WgTile64>(bb, 64, 1, n64.c_str());
+  compare_ws<T128, Tile128, WgTile128>(bb, 128, 1, n128.c_str());
+  compare_ws<T128, Tile128, WgTile256>(bb, 256, 1, n128.c_str());
+  compare_ws<T128, Tile128, WgTile256>(bb, 256, 4, n128.c_str());
+}
+
 // One variant, 20 calls at batch B on the bench inputs, nothing else: the target of an ncu run
 // (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws64, ws128, ws16t,
 // ws16r, ws128t; PROFILE_GREEDY=1 makes every row greedy.
@@ -1253,21 +1280,9 @@ int main(int argc, char** argv) {
       using T128 = WsTile<128, 6, true, true, false, true>;
       using TC128 = WsTile<128, 4, true, true, true, true>;
       printf("  v13 checks (TMA, natural W rows):\n");
-      check_ws_small<T16>(bb, 111, 64, 3, "wsT<16,12st,R>");
-      check_ws_small<T16>(bb, 1000, 4096, 99, "wsT<16,12st,R>");
-      check_ws_small<T32>(bb, 1000, 200, 33, "wsT<32,11st,R>");
-      check_ws_small<T64>(bb, 32000, 256, 200, "wsT<64,9st,R>");
-      check_ws_small<T128>(bb, 111, 64, 3, "wsT<128,6st,R>");
-      check_ws_small<T128>(bb, 32000, 256, 200, "wsT<128,6st,R>");
+      check_ws_tile_set<T16, T32, T64, T128>(bb, "wsT");
       check_ws_small<TC128>(bb, 1000, 4096, 99, "wsTC<128,4st,R>");
       check_ws_small<TC128>(bb, 111, 200, 3, "wsTC<128,4st,R>");
-      compare_ws<T16, Tile8, WgTile16>(bb, 1, 1, "wsT<16,12st,R>");
-      compare_ws<T16, Tile16, WgTile16>(bb, 16, 1, "wsT<16,12st,R>");
-      compare_ws<T32, Tile32, WgTile32>(bb, 32, 1, "wsT<32,11st,R>");
-      compare_ws<T64, Tile64, WgTile64>(bb, 64, 1, "wsT<64,9st,R>");
-      compare_ws<T128, Tile128, WgTile128>(bb, 128, 1, "wsT<128,6st,R>");
-      compare_ws<T128, Tile128, WgTile256>(bb, 256, 1, "wsT<128,6st,R>");
-      compare_ws<T128, Tile128, WgTile256>(bb, 256, 4, "wsT<128,6st,R>");
       compare_ws<TC128, Tile128, WgTile128>(bb, 128, 1, "wsTC<128,4st,R>");
       compare_ws<TC128, Tile128, WgTile256>(bb, 256, 1, "wsTC<128,4st,R>");
       printf("  v13 timings (prod = the dispatched cp.async tile, same run):\n");
@@ -1348,19 +1363,7 @@ int main(int argc, char** argv) {
       // cannot be encoded), checked with this session's consumer (shared winners, grid threshold,
       // descriptors by one add): the permuted W layout through the same epilogue.
       printf("  v26 checks (cp.async twins of the production tiles):\n");
-      check_ws_small<WsTile16R>(bb, 111, 64, 3, "ws<16,12st,R>");
-      check_ws_small<WsTile16R>(bb, 1000, 4096, 99, "ws<16,12st,R>");
-      check_ws_small<WsTile32R>(bb, 1000, 200, 33, "ws<32,11st,R>");
-      check_ws_small<WsTile64R>(bb, 32000, 256, 200, "ws<64,9st,R>");
-      check_ws_small<WsTile128R>(bb, 111, 64, 3, "ws<128,6st,R>");
-      check_ws_small<WsTile128R>(bb, 32000, 256, 200, "ws<128,6st,R>");
-      compare_ws<WsTile16R, Tile8, WgTile16>(bb, 1, 1, "ws<16,12st,R>");
-      compare_ws<WsTile16R, Tile16, WgTile16>(bb, 16, 1, "ws<16,12st,R>");
-      compare_ws<WsTile32R, Tile32, WgTile32>(bb, 32, 1, "ws<32,11st,R>");
-      compare_ws<WsTile64R, Tile64, WgTile64>(bb, 64, 1, "ws<64,9st,R>");
-      compare_ws<WsTile128R, Tile128, WgTile128>(bb, 128, 1, "ws<128,6st,R>");
-      compare_ws<WsTile128R, Tile128, WgTile256>(bb, 256, 1, "ws<128,6st,R>");
-      compare_ws<WsTile128R, Tile128, WgTile256>(bb, 256, 4, "ws<128,6st,R>");
+      check_ws_tile_set<WsTile16R, WsTile32R, WsTile64R, WsTile128R>(bb, "ws");
       for (int64_t B : {1, 64, 128, 256}) ws_row("ws<..,R> cp.async twin", B, B <= 16 ? time_ws<WsTile16R>(bb, B) : B <= 64 ? time_ws<WsTile64R>(bb, B) : time_ws<WsTile128R>(bb, B));
     }  // section v26
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
