@@ -16,14 +16,17 @@ build() {
   echo "building harness ($(nvcc --version | tail -1))"
   local t0=$SECONDS
   : > "$LOG"
+  local pids=()
   for f in cuda/fused_sample.cu cuda/reference.cu cuda/filters.cu cuda/bench_kernels.cu cuda/harness/harness.cu; do
     o=$B/$(basename "$f" .cu).o
     extra=""
     # the v19 cycle probe (WsProbe) is compiled into the harness's own tiles only
     if [ "$f" = cuda/harness/harness.cu ]; then extra=-DFLASHSAMPLE_WS_PROBE; fi
+    rm -f "$o"  # a failed compile must not leave an earlier build's object to link
     (nvcc $FLAGS $extra -c "$f" -o "$o" > "$o.log" 2>&1 || { cat "$o.log"; exit 1; }) &
+    pids+=($!)
   done
-  wait
+  for p in "${pids[@]}"; do wait "$p"; done  # set -e: a failed compile ends the build here
   cat $B/*.o.log >> "$LOG"
   nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/filters.o $B/bench_kernels.o $B/harness.o -o $B/harness
   echo "built in $((SECONDS - t0)) s"
