@@ -16,6 +16,7 @@
 #include "check_params.h"
 #include "tile_kernels.cuh"
 #include "wgmma_tile.cuh"
+#include "wgmma_split.cuh"
 #include "wgmma_ws.cuh"
 
 namespace flashsample {
@@ -184,10 +185,19 @@ bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promot
 // The warp-specialized ping-pong kernel (wgmma_ws.cuh): the persistent grid, 1 CTA per SM. A kTma
 // tile whose maps cannot be encoded runs as its cp.async twin (same tile, same results).
 // w_promotion: the L2 fill size of the W copies (kTma only).
+// A split-epilogue tile (wgmma_split.cuh) runs wgmma_split_kernel for kSampleOne and its ping-pong
+// tile for the other epilogues or when its maps cannot be encoded.
 template <class Cfg, bool kF16, Epi kEpi>
 cudaError_t launch_ws(GemmArgs a, cudaStream_t stream,
                       CUtensorMapL2promotion w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
-  if constexpr (Cfg::kTma) {
+  if constexpr (Cfg::kSplitEpilogue) {
+    if constexpr (kEpi == Epi::kSampleOne) {
+      WsTensorMaps maps{};
+      if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
+        return launch_persistent<Cfg, false, true>(wgmma_split_kernel<Cfg, kF16>, a, stream, maps);
+    }
+    return launch_ws<typename Cfg::PingPong, kF16, kEpi>(a, stream, w_promotion);
+  } else if constexpr (Cfg::kTma) {
     WsTensorMaps maps{};
     if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
       return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
@@ -226,6 +236,11 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   //            TMA 506.6 / 825.2, two column groups per epilogue trip 429.0 / 742.4 against
   //            421.1 / 697.9 in run 15. Since runs 19-21 (shared running winners, each tile starting
   //            from the grid's winners): B = 128 349-351, B = 256 617-633.
+  // v28 (harness run 30, library A/B in device call 42): kSampleOne at B > 64 runs the split-epilogue
+  // kernel (wgmma_split.cuh: one MMA warpgroup, the sampling on 8 warps of their own) with the same
+  // chunks; llama3-8b B = 96 / 128 / 256 332 / 339 / 538 -> 309 / 304 / 491 us, llama3-70b B = 128 /
+  // 256 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595). The other epilogues (kStore for the
+  // reference sampler, kSampleMany) keep the ping-pong tiles.
   // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
@@ -234,7 +249,7 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
     if (a.batch <= 16) return launch_ws<WsTile16T, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_ws<WsTile32T, kF16, kEpi>(a, stream);
     if (a.batch <= 64) return launch_ws<WsTile64T, kF16, kEpi>(a, stream);
-    return launch_ws<WsTile128T, kF16, kEpi>(a, stream);
+    return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);
   if (a.batch <= 16) return launch_mma<Tile16, kF16, kEpi, true>(a, stream);

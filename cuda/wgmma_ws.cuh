@@ -117,6 +117,7 @@ template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP 
 struct WsTile {
   static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
+  static constexpr bool kSplitEpilogue = false;  // wgmma_split.cuh's tiles set it
   static constexpr bool kProbe = false;  // harness-only cycle probe (WsProbe); a derived Cfg sets it
   // harness-only: the turn is handed over after the epilogue instead of after the last wgmma (no
   // overlap of one consumer's epilogue with the other's K loop; measures the epilogue alone)
@@ -361,6 +362,63 @@ __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, 
   }
 }
 
+// The TMA producer (kTma tiles; one thread): per stage one box of the W tile's kBV rows (natural
+// order) and one of the H tile's N rows, 64 k columns each, completing on full[slot] (expect-tx),
+// over the CTA's local items in order; a slot is refilled only after the release of its previous
+// stage (empty[slot], see the parity bookkeeping above).
+template <class Cfg>
+__device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensorMaps* maps, uint32_t smem_w,
+                                               uint32_t smem_h, uint32_t bar_full, uint32_t bar_empty,
+                                               int64_t my_items, int KT) {
+  prefetch_tensormap(&maps->w);
+  prefetch_tensormap(&maps->h);
+  int slot = 0;
+  uint32_t phase = 0;
+  bool wrapped = false;
+  for (int64_t j = 0; j < my_items; ++j) {
+    const int64_t item = blockIdx.x + j * gridDim.x;
+    int64_t chunk, vtile;
+    ws_item_coords<Cfg>(item, a, chunk, vtile);
+    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * Cfg::kNB);
+    for (int kt = 0; kt < KT; ++kt) {
+      if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+      const uint32_t full = bar_full + 8 * slot;
+      mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
+      const int32_t k0 = kt * Cfg::kBK;
+      tma_load_2d(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full);
+      tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
+      if (++slot == Cfg::kStages) {
+        slot = 0;
+        phase ^= 1u;
+        wrapped = true;
+      }
+    }
+  }
+}
+
+// The wgmmas of one k-slice of a 128 x N consumer tile: both m64 blocks (W rows 0..63 at sw, 64..127
+// 8 KB above), the H tile at sh, four k16 steps; `accumulate` false: the item's first k-slice, whose
+// first step overwrites the accumulators (D = A·B). Issued between wgmma_fence and the caller's
+// wgmma_commit.
+template <class Cfg, bool kF16>
+__device__ __forceinline__ void ws_kslice_mma(float (&acc0)[Cfg::kAcc], float (&acc1)[Cfg::kAcc], uint32_t sw,
+                                              uint32_t sh, bool accumulate) {
+  wgmma_fence();
+  // sw128_desc's descriptors by one add each (v25, harness run 26: ~97 instructions a k-slice
+  // instead of 144, the K loop being issue-bound beside the other consumer's epilogue at
+  // B >= 128): shared-window addresses are below 2^18, so the low word (addr & 0x3FFFF) >> 4 |
+  // 1 << 16 is (addr >> 4) + 0x10000 and a k16 step (32 bytes) or the second m64 block (8 KB)
+  // adds 2 or 512; the high word is a constant. The same descriptors bit for bit.
+  const uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
+    const uint64_t db = sw128_desc_from_lo(lo_h + 2 * ks);
+    const uint32_t scale_d = (accumulate || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
+    WgmmaZ<Cfg::kNB, kF16>::mma(acc0, sw128_desc_from_lo(lo_w + 2 * ks), db, scale_d);
+    WgmmaZ<Cfg::kNB, kF16>::mma(acc1, sw128_desc_from_lo(lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
+  }
+}
+
 // Named barrier ids (0 is __syncthreads): turn of consumer c (0/1) = 1 + c, its params sync = 3 + c.
 constexpr int kTurnBarrier = 1;
 constexpr int kParamsBarrier = 3;
@@ -471,33 +529,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
     if constexpr (Cfg::kTma) {
-      // One thread issues every copy: per stage one box of the W tile's kBV rows (natural order)
-      // and one of the H tile's N rows, 64 k columns each, completing on full[slot] (expect-tx).
-      if (tid != 0) return;
-      prefetch_tensormap(&maps->w);
-      prefetch_tensormap(&maps->h);
-      int slot = 0;
-      uint32_t phase = 0;
-      bool wrapped = false;
-      for (int64_t j = 0; j < my_items; ++j) {
-        const int64_t item = blockIdx.x + j * gridDim.x;
-        int64_t chunk, vtile;
-        ws_item_coords<Cfg>(item, a, chunk, vtile);
-        const int32_t v0 = static_cast<int32_t>(vtile * kBV), b0 = static_cast<int32_t>(chunk * kNB);
-        for (int kt = 0; kt < KT; ++kt) {
-          if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
-          const uint32_t full = bar_full + 8 * slot;
-          mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
-          const int32_t k0 = kt * Cfg::kBK;
-          tma_load_2d(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full);
-          tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
-          if (++slot == kStages) {
-            slot = 0;
-            phase ^= 1u;
-            wrapped = true;
-          }
-        }
-      }
+      if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
       return;  // the copies complete on the mbarriers, which the consumers wait for
     }
     // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
@@ -616,20 +648,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       // (cooperative: this consumer's half of the W tile)
       const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
       const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
-      wgmma_fence();
-      // sw128_desc's descriptors by one add each (v25, harness run 26: ~97 instructions a k-slice
-      // instead of 144, the K loop being issue-bound beside the other consumer's epilogue at
-      // B >= 128): shared-window addresses are below 2^18, so the low word (addr & 0x3FFFF) >> 4 |
-      // 1 << 16 is (addr >> 4) + 0x10000 and a k16 step (32 bytes) or the second m64 block (8 KB)
-      // adds 2 or 512; the high word is a constant. The same descriptors bit for bit.
-      const uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
-#pragma unroll
-      for (int ks = 0; ks < Cfg::kBK / 16; ++ks) {
-        const uint64_t db = sw128_desc_from_lo(lo_h + 2 * ks);
-        const uint32_t scale_d = (kt > 0 || ks > 0) ? 1u : 0u;  // item's first k16 step: D = A·B
-        WgmmaZ<kNB, kF16>::mma(acc0, sw128_desc_from_lo(lo_w + 2 * ks), db, scale_d);
-        WgmmaZ<kNB, kF16>::mma(acc1, sw128_desc_from_lo(lo_w + (64 * 128 >> 4) + 2 * ks), db, scale_d);
-      }
+      ws_kslice_mma<Cfg, kF16>(acc0, acc1, sw, sh, kt > 0);
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer
       // may start item j + 1 (its stages follow these in the ring).

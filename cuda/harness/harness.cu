@@ -618,7 +618,10 @@ static void ws_sticky(const char* where) {
 template <class Cfg, cuda::detail::Epi kEpi>
 static const void* ws_kernel_ptr() {
   using namespace cuda::detail;
-  if constexpr (Cfg::kTma) return reinterpret_cast<const void*>(wgmma_ws_tma_kernel<Cfg, false, kEpi>);
+  if constexpr (Cfg::kSplitEpilogue) {
+    if constexpr (kEpi == Epi::kSampleOne) return reinterpret_cast<const void*>(wgmma_split_kernel<Cfg, false>);
+    else return ws_kernel_ptr<typename Cfg::PingPong, kEpi>();
+  } else if constexpr (Cfg::kTma) return reinterpret_cast<const void*>(wgmma_ws_tma_kernel<Cfg, false, kEpi>);
   else return reinterpret_cast<const void*>(wgmma_ws_kernel<Cfg, false, kEpi>);
 }
 
@@ -626,6 +629,12 @@ template <class Cfg>
 static cudaError_t ws_raise_smem_limit() {
   using namespace cuda::detail;
   cudaError_t e;
+  if constexpr (Cfg::kSplitEpilogue) {  // kSampleOne: the split kernel; the rest: its ping-pong tile
+    if ((e = cudaFuncSetAttribute(ws_kernel_ptr<Cfg, Epi::kSampleOne>(),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes)) != cudaSuccess)
+      return e;
+    return ws_raise_smem_limit<typename Cfg::PingPong>();
+  }
   if ((e = cudaFuncSetAttribute(ws_kernel_ptr<Cfg, Epi::kSampleOne>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 Cfg::kSmemBytes)) != cudaSuccess)
     return e;
@@ -1313,6 +1322,7 @@ int main(int argc, char** argv) {
         ws_row("wsTC<128,4st,R> kStore", B, time_ws_store<TC128>(bb, B));
       }
     }  // section v13
+#ifndef HARNESS_QUICK  // (v28 is the newest section)
     if (ws_section("v16")) {
       // v16: the cooperative tile with the TMA producer at B = 33..64 (256 vocabulary rows x 64
       // columns an item, half the H fill per FLOP of the ping-pong N = 64 tile).
@@ -1366,6 +1376,63 @@ int main(int argc, char** argv) {
       check_ws_tile_set<WsTile16R, WsTile32R, WsTile64R, WsTile128R>(bb, "ws");
       for (int64_t B : {1, 64, 128, 256}) ws_row("ws<..,R> cp.async twin", B, B <= 16 ? time_ws<WsTile16R>(bb, B) : B <= 64 ? time_ws<WsTile64R>(bb, B) : time_ws<WsTile128R>(bb, B));
     }  // section v26
+#endif  // HARNESS_QUICK
+    if (ws_section("v28")) {
+      // v28: the sampling epilogue on warpgroups of its own (wgmma_split.cuh): one MMA warpgroup
+      // writes each item's logits to shared memory, 8 epilogue warps sample them during the next
+      // item's K loop. Checks against mma.sync and wgmma_tile (winners) on odd shapes and on the
+      // bench inputs, then timings against the ping-pong tiles of the same N.
+      using T16 = WsTile<16, 12, true, true, false, true>;
+      using T32 = WsTile<32, 11, true, true, false, true>;
+      using T64 = WsTile<64, 9, true, true, false, true>;
+      using T128 = WsTile<128, 6, true, true, false, true>;
+      using S16 = WsSplitTile<16, 11>;
+      using S32 = WsSplitTile<32, 9>;
+      using S64 = WsSplitTile<64, 7>;
+      using S128 = WsSplitTile<128, 4>;
+      using S128K4 = WsSplitTile<128, 4, 4>;
+      using S128s3 = WsSplitTile<128, 3>;
+      printf("  v28 checks (split epilogue):\n");
+      check_ws_small<S128>(bb, 111, 64, 3, "split<128,4st>");
+      check_ws_small<S128>(bb, 32000, 256, 200, "split<128,4st>");
+      check_ws_small<S128>(bb, 1000, 4096, 99, "split<128,4st>");
+      check_ws_small<S128K4>(bb, 1000, 200, 67, "split<128,4st,K4>");
+      check_ws_small<S64>(bb, 1000, 200, 33, "split<64,7st>");
+      check_ws_small<S16>(bb, 111, 64, 3, "split<16,11st>");
+      check_ws_small<S32>(bb, 32000, 256, 20, "split<32,9st>");
+      compare_ws<S16, Tile8, WgTile16>(bb, 1, 1, "split<16,11st>");
+      compare_ws<S16, Tile16, WgTile16>(bb, 16, 1, "split<16,11st>");
+      compare_ws<S32, Tile32, WgTile32>(bb, 32, 1, "split<32,9st>");
+      compare_ws<S64, Tile64, WgTile64>(bb, 64, 1, "split<64,7st>");
+      compare_ws<S128, Tile128, WgTile128>(bb, 128, 1, "split<128,4st>");
+      compare_ws<S128, Tile128, WgTile256>(bb, 256, 1, "split<128,4st>");
+      compare_ws<S128, Tile128, WgTile256>(bb, 256, 4, "split<128,4st> (S=4: ping-pong)");
+      compare_ws<S128K4, Tile128, WgTile256>(bb, 256, 1, "split<128,4st,K4>");
+      compare_ws<S128s3, Tile128, WgTile128>(bb, 128, 1, "split<128,3st>");
+      printf("  v28 timings:\n");
+      for (int64_t B : {1, 16}) {
+        ws_row("wsT<16,12st,R> (prod)", B, time_ws<T16>(bb, B));
+        ws_row("split<16,11st>", B, time_ws<S16>(bb, B));
+      }
+      ws_row("wsT<32,11st,R> (prod)", 32, time_ws<T32>(bb, 32));
+      ws_row("split<32,9st>", 32, time_ws<S32>(bb, 32));
+      ws_row("wsT<64,9st,R> (prod)", 64, time_ws<T64>(bb, 64));
+      ws_row("split<64,7st>", 64, time_ws<S64>(bb, 64));
+      ws_row("split<128,4st> B=64", 64, time_ws<S128>(bb, 64));
+      for (int64_t B : {96, 128, 256}) {
+        ws_row("wsT<128,6st,R> (prod)", B, time_ws<T128>(bb, B));
+        ws_row("split<128,4st>", B, time_ws<S128>(bb, B));
+        ws_row("split<128,4st,K4>", B, time_ws<S128K4>(bb, B));
+        ws_row("split<128,3st>", B, time_ws<S128s3>(bb, B));
+        ws_row("split<128,4st> greedy", B, time_ws_greedy<S128>(bb, B));
+        ws_row("wsT<128,6st,R> greedy", B, time_ws_greedy<T128>(bb, B));
+        ws_row("wsT<128,6st,R> kStore", B, time_ws_store<T128>(bb, B));
+      }
+      for (int64_t B : {128, 256}) {  // again: the spread between rounds
+        ws_row("wsT<128,6st,R> (prod) again", B, time_ws<T128>(bb, B));
+        ws_row("split<128,4st> again", B, time_ws<S128>(bb, B));
+      }
+    }  // section v28
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
     // again; v25 (the K loop's descriptors by one add, run 26): adopted, the only way wgmma_ws.cuh
     // builds them; v25b (its bases through a lane-0 shuffle, run 27): not adopted (code: cf4af26).

@@ -1,0 +1,324 @@
+// Warp-specialized kernel with the sampling epilogue on warpgroups of its own (sm_90a, v28): the
+// kSampleOne kernel for B > 64 on compute capability 9.0 (gemm_dispatch.cuh).
+//
+// Why: in the ping-pong kernel (wgmma_ws.cuh) each consumer warpgroup runs its item's epilogue
+// while the other runs the next K loop, so the tensor pipe is busy only if an epilogue fits under
+// a K loop. At B >= 128 it did not (the cycle probe of harness runs 23 and 26: ~73 K cycles of
+// epilogue against ~49 K of K loop an item at B = 128, ~62 K against ~42 K at B = 256): one warp per
+// scheduler ran the epilogue's dependent chains (Philox, shuffles, shared loads) at ~6 cycles an
+// instruction, and ~240 of its ~560 instructions a trip were bookkeeping of the accumulator layout
+// (transposes, rotation, per-trip row parameters).
+//
+// CTA = 4 warpgroups (512 threads), 1 CTA per SM, persistent over the same items as the other
+// kernels (item = (vocabulary tile of 128 rows, batch chunk of N columns), vtile-major, item =
+// blockIdx.x + j·gridDim.x for the CTA's local items j = 0, 1, ...):
+//   * warpgroup 0: the TMA producer of wgmma_ws.cuh (one thread, ws_tma_produce), the same ring;
+//   * warpgroup 1: the MMA warpgroup: the K loop of every local item in turn (ws_kslice_mma, the
+//     ping-pong consumer's k-slices), then the 128 x N fp32 accumulators into a logits buffer in
+//     shared memory, column-major (column n at n·kLogitStride floats), and on to the next item;
+//   * warpgroups 2 and 3: the epilogue, 8 warps. Warp w samples columns w, w + 8, w + 16, ..., two
+//     at a time; lane l takes vocabulary rows 4 l .. 4 l + 3 of the tile (one 16-byte load, one
+//     Philox block), so every lane of a warp shares the column's parameters and threshold and no
+//     accumulator is moved between lanes. Running winners per column in shared memory (packed
+//     candidates raised with atomicMax), merged with the grid's winners word before the item and
+//     published after it, exactly as the ping-pong kernel does (v20 / v22).
+// The epilogue of item j runs while the MMA warpgroup runs the K loop of item j + 1: it only has to
+// be faster than a K loop, with two warps per scheduler and ~half the instructions per value.
+// The logits are the same fp32 sums as every other wgmma kernel's (same k16 steps in the same
+// order into the same accumulators), the bias is added the same way, the candidates and the
+// pruning are quads_update_pruned's: winners identical to the ping-pong kernel's (harness v28).
+//
+// Synchronization, beyond the ring of wgmma_ws.cuh (full[] count 1 with expect-tx, empty[] count
+// 128: only the MMA warpgroup consumes, in stage order, so every wait is at most one phase behind):
+//   logits_full  (mbarrier, count 128): phase j completes when the MMA warpgroup has written item
+//                j's logits (each thread arrives after its stores; arrive is a release, the
+//                epilogue's wait an acquire, at CTA scope).
+//   logits_empty (mbarrier, count 256): phase j completes when the epilogue threads have read item
+//                j's logits. The MMA warpgroup writes item j >= 1 only after phase j - 1 (parity
+//                (j - 1) & 1): phase j - 2 is complete (it waited for it before writing j - 1) and
+//                phase j cannot be (item j is not written yet), so the parity wait is unambiguous;
+//                the same argument holds for the epilogue's wait on logits_full phase j.
+//   named barrier 1 (256 threads): the epilogue's own row-parameter reloads and chunk flushes.
+// Deadlock freedom: the MMA warpgroup waits only for stages the producer fills unconditionally (it
+// releases each after use) and for the epilogue of the previous item, which needs only that item's
+// logits, already written. Every CTA runs griddepcontrol.wait in the epilogue threads before its
+// first winner access (programmatic launch: the winners are zeroed by the previous grid).
+#pragma once
+
+#include "wgmma_ws.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+// N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
+// kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
+// interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
+// and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
+template <int N, int STAGES, int COLS_PER_TRIP = 2>
+struct WsSplitTile {
+  static constexpr bool kSplitEpilogue = true;
+  static constexpr bool kTma = true;
+  static constexpr bool kVtileMajor = true;
+  static constexpr int kBV = 128;  // vocabulary rows per item (two m64 blocks)
+  static constexpr int kNB = N;
+  static constexpr int kBK = 64;
+  static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
+  static constexpr int kStages = STAGES;
+  static constexpr int kColsPerTrip = COLS_PER_TRIP;
+  static constexpr int kEpilogueWarps = 8;
+  static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
+  static constexpr int kWStageBytes = kBV * 128;
+  static constexpr int kHStageBytes = kNB * 128;
+  static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
+  // 4 floats of padding per column: the MMA warpgroup's stores (column 8 nt + 2 t4 + jj, row
+  // 16 w + 8 h + g) hit bank 8 t4 + g + const, 32 different banks per warp store
+  static constexpr int kLogitStride = kBV + 4;
+  static constexpr int kLogitBytes = kNB * kLogitStride * 4;
+  // ring (1024-byte aligned) + logits buffer + full[], empty[], logits_full, logits_empty + 1024
+  // for aligning the dynamic base
+  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2) * 8 + 1024;
+  // static shared memory: the row parameters of the current chunk and the running winners
+  static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8;
+  // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The producer gives
+  // 88 per thread back, the MMA warpgroup takes them (128 accumulators + descriptors and loop
+  // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kMmaRegs = 216;
+  using PingPong = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true, true, false, true>;
+  static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
+  static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
+  static_assert(STAGES >= 2, "ring");
+  static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
+  static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
+  static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
+};
+
+// The library's kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to
+// 64, N = 128 chunks above; the ring as deep as shared memory allows beside the logits buffer
+// (N = 128: 4 stages of 32 KB and 66 KB of logits; 3 stages measured 16 % slower at B = 128).
+using WsSplitTile16 = WsSplitTile<16, 11>;
+using WsSplitTile32 = WsSplitTile<32, 9>;
+using WsSplitTile64 = WsSplitTile<64, 7>;
+using WsSplitTile128 = WsSplitTile<128, 4>;
+
+constexpr int kSplitEpilogueBarrier = 1;
+
+template <class Cfg, bool kF16>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_split_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride, kK = Cfg::kColsPerTrip;
+  const uint32_t smem_base = smem_u32(smem_raw);
+  const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
+  const uint32_t smem_h = smem_w + Cfg::kStages * Cfg::kWStageBytes;
+  float* const logits_s = reinterpret_cast<float*>(smem_raw + (smem_w - smem_base) + Cfg::kRingBytes);
+  const uint32_t bar_full = smem_w + Cfg::kRingBytes + Cfg::kLogitBytes;  // full[s] at bar_full + 8 s
+  const uint32_t bar_empty = bar_full + 8 * Cfg::kStages;
+  const uint32_t bar_logits_full = bar_empty + 8 * Cfg::kStages;
+  const uint32_t bar_logits_empty = bar_logits_full + 8;
+
+  __shared__ float row_inv_t[kNB];
+  __shared__ unsigned long long row_seed[kNB], row_offset[kNB];
+  __shared__ uint8_t row_greedy[kNB];
+  __shared__ unsigned long long win_packed_s[kNB];
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(bar_full + 8 * s, 1);      // the producer's expect-tx arrive
+      mbar_init(bar_empty + 8 * s, 128);   // every MMA thread, after its wgmmas read the stage
+    }
+    mbar_init(bar_logits_full, 128);
+    mbar_init(bar_logits_empty, 128 * 2);
+    mbar_init_fence();
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  const int64_t V = a.vocab, B = a.batch;
+  const int KT = static_cast<int>((a.dim + Cfg::kBK - 1) / Cfg::kBK);
+  const int64_t total_items = a.num_vtiles * a.num_chunks;
+  const int64_t my_items =
+      blockIdx.x < total_items ? (total_items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (tid == 0) griddep_launch_dependents();
+  if (KT == 0 || my_items == 0) {  // CTA-uniform: nothing is produced
+    griddep_wait();
+    return;
+  }
+
+  if (wg == 0) {
+    // ================================ producer ================================
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid == 0) ws_tma_produce<Cfg>(a, &maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
+    return;
+  }
+
+  if (wg == 1) {
+    // ================================ MMA ================================
+    setmaxnreg_inc<Cfg::kMmaRegs>();
+    const int ctid = tid & 127, lane = tid & 31, wi = (tid >> 5) & 3;
+    const int g = lane >> 2, t4 = lane & 3;
+    float acc0[kAcc], acc1[kAcc];
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;
+    int slot = 0, prev_slot = 0;
+    uint32_t phase = 0;
+    // this thread's logits: accumulator nt·4 + 2 h + jj of m64 block p is row 64 p + 16 wi + 8 h + g,
+    // column 8 nt + 2 t4 + jj (the wgmma D fragment)
+    float* const my_logits = logits_s + (2 * t4) * kLS + 16 * wi + g;
+    (void)ctid;
+    for (int64_t j = 0; j < my_items; ++j) {
+      for (int kt = 0; kt < KT; ++kt) {
+        mbar_wait(bar_full + 8 * slot, phase);
+        fence_proxy_async_smem();
+        ws_kslice_mma<Cfg, kF16>(acc0, acc1, smem_w + slot * Cfg::kWStageBytes, smem_h + slot * Cfg::kHStageBytes,
+                                 kt > 0);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous k-slice's wgmmas have retired: release its stage
+        if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
+        prev_slot = slot;
+        if (++slot == Cfg::kStages) {
+          slot = 0;
+          phase ^= 1u;
+        }
+      }
+      wgmma_wait<0>();
+      mbar_arrive(bar_empty + 8 * prev_slot);
+      pin_registers(acc0);
+      pin_registers(acc1);
+      if (j >= 1) mbar_wait(bar_logits_empty, static_cast<uint32_t>((j - 1) & 1));  // item j - 1 read
+#pragma unroll
+      for (int nt = 0; nt < kNB / 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            float* const dst = my_logits + (8 * nt + jj) * kLS + 8 * h;
+            dst[0] = acc0[nt * 4 + 2 * h + jj];
+            dst[64] = acc1[nt * 4 + 2 * h + jj];
+          }
+      mbar_arrive(bar_logits_full);
+    }
+    return;
+  }
+
+  // ================================ epilogue ================================
+  griddep_wait();  // the winners are zeroed (programmatic launch)
+  const int et = tid - 256;  // 0..255
+  const int ew = et >> 5, lane = et & 31;
+  for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
+  // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
+  int64_t params_chunk = -1;
+  for (int64_t j = 0; j < my_items; ++j) {
+    const int64_t item = blockIdx.x + j * gridDim.x;
+    int64_t chunk, vtile;
+    ws_item_coords<Cfg>(item, a, chunk, vtile);
+    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
+    const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
+    // The grid's best candidate of column et so far: a valid threshold wherever it was found (v22).
+    unsigned long long grid_best = 0ull;
+    if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
+    float bias[4];
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      bias[o] = 0.0f;
+      if (a.bias != nullptr && vq + o < V)
+        bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
+    }
+    if (chunk != params_chunk) {  // uniform over the epilogue threads
+      named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
+      for (int n = et; n < kNB; n += 256) {
+        const int64_t b = b0 + n;
+        RowParams r;
+        if (b < B) {
+          r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+        } else {
+          r.greedy = true;  // padding column: no noise, never written
+          r.inv_temperature = 0.0f;
+          r.seed = r.offset = 0;
+        }
+        row_inv_t[n] = r.inv_temperature;
+        row_greedy[n] = r.greedy ? 1 : 0;
+        row_seed[n] = r.seed;
+        row_offset[n] = r.offset;
+      }
+      named_bar_sync(kSplitEpilogueBarrier, 256);
+      params_chunk = chunk;
+    }
+    mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
+    if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
+
+#pragma unroll 1
+    for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
+      float l[kK][4], thr[kK], bs[kK];
+      uint32_t bk[kK];
+      unsigned long long thr_packed[kK];
+      RowParams rp[kK];
+      int64_t vend[kK];
+      int nn[kK];
+#pragma unroll
+      for (int jj = 0; jj < kK; ++jj) {
+        const int n = ew + 8 * (kK * trip + jj);
+        const int64_t b = b0 + n;
+        nn[jj] = n;
+        vend[jj] = b < B ? V : 0;
+        const float4 q = *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * lane);
+        l[jj][0] = q.x + bias[0];
+        l[jj][1] = q.y + bias[1];
+        l[jj][2] = q.z + bias[2];
+        l[jj][3] = q.w + bias[3];
+        rp[jj].inv_temperature = row_inv_t[n];
+        rp[jj].greedy = row_greedy[n] != 0;
+        rp[jj].seed = row_seed[n];
+        rp[jj].offset = row_offset[n];
+        rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+        // Threshold: the column's running winner (a real candidate of the row, or -Inf).
+        thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[n]);
+        thr[jj] = packed_score(thr_packed[jj]);
+        bs[jj] = -INFINITY;
+        bk[jj] = kNoToken;
+      }
+      // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
+      if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
+      quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
+#pragma unroll
+      for (int jj = 0; jj < kK; ++jj)
+        if (bk[jj] != kNoToken) {
+          const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
+          if (c > thr_packed[jj]) atomicMax(&win_packed_s[nn[jj]], c);
+        }
+    }
+
+    // Flush when the next local item is another chunk, or there is none; otherwise publish.
+    bool flush = j + 1 >= my_items;
+    if (!flush) {
+      int64_t nchunk, nvtile;
+      ws_item_coords<Cfg>(item + static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
+      flush = nchunk != chunk;
+    }
+    if (flush) {  // uniform over the epilogue threads
+      named_bar_sync(kSplitEpilogueBarrier, 256);  // every warp's raises of this chunk done
+      for (int n = et; n < kNB; n += 256) {
+        const unsigned long long c = win_packed_s[n];
+        win_packed_s[n] = 0ull;
+        if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
+      }
+      named_bar_sync(kSplitEpilogueBarrier, 256);  // reset before the next chunk's reads
+    } else if (et < kNB && b0 + et < B) {
+      // publish the column's winner so far for the other CTAs' thresholds (a warp still in its
+      // trips may raise it later: that reaches the grid with a later publish or the flush)
+      const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[et]);
+      if (c > grid_best) atomicMax(a.winners + b0 + et, c);
+    }
+  }
+#else
+  __trap();  // sm_90a only
+#endif
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample
