@@ -236,19 +236,19 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   //            TMA 506.6 / 825.2, two column groups per epilogue trip 429.0 / 742.4 against
   //            421.1 / 697.9 in run 15. Since runs 19-21 (shared running winners, each tile starting
   //            from the grid's winners): B = 128 349-351, B = 256 617-633.
-  // v28 (harness run 30, library A/B in device call 42): kSampleOne at B > 64 runs the split-epilogue
-  // kernel (wgmma_split.cuh: one MMA warpgroup, the sampling on 8 warps of their own) with the same
-  // chunks; llama3-8b B = 96 / 128 / 256 332 / 339 / 538 -> 309 / 304 / 491 us, llama3-70b B = 128 /
-  // 256 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595). The other epilogues (kStore for the
-  // reference sampler, kSampleMany) keep the ping-pong tiles.
+  // v28 (harness run 30, library A/B in device call 42): kSampleOne runs the split-epilogue kernel
+  // (wgmma_split.cuh: one MMA warpgroup, the sampling on 8 warps of their own) with the same chunks;
+  // llama3-8b B = 96 / 128 / 256 332 / 339 / 538 -> 309 / 304 / 491 us, llama3-70b B = 128 / 256
+  // 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595); harness B = 1 / 16 / 32 / 64 -1 / -1 / -0.5 / -3 %.
+  // The other epilogues (kStore for the reference sampler, kSampleMany) keep the ping-pong tiles.
   // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
   // balanced vocabulary ranges (tile_rows), one per CTA.
   if (wgmma_usable()) {
-    if (a.batch <= 16) return launch_ws<WsTile16T, kF16, kEpi>(a, stream);
-    if (a.batch <= 32) return launch_ws<WsTile32T, kF16, kEpi>(a, stream);
-    if (a.batch <= 64) return launch_ws<WsTile64T, kF16, kEpi>(a, stream);
+    if (a.batch <= 16) return launch_ws<WsSplitTile16, kF16, kEpi>(a, stream);
+    if (a.batch <= 32) return launch_ws<WsSplitTile32, kF16, kEpi>(a, stream);
+    if (a.batch <= 64) return launch_ws<WsSplitTile64, kF16, kEpi>(a, stream);
     return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);

@@ -972,7 +972,7 @@ static void check_ws_tile_set(Bench& bb, const char* prefix) {
 
 // One variant, 20 calls at batch B on the bench inputs, nothing else: the target of an ncu run
 // (cuda/harness/run.sh --profile NAME B). Names: tile8, wgtile16/32/64, ws16, ws64, ws128, ws16t,
-// ws16r, ws128t; PROFILE_GREEDY=1 makes every row greedy.
+// ws16r, ws128t, split128; PROFILE_GREEDY=1 makes every row greedy.
 static int profile_variant(const std::string& name, int64_t B) {
   using namespace cuda::detail;
   Bench bb;
@@ -1004,6 +1004,7 @@ static int profile_variant(const std::string& name, int64_t B) {
     return go([](GemmArgs a) { return launch_ws<WsTile<16, 12, true, true, false, true>, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws16r") return go([](GemmArgs a) { return launch_ws<WsTile16R, false, Epi::kSampleOne>(a, 0); });
   if (name == "ws128t") return go([](GemmArgs a) { return launch_ws<WsTile128T, false, Epi::kSampleOne>(a, 0); });
+  if (name == "split128") return go([](GemmArgs a) { return launch_ws<WsSplitTile128, false, Epi::kSampleOne>(a, 0); });
   fprintf(stderr, "unknown variant %s\n", name.c_str());
   return 2;
 }
