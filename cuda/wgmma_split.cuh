@@ -55,9 +55,10 @@ namespace detail {
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
 // and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
-template <int N, int STAGES, int COLS_PER_TRIP = 2>
+template <int N, int STAGES, int COLS_PER_TRIP = 2, int L2_AHEAD = 0>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
+  static constexpr int kL2Ahead = L2_AHEAD;  // ws_tma_produce's L2 prefetch distance in stages
   static constexpr bool kTma = true;
   static constexpr bool kVtileMajor = true;
   static constexpr int kBV = 128;  // vocabulary rows per item (two m64 blocks)
@@ -66,6 +67,10 @@ struct WsSplitTile {
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr int kColsPerTrip = COLS_PER_TRIP;
+  // harness-only cycle probe (WsProbe; a derived Cfg sets it): MMA thread 0 as "consumer" 0 (K loop,
+  // of which full[] waits; the logits_empty wait; the stores), epilogue thread 0 as "consumer" 1
+  // (the logits_full wait; the trips, of which quads_update_pruned; the flush or publish)
+  static constexpr bool kProbe = false;
   static constexpr int kEpilogueWarps = 8;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
@@ -169,10 +174,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // this thread's logits: accumulator nt·4 + 2 h + jj of m64 block p is row 64 p + 16 wi + 8 h + g,
     // column 8 nt + 2 t4 + jj (the wgmma D fragment)
     float* const my_logits = logits_s + (2 * t4) * kLS + 16 * wi + g;
-    (void)ctid;
+    WsProbe<Cfg::kProbe> probe;
     for (int64_t j = 0; j < my_items; ++j) {
+      uint32_t probe_t = probe.now();
       for (int kt = 0; kt < KT; ++kt) {
+        const uint32_t probe_f = probe.now();
         mbar_wait(bar_full + 8 * slot, phase);
+        probe.add(kProbeFull, probe_f);
         fence_proxy_async_smem();
         ws_kslice_mma<Cfg, kF16>(acc0, acc1, smem_w + slot * Cfg::kWStageBytes, smem_h + slot * Cfg::kHStageBytes,
                                  kt > 0);
@@ -189,7 +197,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_arrive(bar_empty + 8 * prev_slot);
       pin_registers(acc0);
       pin_registers(acc1);
+      probe_t = probe.add(kProbeMain, probe_t);
+      probe.count(kProbeItems);
       if (j >= 1) mbar_wait(bar_logits_empty, static_cast<uint32_t>((j - 1) & 1));  // item j - 1 read
+      probe_t = probe.add(kProbeTurn, probe_t);
 #pragma unroll
       for (int nt = 0; nt < kNB / 8; ++nt)
 #pragma unroll
@@ -201,7 +212,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dst[64] = acc1[nt * 4 + 2 * h + jj];
           }
       mbar_arrive(bar_logits_full);
+      probe.add(kProbeLogits, probe_t);
     }
+    probe.store(0, ctid);
     return;
   }
 
@@ -212,6 +225,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
+  WsProbe<Cfg::kProbe> probe;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
@@ -248,7 +262,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
     }
+    uint32_t probe_t = probe.now();
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
+    probe_t = probe.add(kProbeTurn, probe_t);
+    probe.count(kProbeItems);
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
 #pragma unroll 1
@@ -283,7 +300,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
       if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
+      const uint32_t probe_p = probe.now();
       quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
+      probe.add(kProbePruned, probe_p);
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj)
         if (bk[jj] != kNoToken) {
@@ -292,6 +311,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     }
 
+    probe_t = probe.add(kProbeEpi, probe_t);
     // Flush when the next local item is another chunk, or there is none; otherwise publish.
     bool flush = j + 1 >= my_items;
     if (!flush) {
@@ -313,7 +333,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[et]);
       if (c > grid_best) atomicMax(a.winners + b0 + et, c);
     }
+    probe.add(kProbeReduce, probe_t);
   }
+  probe.store(1, et);
 #else
   __trap();  // sm_90a only
 #endif

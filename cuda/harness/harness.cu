@@ -789,6 +789,58 @@ static void probe_ws(Bench& bb, int64_t B, int mode, const char* name) {
 #endif
 }
 
+// v29: the split-epilogue tile with the cycle probe on (MMA thread 0 and epilogue thread 0).
+struct S128P : cuda::detail::WsSplitTile<128, 4> { static constexpr bool kProbe = true; };
+struct S64P : cuda::detail::WsSplitTile<64, 7> { static constexpr bool kProbe = true; };
+
+// v29: probe_ws for a split tile: the two roles printed apart (even slots the MMA warpgroup, odd the
+// epilogue), cycles per item.
+template <class Cfg>
+static void probe_split(Bench& bb, int64_t B, bool greedy, const char* name) {
+#ifdef FLASHSAMPLE_WS_PROBE
+  using namespace cuda::detail;
+  void* probe_ptr = nullptr;
+  CK(cudaGetSymbolAddress(&probe_ptr, g_ws_probe));
+  const size_t probe_bytes = sizeof(unsigned int) * 2048 * kWsProbeSlots;
+  for (int it = 0; it < 4; ++it) {
+    SampleParams p = bb.params(B, 1, it);
+    if (greedy) p.temperature = bb.T0;
+    GemmArgs a = gemm_args(p);
+    a.winners = bb.winners;
+    CK(cudaMemset(bb.winners, 0, B * 8));
+    CK(cudaMemset(probe_ptr, 0, probe_bytes));
+    if (!WS_SOFT((launch_ws<Cfg, false, Epi::kSampleOne>(a, 0)))) return;
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<unsigned int> h(2048 * kWsProbeSlots);
+  CK(cudaMemcpy(h.data(), probe_ptr, probe_bytes, cudaMemcpyDeviceToHost));
+  for (int role = 0; role < 2; ++role) {
+    double sum[kWsProbeSlots] = {0};
+    int ctas = 0;
+    for (int c = role; c < 2048; c += 2) {
+      if (h[c * kWsProbeSlots + kProbeItems] == 0) continue;
+      ++ctas;
+      for (int k = 0; k < kWsProbeSlots; ++k) sum[k] += h[c * kWsProbeSlots + k];
+    }
+    const double items = sum[kProbeItems];
+    auto per = [&](int k) { return items > 0 ? sum[k] / items : 0.0; };
+    if (role == 0)
+      printf("  %-22s B=%-4lld MMA: %d CTAs, %.2f items; cycles/item: K loop %.0f (full waits %.0f) | logits_empty wait "
+             "%.0f | stores %.0f | total %.0f\n",
+             name, (long long)B, ctas, ctas ? items / ctas : 0.0, per(kProbeMain), per(kProbeFull), per(kProbeTurn),
+             per(kProbeLogits), per(kProbeMain) + per(kProbeTurn) + per(kProbeLogits));
+    else
+      printf("  %-22s B=%-4lld epilogue: cycles/item: logits_full wait %.0f | trips %.0f (pruned update %.0f) | "
+             "flush/publish %.0f\n",
+             name, (long long)B, per(kProbeTurn), per(kProbeEpi), per(kProbePruned), per(kProbeReduce));
+  }
+  fflush(stdout);
+#else
+  (void)bb; (void)B; (void)greedy;
+  printf("  %s: probe not compiled (-DFLASHSAMPLE_WS_PROBE)\n", name);
+#endif
+}
+
 // Winner words of the ws kernel against mma.sync (MmaCfg) and wgmma_tile_kernel (WgCfg) on the
 // bench inputs, S samples (S = 1: the pruned kSampleOne epilogues; S > 1: kSampleMany). The ws
 // kernel sums every logit in the same order as wgmma_tile_kernel (same wgmma k16 steps, same
@@ -1434,6 +1486,56 @@ int main(int argc, char** argv) {
         ws_row("split<128,4st> again", B, time_ws<S128>(bb, B));
       }
     }  // section v28
+    if (ws_section("v29")) {
+      // v29: where the split kernel's cycles go (the probe on MMA thread 0 and epilogue thread 0)
+      using S128 = WsSplitTile<128, 4>;
+      compare_ws<S128P, Tile128, WgTile256>(bb, 256, 1, "split<128,4st> probe");
+      for (int64_t B : {128, 256}) {
+        ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
+        ws_row("split<128,4st> probe", B, time_ws<S128P>(bb, B));
+        probe_split<S128P>(bb, B, false, "split<128> sampled");
+        probe_split<S128P>(bb, B, true, "split<128> greedy");
+      }
+      probe_split<S64P>(bb, 64, false, "split<64> sampled");
+      probe_split<S64P>(bb, 64, true, "split<64> greedy");
+    }  // section v29
+    if (ws_section("v30")) {
+      // v30: the producer prefetches each stage's W box into L2 kL2Ahead stages ahead
+      // (cp.async.bulk.prefetch.tensor), so that the ring's copies find W in L2.
+      using S16 = WsSplitTile<16, 11>;
+      using S64 = WsSplitTile<64, 7>;
+      using S128 = WsSplitTile<128, 4>;
+      using S16A8 = WsSplitTile<16, 11, 2, 8>;
+      using S64A4 = WsSplitTile<64, 7, 2, 4>;
+      using S64A8 = WsSplitTile<64, 7, 2, 8>;
+      using S128A2 = WsSplitTile<128, 4, 2, 2>;
+      using S128A4 = WsSplitTile<128, 4, 2, 4>;
+      using S128A8 = WsSplitTile<128, 4, 2, 8>;
+      using S128A16 = WsSplitTile<128, 4, 2, 16>;
+      printf("  v30 checks (L2 prefetch ahead):\n");
+      check_ws_small<S128A4>(bb, 1000, 4096, 99, "split<128,4st,A4>");
+      check_ws_small<S64A8>(bb, 32000, 256, 33, "split<64,7st,A8>");
+      check_ws_small<S16A8>(bb, 111, 64, 3, "split<16,11st,A8>");
+      compare_ws<S128A4, Tile128, WgTile256>(bb, 256, 1, "split<128,4st,A4>");
+      compare_ws<S128A8, Tile128, WgTile128>(bb, 128, 1, "split<128,4st,A8>");
+      printf("  v30 timings:\n");
+      for (int round = 0; round < 2; ++round) {
+        for (int64_t B : {1, 16}) {
+          ws_row("split<16,11st> (prod)", B, time_ws<S16>(bb, B));
+          ws_row("split<16,11st,A8>", B, time_ws<S16A8>(bb, B));
+        }
+        ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
+        ws_row("split<64,7st,A4>", 64, time_ws<S64A4>(bb, 64));
+        ws_row("split<64,7st,A8>", 64, time_ws<S64A8>(bb, 64));
+        for (int64_t B : {128, 256}) {
+          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
+          ws_row("split<128,4st,A2>", B, time_ws<S128A2>(bb, B));
+          ws_row("split<128,4st,A4>", B, time_ws<S128A4>(bb, B));
+          ws_row("split<128,4st,A8>", B, time_ws<S128A8>(bb, B));
+          ws_row("split<128,4st,A16>", B, time_ws<S128A16>(bb, B));
+        }
+      }
+    }  // section v30
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
     // again; v25 (the K loop's descriptors by one add, run 26): adopted, the only way wgmma_ws.cuh
     // builds them; v25b (its bases through a lane-0 shuffle, run 27): not adopted (code: cf4af26).
