@@ -55,10 +55,9 @@ namespace detail {
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
 // and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
-template <int N, int STAGES, int COLS_PER_TRIP = 2, int L2_AHEAD = 0>
+template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
-  static constexpr int kL2Ahead = L2_AHEAD;  // ws_tma_produce's L2 prefetch distance in stages
   static constexpr bool kTma = true;
   static constexpr bool kVtileMajor = true;
   static constexpr int kBV = 128;  // vocabulary rows per item (two m64 blocks)

@@ -118,7 +118,6 @@ struct WsTile {
   static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
   static constexpr bool kSplitEpilogue = false;  // wgmma_split.cuh's tiles set it
-  static constexpr int kL2Ahead = 0;  // ws_tma_produce: W prefetched into L2 this many stages ahead (0: none)
   static constexpr bool kProbe = false;  // harness-only cycle probe (WsProbe); a derived Cfg sets it
   // harness-only: the turn is handed over after the epilogue instead of after the last wgmma (no
   // overlap of one consumer's epilogue with the other's K loop; measures the epilogue alone)
@@ -290,14 +289,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 #endif
 }
-// Bulk prefetch of one box at (c0, c1) into L2 (no shared memory, no completion to wait for).
-__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int32_t c0, int32_t c1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1)
-               : "memory");
-#endif
-}
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -384,40 +375,12 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
   int slot = 0;
   uint32_t phase = 0;
   bool wrapped = false;
-  // kL2Ahead: the W box of stage p + kL2Ahead is prefetched into L2 when stage p is issued (before
-  // its slot is free), so the copy of a stage finds its W bytes in L2 instead of waiting for HBM.
-  int64_t ahead_j = 0;
-  int ahead_kt = 0;
-  int32_t ahead_v0 = 0;
-  if constexpr (Cfg::kL2Ahead > 0) {
-    for (int q = 0; q < Cfg::kL2Ahead; ++q)
-      if (++ahead_kt == KT) {
-        ahead_kt = 0;
-        ++ahead_j;
-      }
-    if (ahead_j < my_items) {
-      int64_t c, vt;
-      ws_item_coords<Cfg>(blockIdx.x + ahead_j * gridDim.x, a, c, vt);
-      ahead_v0 = static_cast<int32_t>(vt * Cfg::kBV);
-    }
-  }
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * Cfg::kNB);
     for (int kt = 0; kt < KT; ++kt) {
-      if constexpr (Cfg::kL2Ahead > 0) {
-        if (ahead_j < my_items) tma_prefetch_l2_2d(&maps->w, ahead_kt * Cfg::kBK, ahead_v0);
-        if (++ahead_kt == KT) {
-          ahead_kt = 0;
-          if (++ahead_j < my_items) {
-            int64_t c, vt;
-            ws_item_coords<Cfg>(blockIdx.x + ahead_j * gridDim.x, a, c, vt);
-            ahead_v0 = static_cast<int32_t>(vt * Cfg::kBV);
-          }
-        }
-      }
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;
       mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);

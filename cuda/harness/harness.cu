@@ -1499,43 +1499,8 @@ int main(int argc, char** argv) {
       probe_split<S64P>(bb, 64, false, "split<64> sampled");
       probe_split<S64P>(bb, 64, true, "split<64> greedy");
     }  // section v29
-    if (ws_section("v30")) {
-      // v30: the producer prefetches each stage's W box into L2 kL2Ahead stages ahead
-      // (cp.async.bulk.prefetch.tensor), so that the ring's copies find W in L2.
-      using S16 = WsSplitTile<16, 11>;
-      using S64 = WsSplitTile<64, 7>;
-      using S128 = WsSplitTile<128, 4>;
-      using S16A8 = WsSplitTile<16, 11, 2, 8>;
-      using S64A4 = WsSplitTile<64, 7, 2, 4>;
-      using S64A8 = WsSplitTile<64, 7, 2, 8>;
-      using S128A2 = WsSplitTile<128, 4, 2, 2>;
-      using S128A4 = WsSplitTile<128, 4, 2, 4>;
-      using S128A8 = WsSplitTile<128, 4, 2, 8>;
-      using S128A16 = WsSplitTile<128, 4, 2, 16>;
-      printf("  v30 checks (L2 prefetch ahead):\n");
-      check_ws_small<S128A4>(bb, 1000, 4096, 99, "split<128,4st,A4>");
-      check_ws_small<S64A8>(bb, 32000, 256, 33, "split<64,7st,A8>");
-      check_ws_small<S16A8>(bb, 111, 64, 3, "split<16,11st,A8>");
-      compare_ws<S128A4, Tile128, WgTile256>(bb, 256, 1, "split<128,4st,A4>");
-      compare_ws<S128A8, Tile128, WgTile128>(bb, 128, 1, "split<128,4st,A8>");
-      printf("  v30 timings:\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("split<16,11st> (prod)", B, time_ws<S16>(bb, B));
-          ws_row("split<16,11st,A8>", B, time_ws<S16A8>(bb, B));
-        }
-        ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
-        ws_row("split<64,7st,A4>", 64, time_ws<S64A4>(bb, 64));
-        ws_row("split<64,7st,A8>", 64, time_ws<S64A8>(bb, 64));
-        for (int64_t B : {128, 256}) {
-          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
-          ws_row("split<128,4st,A2>", B, time_ws<S128A2>(bb, B));
-          ws_row("split<128,4st,A4>", B, time_ws<S128A4>(bb, B));
-          ws_row("split<128,4st,A8>", B, time_ws<S128A8>(bb, B));
-          ws_row("split<128,4st,A16>", B, time_ws<S128A16>(bb, B));
-        }
-      }
-    }  // section v30
+    // v30 (W prefetched into L2 ahead of the ring, run 32): slower at every B, removed again (code:
+    // the commit that adds run 32 to NOTES.md).
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
     // again; v25 (the K loop's descriptors by one add, run 26): adopted, the only way wgmma_ws.cuh
     // builds them; v25b (its bases through a lane-0 shuffle, run 27): not adopted (code: cf4af26).
