@@ -1499,6 +1499,21 @@ int main(int argc, char** argv) {
       probe_split<S64P>(bb, 64, false, "split<64> sampled");
       probe_split<S64P>(bb, 64, true, "split<64> greedy");
     }  // section v29
+    if (ws_section("v31")) {
+      // v31: B > 64 in chunks of 64 columns (split<64,7st>: 168 KB of ring in flight, W read once
+      // per chunk, the second time from L2) against the 128-column tile (128 KB in flight).
+      using S64 = WsSplitTile<64, 7>;
+      using S128 = WsSplitTile<128, 4>;
+      compare_ws<S64, Tile128, WgTile128>(bb, 128, 1, "split<64,7st>");
+      compare_ws<S64, Tile128, WgTile256>(bb, 256, 1, "split<64,7st>");
+      for (int round = 0; round < 2; ++round)
+        for (int64_t B : {96, 128, 256}) {
+          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
+          ws_row("split<64,7st>", B, time_ws<S64>(bb, B));
+        }
+      probe_split<S64P>(bb, 128, false, "split<64> sampled");
+      probe_split<S64P>(bb, 256, false, "split<64> sampled");
+    }  // section v31
     // v30 (W prefetched into L2 ahead of the ring, run 32): slower at every B, removed again (code:
     // the commit that adds run 32 to NOTES.md).
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
