@@ -301,6 +301,29 @@ struct GemmArgs {
   bool programmatic_launch = false;
 };
 
+// The row parameters of batch columns b0 + n, n = first, first + step, ... < count, into a kernel's
+// shared staging arrays (one chunk's columns); padding columns (b >= batch) are greedy, noise-free
+// and never written.
+__device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, int first, int step, int count,
+                                                 float* inv_t, uint8_t* greedy, unsigned long long* seed,
+                                                 unsigned long long* offset) {
+  for (int n = first; n < count; n += step) {
+    const int64_t b = b0 + n;
+    RowParams r;
+    if (b < a.batch) {
+      r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+    } else {
+      r.greedy = true;  // padding column: no noise, never written
+      r.inv_temperature = 0.0f;
+      r.seed = r.offset = 0;
+    }
+    inv_t[n] = r.inv_temperature;
+    greedy[n] = r.greedy ? 1 : 0;
+    seed[n] = r.seed;
+    offset[n] = r.offset;
+  }
+}
+
 // Vocabulary rows [v0, v_end) of tile `vtile` (0 <= vtile < num_vtiles).
 // Classic tiling (range_rows == 0): tile t covers [t·BV, t·BV + BV) (clipped to the vocabulary).
 // Balanced ranges: the vocabulary is cut into num_ranges contiguous ranges of range_rows rows (a

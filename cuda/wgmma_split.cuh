@@ -243,21 +243,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if (chunk != params_chunk) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
-      for (int n = et; n < kNB; n += 256) {
-        const int64_t b = b0 + n;
-        RowParams r;
-        if (b < B) {
-          r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
-        } else {
-          r.greedy = true;  // padding column: no noise, never written
-          r.inv_temperature = 0.0f;
-          r.seed = r.offset = 0;
-        }
-        row_inv_t[n] = r.inv_temperature;
-        row_greedy[n] = r.greedy ? 1 : 0;
-        row_seed[n] = r.seed;
-        row_offset[n] = r.offset;
-      }
+      stage_row_params(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
     }

@@ -225,21 +225,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_tile_kernel(const Gemm
     if constexpr (kEpi != Epi::kStore) {
       if (chunk != params_chunk) {  // CTA-uniform
         __syncthreads();
-        for (int n = tid; n < kNB; n += kThreads) {
-          const int64_t b = b0 + n;
-          RowParams r;
-          if (b < B) {
-            r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
-          } else {
-            r.greedy = true;  // padding column: no noise, never written
-            r.inv_temperature = 0.0f;
-            r.seed = r.offset = 0;
-          }
-          row_inv_t[n] = r.inv_temperature;
-          row_greedy[n] = r.greedy ? 1 : 0;
-          row_seed[n] = r.seed;
-          row_offset[n] = r.offset;
-        }
+        stage_row_params(a, b0, tid, kThreads, kNB, row_inv_t, row_greedy, row_seed, row_offset);
         __syncthreads();
         params_chunk = chunk;
       }
