@@ -239,7 +239,9 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   // v28 (harness run 30, library A/B in device call 42): kSampleOne runs the split-epilogue kernel
   // (wgmma_split.cuh: one MMA warpgroup, the sampling on 8 warps of their own) with the same chunks;
   // llama3-8b B = 96 / 128 / 256 332 / 339 / 538 -> 309 / 304 / 491 us, llama3-70b B = 128 / 256
-  // 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595); harness B = 1 / 16 / 32 / 64 -1 / -1 / -0.5 / -3 %.
+  // 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595); B <= 64 (harness -0.5 ... -3 %, library A/B in
+  // device call 43): llama3-8b B = 1 / 16 / 32 / 64 249.6 / 250.2 / 251.5 / 264.0 -> 247.4 / 248.4 /
+  // 249.6 / 256.3, qwen3-8b B = 64 303 -> 295, llama3-70b B = 64 513 -> 509.
   // The other epilogues (kStore for the reference sampler, kSampleMany) keep the ping-pong tiles.
   // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
