@@ -324,6 +324,17 @@ __device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, 
   }
 }
 
+// The bias of vocabulary rows vq .. vq + 3 (0 past the vocabulary or without a bias), as floats.
+template <bool kF16>
+__device__ __forceinline__ void load_bias_quad(const void* bias_ptr, int64_t vq, int64_t vocab, float (&bias)[4]) {
+#pragma unroll
+  for (int o = 0; o < 4; ++o) {
+    bias[o] = 0.0f;
+    if (bias_ptr != nullptr && vq + o < vocab)
+      bias[o] = kF16 ? load_float<__half>(bias_ptr, vq + o) : load_float<__nv_bfloat16>(bias_ptr, vq + o);
+  }
+}
+
 // Vocabulary rows [v0, v_end) of tile `vtile` (0 <= vtile < num_vtiles).
 // Classic tiling (range_rows == 0): tile t covers [t·BV, t·BV + BV) (clipped to the vocabulary).
 // Balanced ranges: the vocabulary is cut into num_ranges contiguous ranges of range_rows rows (a

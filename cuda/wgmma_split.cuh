@@ -89,7 +89,7 @@ struct WsSplitTile {
   // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMmaRegs = 216;
-  using PingPong = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true, true, false, true>;
+  using PingPong = WsTileT<N>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
   static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
   static_assert(STAGES >= 2, "ring");
@@ -235,12 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     unsigned long long grid_best = 0ull;
     if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
     float bias[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      bias[o] = 0.0f;
-      if (a.bias != nullptr && vq + o < V)
-        bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
-    }
+    load_bias_quad<kF16>(a.bias, vq, V, bias);
     if (chunk != params_chunk) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
       stage_row_params(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);

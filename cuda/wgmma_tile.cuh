@@ -232,12 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_tile_kernel(const Gemm
     }
 
     float bias[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      bias[o] = 0.0f;
-      if (a.bias != nullptr && vq + o < V)
-        bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
-    }
+    load_bias_quad<kF16>(a.bias, vq, V, bias);
 
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {

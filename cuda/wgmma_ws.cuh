@@ -175,10 +175,13 @@ using WsTile64R = WsTile<64, 9, true, true>;
 using WsTile128R = WsTile<128, 6, true, true>;
 // The production tiles on compute capability 9.0 (v13, harness runs 14-15): the rolled epilogue and
 // the TMA producer with W in natural row order, the same rings.
-using WsTile16T = WsTile<16, 12, true, true, false, true>;
-using WsTile32T = WsTile<32, 11, true, true, false, true>;
-using WsTile64T = WsTile<64, 9, true, true, false, true>;
-using WsTile128T = WsTile<128, 6, true, true, false, true>;
+// WsTileT<N>: the production tile of N columns (its ring as deep as shared memory allows).
+template <int N>
+using WsTileT = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true, true, false, true>;
+using WsTile16T = WsTileT<16>;
+using WsTile32T = WsTileT<32>;
+using WsTile64T = WsTileT<64>;
+using WsTile128T = WsTileT<128>;
 
 // The kTma tiles' tensor maps: W as [V, D] with a box of kBV rows x 64, H as [B, D] with a box of
 // N rows x 64, both SW128-swizzled (the layout the wgmma descriptors read). A __grid_constant__
@@ -707,12 +710,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     }
 
     float bias[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      bias[o] = 0.0f;
-      if (a.bias != nullptr && vq + o < V)
-        bias[o] = kF16 ? load_float<__half>(a.bias, vq + o) : load_float<__nv_bfloat16>(a.bias, vq + o);
-    }
+    load_bias_quad<kF16>(a.bias, vq, V, bias);
 
     // vocabulary vq + o with o = 2p + h: block p, accumulator row half h; column c = 2 nt + jj
     // of this thread is batch column n = 8 nt + 2 t4 + jj.
