@@ -51,14 +51,11 @@ namespace flashsample {
 namespace cuda {
 namespace detail {
 
-// N batch columns per chunk (the wgmma N), STAGES ring stages of W 128 x 64 bf16. H_STAGES = 0: H's
-// N x 64 box rides in the same stages (one ring, one producer thread: v28); H_STAGES > 0: H has a
-// ring of its own of that many stages, filled by a second producer thread (v32, "split rings"), so
-// the W stream (from HBM, the long latency) can run further ahead than the H stream (from L2).
+// N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
 // and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
-template <int N, int STAGES, int COLS_PER_TRIP = 2, int H_STAGES = 0>
+template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
   static constexpr bool kTma = true;
@@ -67,9 +64,7 @@ struct WsSplitTile {
   static constexpr int kNB = N;
   static constexpr int kBK = 64;
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
-  static constexpr int kStages = STAGES;  // W stages (and H's, without split rings)
-  static constexpr bool kSplitRings = H_STAGES > 0;
-  static constexpr int kHStages = kSplitRings ? H_STAGES : STAGES;
+  static constexpr int kStages = STAGES;
   static constexpr int kColsPerTrip = COLS_PER_TRIP;
   // harness-only cycle probe (WsProbe; a derived Cfg sets it): MMA thread 0 as "consumer" 0 (K loop,
   // of which full[] waits; the logits_empty wait; the stores), epilogue thread 0 as "consumer" 1
@@ -79,15 +74,14 @@ struct WsSplitTile {
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
   static constexpr int kHStageBytes = kNB * 128;
-  static constexpr int kRingBytes = STAGES * kWStageBytes + kHStages * kHStageBytes;
-  static constexpr int kBarriers = 2 * STAGES + (kSplitRings ? 2 * H_STAGES : 0) + 2;
+  static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
   // 4 floats of padding per column: the MMA warpgroup's stores (column 8 nt + 2 t4 + jj, row
   // 16 w + 8 h + g) hit bank 8 t4 + g + const, 32 different banks per warp store
   static constexpr int kLogitStride = kBV + 4;
   static constexpr int kLogitBytes = kNB * kLogitStride * 4;
-  // ring(s) (1024-byte aligned) + logits buffer + full[], empty[], (full_h[], empty_h[],)
-  // logits_full, logits_empty + 1024 for aligning the dynamic base
-  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + kBarriers * 8 + 1024;
+  // ring (1024-byte aligned) + logits buffer + full[], empty[], logits_full, logits_empty + 1024
+  // for aligning the dynamic base
+  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2) * 8 + 1024;
   // static shared memory: the row parameters of the current chunk and the running winners
   static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8;
   // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The producer gives
@@ -98,7 +92,7 @@ struct WsSplitTile {
   using PingPong = WsTileT<N>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
   static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
-  static_assert(STAGES >= 2 && (H_STAGES == 0 || H_STAGES >= 2), "ring");
+  static_assert(STAGES >= 2, "ring");
   static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
@@ -115,38 +109,6 @@ using WsSplitTile128 = WsSplitTile<128, 4>;
 
 constexpr int kSplitEpilogueBarrier = 1;
 
-// One operand's TMA producer of the split rings (v32; one thread each for W and H): the same boxes
-// and item order as ws_tma_produce, each ring with its own full[] (expect-tx) and empty[] barriers
-// and its own slot / phase bookkeeping (the same parity argument, per ring).
-template <class Cfg, bool kW>
-__device__ __forceinline__ void split_tma_produce(const GemmArgs& a, const CUtensorMap* map, uint32_t smem,
-                                                  uint32_t bar_full, uint32_t bar_empty, int64_t my_items,
-                                                  int KT) {
-  constexpr int kOpStages = kW ? Cfg::kStages : Cfg::kHStages;
-  constexpr int kOpBytes = kW ? Cfg::kWStageBytes : Cfg::kHStageBytes;
-  prefetch_tensormap(map);
-  int slot = 0;
-  uint32_t phase = 0;
-  bool wrapped = false;
-  for (int64_t j = 0; j < my_items; ++j) {
-    const int64_t item = blockIdx.x + j * gridDim.x;
-    int64_t chunk, vtile;
-    ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int32_t row0 = static_cast<int32_t>(kW ? vtile * Cfg::kBV : chunk * Cfg::kNB);
-    for (int kt = 0; kt < KT; ++kt) {
-      if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of this ring's stage p - S
-      const uint32_t full = bar_full + 8 * slot;
-      mbar_arrive_expect_tx(full, kOpBytes);
-      tma_load_2d(smem + slot * kOpBytes, map, kt * Cfg::kBK, row0, full);
-      if (++slot == kOpStages) {
-        slot = 0;
-        phase ^= 1u;
-        wrapped = true;
-      }
-    }
-  }
-}
-
 template <class Cfg, bool kF16>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_split_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
@@ -159,10 +121,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float* const logits_s = reinterpret_cast<float*>(smem_raw + (smem_w - smem_base) + Cfg::kRingBytes);
   const uint32_t bar_full = smem_w + Cfg::kRingBytes + Cfg::kLogitBytes;  // full[s] at bar_full + 8 s
   const uint32_t bar_empty = bar_full + 8 * Cfg::kStages;
-  // the H ring's barriers (split rings only; otherwise H completes on the W stage's full[])
-  const uint32_t bar_full_h = bar_empty + 8 * Cfg::kStages;
-  const uint32_t bar_empty_h = bar_full_h + 8 * Cfg::kHStages;
-  const uint32_t bar_logits_full = Cfg::kSplitRings ? bar_empty_h + 8 * Cfg::kHStages : bar_empty + 8 * Cfg::kStages;
+  const uint32_t bar_logits_full = bar_empty + 8 * Cfg::kStages;
   const uint32_t bar_logits_empty = bar_logits_full + 8;
 
   __shared__ float row_inv_t[kNB];
@@ -177,11 +136,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_init(bar_full + 8 * s, 1);      // the producer's expect-tx arrive
       mbar_init(bar_empty + 8 * s, 128);   // every MMA thread, after its wgmmas read the stage
     }
-    if constexpr (Cfg::kSplitRings)
-      for (int s = 0; s < Cfg::kHStages; ++s) {
-        mbar_init(bar_full_h + 8 * s, 1);
-        mbar_init(bar_empty_h + 8 * s, 128);
-      }
     mbar_init(bar_logits_full, 128);
     mbar_init(bar_logits_empty, 128 * 2);
     mbar_init_fence();
@@ -202,12 +156,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
-    if constexpr (Cfg::kSplitRings) {
-      if (tid == 0) split_tma_produce<Cfg, true>(a, &maps.w, smem_w, bar_full, bar_empty, my_items, KT);
-      if (tid == 32) split_tma_produce<Cfg, false>(a, &maps.h, smem_h, bar_full_h, bar_empty_h, my_items, KT);
-    } else if (tid == 0) {
-      ws_tma_produce<Cfg>(a, &maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
-    }
+    if (tid == 0) ws_tma_produce<Cfg>(a, &maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
     return;
   }
 
@@ -221,8 +170,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;
     int slot = 0, prev_slot = 0;
     uint32_t phase = 0;
-    int hslot = 0, prev_hslot = 0;  // the H ring's (split rings only)
-    uint32_t hphase = 0;
     // this thread's logits: accumulator nt·4 + 2 h + jj of m64 block p is row 64 p + 16 wi + 8 h + g,
     // column 8 nt + 2 t4 + jj (the wgmma D fragment)
     float* const my_logits = logits_s + (2 * t4) * kLS + 16 * wi + g;
@@ -232,34 +179,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int kt = 0; kt < KT; ++kt) {
         const uint32_t probe_f = probe.now();
         mbar_wait(bar_full + 8 * slot, phase);
-        if constexpr (Cfg::kSplitRings) mbar_wait(bar_full_h + 8 * hslot, hphase);
         probe.add(kProbeFull, probe_f);
         fence_proxy_async_smem();
-        const int h_at = Cfg::kSplitRings ? hslot : slot;
-        ws_kslice_mma<Cfg, kF16>(acc0, acc1, smem_w + slot * Cfg::kWStageBytes, smem_h + h_at * Cfg::kHStageBytes,
+        ws_kslice_mma<Cfg, kF16>(acc0, acc1, smem_w + slot * Cfg::kWStageBytes, smem_h + slot * Cfg::kHStageBytes,
                                  kt > 0);
         wgmma_commit();
-        wgmma_wait<1>();  // the previous k-slice's wgmmas have retired: release its stage(s)
-        if (kt > 0) {
-          mbar_arrive(bar_empty + 8 * prev_slot);
-          if constexpr (Cfg::kSplitRings) mbar_arrive(bar_empty_h + 8 * prev_hslot);
-        }
+        wgmma_wait<1>();  // the previous k-slice's wgmmas have retired: release its stage
+        if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
         prev_slot = slot;
         if (++slot == Cfg::kStages) {
           slot = 0;
           phase ^= 1u;
         }
-        if constexpr (Cfg::kSplitRings) {
-          prev_hslot = hslot;
-          if (++hslot == Cfg::kHStages) {
-            hslot = 0;
-            hphase ^= 1u;
-          }
-        }
       }
       wgmma_wait<0>();
       mbar_arrive(bar_empty + 8 * prev_slot);
-      if constexpr (Cfg::kSplitRings) mbar_arrive(bar_empty_h + 8 * prev_hslot);
       pin_registers(acc0);
       pin_registers(acc1);
       probe_t = probe.add(kProbeMain, probe_t);

@@ -833,9 +833,6 @@ __device__ __forceinline__ void ws_tma_produce<S128HalfH>(const GemmArgs& a, con
 }  // namespace detail
 }  // namespace cuda
 }  // namespace flashsample
-// v32: the split rings (W and H in rings of their own) with the probe on.
-struct R128P : cuda::detail::WsSplitTile<128, 6, 2, 3> { static constexpr bool kProbe = true; };
-struct R64P : cuda::detail::WsSplitTile<64, 10, 2, 3> { static constexpr bool kProbe = true; };
 
 // v29: probe_ws for a split tile: the two roles printed apart (even slots the MMA warpgroup, odd the
 // epilogue), cycles per item.
@@ -1557,63 +1554,6 @@ int main(int argc, char** argv) {
       probe_split<S64P>(bb, 128, false, "split<64> sampled");
       probe_split<S64P>(bb, 256, false, "split<64> sampled");
     }  // section v31
-    if (ws_section("v32")) {
-      // v32: split rings. W (from HBM) and H (from L2) in rings of their own, each with a producer
-      // thread, so W can run further ahead: split<128> keeps 96 KB of W in flight instead of 64 KB
-      // in the same shared memory (H 3 stages), split<64> 160 KB instead of 112 KB (H 3 stages), split<32>
-      // 192 KB instead of 144 KB, split<16> 208 KB instead of 176 KB.
-      using S16 = WsSplitTile<16, 11>;
-      using S32 = WsSplitTile<32, 9>;
-      using S64 = WsSplitTile<64, 7>;
-      using S128 = WsSplitTile<128, 4>;
-      using R16 = WsSplitTile<16, 13, 2, 4>;
-      using R32 = WsSplitTile<32, 12, 2, 4>;
-      using R64 = WsSplitTile<64, 10, 2, 3>;
-      using R128 = WsSplitTile<128, 6, 2, 3>;
-      using R128h2 = WsSplitTile<128, 7, 2, 2>;
-      using R128w5 = WsSplitTile<128, 5, 2, 3>;
-      printf("  v32 checks (split rings):\n");
-      check_ws_small<R128>(bb, 111, 64, 3, "rings<128,6w,3h>");
-      check_ws_small<R128>(bb, 32000, 256, 200, "rings<128,6w,3h>");
-      check_ws_small<R128>(bb, 1000, 4096, 99, "rings<128,6w,3h>");
-      check_ws_small<R128h2>(bb, 1000, 200, 67, "rings<128,7w,2h>");
-      check_ws_small<R64>(bb, 1000, 200, 33, "rings<64,10w,3h>");
-      check_ws_small<R64>(bb, 111, 64, 64, "rings<64,10w,3h>");
-      check_ws_small<R16>(bb, 111, 64, 3, "rings<16,13w,4h>");
-      check_ws_small<R16>(bb, 1000, 4096, 1, "rings<16,13w,4h>");
-      check_ws_small<R32>(bb, 32000, 256, 20, "rings<32,12w,4h>");
-      compare_ws<R16, Tile8, WgTile16>(bb, 1, 1, "rings<16,13w,4h>");
-      compare_ws<R16, Tile16, WgTile16>(bb, 16, 1, "rings<16,13w,4h>");
-      compare_ws<R32, Tile32, WgTile32>(bb, 32, 1, "rings<32,12w,4h>");
-      compare_ws<R64, Tile64, WgTile64>(bb, 64, 1, "rings<64,10w,3h>");
-      compare_ws<R128, Tile128, WgTile128>(bb, 128, 1, "rings<128,6w,3h>");
-      compare_ws<R128, Tile128, WgTile256>(bb, 256, 1, "rings<128,6w,3h>");
-      compare_ws<R128h2, Tile128, WgTile256>(bb, 256, 1, "rings<128,7w,2h>");
-      printf("  v32 timings (two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("split<16,11st> (prod)", B, time_ws<S16>(bb, B));
-          ws_row("rings<16,13w,4h>", B, time_ws<R16>(bb, B));
-        }
-        ws_row("split<32,9st> (prod)", 32, time_ws<S32>(bb, 32));
-        ws_row("rings<32,12w,4h>", 32, time_ws<R32>(bb, 32));
-        ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
-        ws_row("rings<64,10w,3h>", 64, time_ws<R64>(bb, 64));
-        for (int64_t B : {96, 128, 256}) {
-          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
-          ws_row("rings<128,6w,3h>", B, time_ws<R128>(bb, B));
-          ws_row("rings<128,7w,2h>", B, time_ws<R128h2>(bb, B));
-          ws_row("rings<128,5w,3h>", B, time_ws<R128w5>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        ws_row("split<128,4st> greedy", B, time_ws_greedy<S128>(bb, B));
-        ws_row("rings<128,6w,3h> greedy", B, time_ws_greedy<R128>(bb, B));
-        probe_split<R128P>(bb, B, false, "rings<128> sampled");
-        probe_split<R128P>(bb, B, true, "rings<128> greedy");
-      }
-      probe_split<R64P>(bb, 64, false, "rings<64> sampled");
-    }  // section v32
 #endif  // HARNESS_QUICK
     if (ws_section("v33")) {
       // v33: the bound of a 2-CTA cluster multicasting H: H copied for even k-slices only.
@@ -1628,6 +1568,8 @@ int main(int argc, char** argv) {
         }
       ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
     }  // section v33
+    // v32 (split rings: W and H in rings of their own, two producer threads; run 34): slower at
+    // every B, removed again (code: the commit that adds run 34 to NOTES.md).
     // v30 (W prefetched into L2 ahead of the ring, run 32): slower at every B, removed again (code:
     // the commit that adds run 32 to NOTES.md).
     // v24 / v24b (the Philox bits' leading zeros drawn in the K loop, runs 24-25): slower, removed
