@@ -303,9 +303,7 @@ struct GemmArgs {
 
 // The row parameters of batch columns b0 + n, n = first, first + step, ... < count, into a kernel's
 // shared staging arrays (one chunk's columns); padding columns (b >= batch) are greedy, noise-free
-// and never written. kSeeds = false: seed and offset are not staged (the kernel reads them from
-// global memory where it needs them; the pointers are ignored).
-template <bool kSeeds = true>
+// and never written.
 __device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, int first, int step, int count,
                                                  float* inv_t, uint8_t* greedy, unsigned long long* seed,
                                                  unsigned long long* offset) {
@@ -321,10 +319,8 @@ __device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, 
     }
     inv_t[n] = r.inv_temperature;
     greedy[n] = r.greedy ? 1 : 0;
-    if constexpr (kSeeds) {
-      seed[n] = r.seed;
-      offset[n] = r.offset;
-    }
+    seed[n] = r.seed;
+    offset[n] = r.offset;
   }
 }
 

@@ -55,12 +55,7 @@ namespace detail {
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
 // and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
-//
-// SWIZZLED (v34): the logits buffer without padding (kBV floats a column), conflict-free by an XOR of
-// the row instead (see kLogitStride), and the columns' seeds and offsets read from global memory in
-// the epilogue instead of staged in shared memory: 2 KB + 1 KB less shared memory at N = 128, room
-// for a 5th ring stage beside the buffer.
-template <int N, int STAGES, int COLS_PER_TRIP = 2, bool SWIZZLED = false>
+template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
   static constexpr bool kTma = true;
@@ -80,24 +75,15 @@ struct WsSplitTile {
   static constexpr int kWStageBytes = kBV * 128;
   static constexpr int kHStageBytes = kNB * 128;
   static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
-  static constexpr bool kSwizzled = SWIZZLED;
-  // Padded (v28): 4 floats of padding per column: the MMA warpgroup's stores (column
-  // 8 nt + 2 t4 + jj, row 16 w + 8 h + g) hit bank 8 t4 + g + const, 32 different banks per warp
-  // store. Swizzled (v34): no padding; row r of column c at r ^ 8 ((c >> 1) & 3) = r ^ 8 t4 for
-  // the storing thread, so a warp store hits bank (16 (w & 1) + 8 h + g) ^ 8 t4: 32 different
-  // banks; the XOR touches row bits 3-4 only, so an epilogue lane's 4 rows stay one aligned quad.
-  static constexpr int kLogitStride = SWIZZLED ? kBV : kBV + 4;
+  // 4 floats of padding per column: the MMA warpgroup's stores (column 8 nt + 2 t4 + jj, row
+  // 16 w + 8 h + g) hit bank 8 t4 + g + const, 32 different banks per warp store
+  static constexpr int kLogitStride = kBV + 4;
   static constexpr int kLogitBytes = kNB * kLogitStride * 4;
-  static constexpr int kBarrierBytes = (2 * STAGES + 2) * 8;  // full[], empty[], logits_full, logits_empty
-  // ring (1024-byte aligned) + logits buffer (+ the barriers, padded layout) + 1024 for aligning the
-  // dynamic base
-  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (SWIZZLED ? 0 : kBarrierBytes) + 1024;
-  // static shared memory: the row parameters of the current chunk and the running winners (+ the
-  // barriers, swizzled layout: they fit in the padding below). The dynamic array's __align__(1024)
-  // pads the static part to a multiple of 1 KB (ptxas -v reports it so): that is what counts.
-  static constexpr int kStaticSmemBytes =
-      (SWIZZLED ? kNB * (4 + 1) + 16 + kBarrierBytes : kNB * (4 + 8 + 8 + 1)) + kNB * 8;
-  static constexpr int kStaticSmemPadded = (kStaticSmemBytes + 1023) / 1024 * 1024;
+  // ring (1024-byte aligned) + logits buffer + full[], empty[], logits_full, logits_empty + 1024
+  // for aligning the dynamic base
+  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2) * 8 + 1024;
+  // static shared memory: the row parameters of the current chunk and the running winners
+  static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8;
   // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The producer gives
   // 88 per thread back, the MMA warpgroup takes them (128 accumulators + descriptors and loop
   // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
@@ -108,7 +94,7 @@ struct WsSplitTile {
   static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
   static_assert(STAGES >= 2, "ring");
   static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
-  static_assert(kSmemBytes + kStaticSmemPadded <= 227 * 1024, "sm_90 shared memory per block");
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
 };
@@ -133,16 +119,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
   const uint32_t smem_h = smem_w + Cfg::kStages * Cfg::kWStageBytes;
   float* const logits_s = reinterpret_cast<float*>(smem_raw + (smem_w - smem_base) + Cfg::kRingBytes);
-  constexpr bool kSwz = Cfg::kSwizzled;
-  __shared__ __align__(8) uint64_t barriers_s[kSwz ? 2 * Cfg::kStages + 2 : 1];  // swizzled layout only
-  // full[s] at bar_full + 8 s
-  const uint32_t bar_full = kSwz ? smem_u32(barriers_s) : smem_w + Cfg::kRingBytes + Cfg::kLogitBytes;
+  const uint32_t bar_full = smem_w + Cfg::kRingBytes + Cfg::kLogitBytes;  // full[s] at bar_full + 8 s
   const uint32_t bar_empty = bar_full + 8 * Cfg::kStages;
   const uint32_t bar_logits_full = bar_empty + 8 * Cfg::kStages;
   const uint32_t bar_logits_empty = bar_logits_full + 8;
 
   __shared__ float row_inv_t[kNB];
-  __shared__ unsigned long long row_seed[kSwz ? 1 : kNB], row_offset[kSwz ? 1 : kNB];  // padded layout only
+  __shared__ unsigned long long row_seed[kNB], row_offset[kNB];
   __shared__ uint8_t row_greedy[kNB];
   __shared__ unsigned long long win_packed_s[kNB];
 
@@ -188,10 +171,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int slot = 0, prev_slot = 0;
     uint32_t phase = 0;
     // this thread's logits: accumulator nt·4 + 2 h + jj of m64 block p is row 64 p + 16 wi + 8 h + g,
-    // column 8 nt + 2 t4 + jj (the wgmma D fragment); swizzled: row r at r ^ 8 t4 (g < 8: the XOR
-    // falls on 16 wi + 8 h only)
-    float* const my_logits_h0 = logits_s + (2 * t4) * kLS + (kSwz ? (16 * wi) ^ (8 * t4) : 16 * wi) + g;
-    float* const my_logits_h1 = logits_s + (2 * t4) * kLS + (kSwz ? (16 * wi + 8) ^ (8 * t4) : 16 * wi + 8) + g;
+    // column 8 nt + 2 t4 + jj (the wgmma D fragment)
+    float* const my_logits = logits_s + (2 * t4) * kLS + 16 * wi + g;
     WsProbe<Cfg::kProbe> probe;
     for (int64_t j = 0; j < my_items; ++j) {
       uint32_t probe_t = probe.now();
@@ -225,7 +206,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
-            float* const dst = (h == 0 ? my_logits_h0 : my_logits_h1) + (8 * nt + jj) * kLS;
+            float* const dst = my_logits + (8 * nt + jj) * kLS + 8 * h;
             dst[0] = acc0[nt * 4 + 2 * h + jj];
             dst[64] = acc1[nt * 4 + 2 * h + jj];
           }
@@ -243,9 +224,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
-  // swizzled layout: lane m < kNB / 8 of warp ew holds the seed and offset of column ew + 8 m (the
-  // warp's m-th column), handed to the whole warp by a shuffle in the trips
-  unsigned long long lane_seed = 0ull, lane_offset = 0ull;
   WsProbe<Cfg::kProbe> probe;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
@@ -260,13 +238,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     load_bias_quad<kF16>(a.bias, vq, V, bias);
     if (chunk != params_chunk) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
-      stage_row_params<!kSwz>(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);
-      if constexpr (kSwz) {  // a padding column is greedy: its seed and offset are never used
-        const int64_t b = b0 + ew + 8 * lane;
-        const bool mine = lane < kNB / 8 && b < B;
-        lane_seed = mine ? __ldg(reinterpret_cast<const unsigned long long*>(a.seed) + b) : 0ull;
-        lane_offset = mine ? __ldg(reinterpret_cast<const unsigned long long*>(a.offset) + b) : 0ull;
-      }
+      stage_row_params(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
     }
@@ -276,23 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     probe.count(kProbeItems);
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
-    constexpr int kTrips = kNB / (8 * kK);
-    // swizzled layout: a trip's logits are loaded one trip ahead, so the buffer is released one trip
-    // earlier (the MMA warpgroup waits for it before it can store the next item)
-    auto load_logits = [&](int trip, int jj) {
-      const int n = ew + 8 * (kK * trip + jj);
-      // swizzled: logical quad `lane` of column n sits at quad lane ^ 2 ((n >> 1) & 3)
-      const int quad_at = kSwz ? lane ^ (2 * ((n >> 1) & 3)) : lane;
-      return *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * quad_at);
-    };
-    float4 q_next[kK];
-    if constexpr (kSwz) {
-#pragma unroll
-      for (int jj = 0; jj < kK; ++jj) q_next[jj] = load_logits(0, jj);
-    }
-
 #pragma unroll 1
-    for (int trip = 0; trip < kTrips; ++trip) {
+    for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
       float l[kK][4], thr[kK], bs[kK];
       uint32_t bk[kK];
       unsigned long long thr_packed[kK];
@@ -305,20 +262,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t b = b0 + n;
         nn[jj] = n;
         vend[jj] = b < B ? V : 0;
-        const float4 q = kSwz ? q_next[jj] : load_logits(trip, jj);
+        const float4 q = *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * lane);
         l[jj][0] = q.x + bias[0];
         l[jj][1] = q.y + bias[1];
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
         rp[jj].inv_temperature = row_inv_t[n];
         rp[jj].greedy = row_greedy[n] != 0;
-        if constexpr (kSwz) {
-          rp[jj].seed = __shfl_sync(0xffffffffu, lane_seed, kK * trip + jj);
-          rp[jj].offset = __shfl_sync(0xffffffffu, lane_offset, kK * trip + jj);
-        } else {
-          rp[jj].seed = row_seed[n];
-          rp[jj].offset = row_offset[n];
-        }
+        rp[jj].seed = row_seed[n];
+        rp[jj].offset = row_offset[n];
         rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
         // Threshold: the column's running winner (a real candidate of the row, or -Inf).
         thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[n]);
@@ -326,14 +278,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bs[jj] = -INFINITY;
         bk[jj] = kNoToken;
       }
-      if constexpr (kSwz) {
-        if (trip + 1 < kTrips) {
-#pragma unroll
-          for (int jj = 0; jj < kK; ++jj) q_next[jj] = load_logits(trip + 1, jj);
-        }
-      }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
-      if (trip == (kSwz ? (kTrips >= 2 ? kTrips - 2 : 0) : kTrips - 1)) mbar_arrive(bar_logits_empty);
+      if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
       const uint32_t probe_p = probe.now();
       quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
       probe.add(kProbePruned, probe_p);

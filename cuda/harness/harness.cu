@@ -792,8 +792,6 @@ static void probe_ws(Bench& bb, int64_t B, int mode, const char* name) {
 // v29: the split-epilogue tile with the cycle probe on (MMA thread 0 and epilogue thread 0).
 struct S128P : cuda::detail::WsSplitTile<128, 4> { static constexpr bool kProbe = true; };
 struct S64P : cuda::detail::WsSplitTile<64, 7> { static constexpr bool kProbe = true; };
-// v34: the swizzled logits buffer and the 5-stage ring at N = 128, with the probe on.
-struct Z128P : cuda::detail::WsSplitTile<128, 5, 2, true> { static constexpr bool kProbe = true; };
 // v33 (a bound, not a kernel): the split tile whose producer loads H only for even k-slices (odd
 // k-slices multiply stale H: wrong logits, timings only). Half the H traffic from L2 and half the H
 // copies per SM: what a 2-CTA cluster multicasting H could gain at most.
@@ -1572,58 +1570,9 @@ int main(int argc, char** argv) {
       ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
     }  // section v33
 #endif  // HARNESS_QUICK
-    if (ws_section("v34")) {
-      // v34: the logits buffer unpadded and XOR-swizzled, the seeds and offsets from global memory:
-      // 3 KB less shared memory, one more ring stage beside the buffer at every N.
-      using P16 = WsSplitTile<16, 11>;
-      using P32 = WsSplitTile<32, 9>;
-      using P64 = WsSplitTile<64, 7>;
-      using P128 = WsSplitTile<128, 4>;
-      using Z16 = WsSplitTile<16, 12, 2, true>;
-      using Z32 = WsSplitTile<32, 10, 2, true>;
-      using Z64 = WsSplitTile<64, 8, 2, true>;
-      using Z128 = WsSplitTile<128, 5, 2, true>;
-      using Z128s4 = WsSplitTile<128, 4, 2, true>;
-      printf("  v34 checks (swizzled logits, one more stage):\n");
-      check_ws_small<Z128>(bb, 111, 64, 3, "swz<128,5st>");
-      check_ws_small<Z128>(bb, 32000, 256, 200, "swz<128,5st>");
-      check_ws_small<Z128>(bb, 1000, 4096, 99, "swz<128,5st>");
-      check_ws_small<Z128s4>(bb, 1000, 200, 67, "swz<128,4st>");
-      check_ws_small<Z64>(bb, 1000, 200, 33, "swz<64,8st>");
-      check_ws_small<Z64>(bb, 111, 64, 64, "swz<64,8st>");
-      check_ws_small<Z16>(bb, 111, 64, 3, "swz<16,12st>");
-      check_ws_small<Z16>(bb, 1000, 4096, 1, "swz<16,12st>");
-      check_ws_small<Z32>(bb, 32000, 256, 20, "swz<32,10st>");
-      compare_ws<Z16, Tile8, WgTile16>(bb, 1, 1, "swz<16,12st>");
-      compare_ws<Z16, Tile16, WgTile16>(bb, 16, 1, "swz<16,12st>");
-      compare_ws<Z32, Tile32, WgTile32>(bb, 32, 1, "swz<32,10st>");
-      compare_ws<Z64, Tile64, WgTile64>(bb, 64, 1, "swz<64,8st>");
-      compare_ws<Z128, Tile128, WgTile128>(bb, 128, 1, "swz<128,5st>");
-      compare_ws<Z128, Tile128, WgTile256>(bb, 256, 1, "swz<128,5st>");
-      compare_ws<Z128s4, Tile128, WgTile256>(bb, 256, 1, "swz<128,4st>");
-      printf("  v34 timings (two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("split<16,11st> (prod)", B, time_ws<P16>(bb, B));
-          ws_row("swz<16,12st>", B, time_ws<Z16>(bb, B));
-        }
-        ws_row("split<32,9st> (prod)", 32, time_ws<P32>(bb, 32));
-        ws_row("swz<32,10st>", 32, time_ws<Z32>(bb, 32));
-        ws_row("split<64,7st> (prod)", 64, time_ws<P64>(bb, 64));
-        ws_row("swz<64,8st>", 64, time_ws<Z64>(bb, 64));
-        for (int64_t B : {96, 128, 256}) {
-          ws_row("split<128,4st> (prod)", B, time_ws<P128>(bb, B));
-          ws_row("swz<128,4st>", B, time_ws<Z128s4>(bb, B));
-          ws_row("swz<128,5st>", B, time_ws<Z128>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        ws_row("split<128,4st> greedy", B, time_ws_greedy<P128>(bb, B));
-        ws_row("swz<128,5st> greedy", B, time_ws_greedy<Z128>(bb, B));
-        probe_split<S128P>(bb, B, false, "split<128,4st> sampled");
-        probe_split<Z128P>(bb, B, false, "swz<128,5st> sampled");
-      }
-    }  // section v34
+    // v34 (the logits buffer unpadded and swizzled, a 5th ring stage at N = 128; runs 36-38): -2 ...
+    // -4 % at B = 256, worse at B = 96 and B <= 64; not adopted (code: the commit that adds run 36-38
+    // to NOTES.md).
     // v32 (split rings: W and H in rings of their own, two producer threads; run 34): slower at
     // every B, removed again (code: the commit that adds run 34 to NOTES.md).
     // v30 (W prefetched into L2 ahead of the ring, run 32): slower at every B, removed again (code:
