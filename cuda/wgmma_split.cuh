@@ -55,11 +55,7 @@ namespace detail {
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
 // and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
-//
-// GRAB (v35): the epilogue warps take the item's column groups (kColsPerTrip columns) in the order
-// they ask for them (a shared counter) instead of warp w taking w, w + 8, ...; the buffer is
-// released when every group has been loaded rather than when the slowest warp starts its last trip.
-template <int N, int STAGES, int COLS_PER_TRIP = 2, bool GRAB = false>
+template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
   static constexpr bool kTma = true;
@@ -70,8 +66,6 @@ struct WsSplitTile {
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr int kColsPerTrip = COLS_PER_TRIP;
-  static constexpr bool kGrab = GRAB;
-  static constexpr int kGroups = N / COLS_PER_TRIP;  // column groups an item
   // harness-only cycle probe (WsProbe; a derived Cfg sets it): MMA thread 0 as "consumer" 0 (K loop,
   // of which full[] waits; the logits_empty wait; the stores), epilogue thread 0 as "consumer" 1
   // (the logits_full wait; the trips, of which quads_update_pruned; the flush or publish)
@@ -87,9 +81,9 @@ struct WsSplitTile {
   static constexpr int kLogitBytes = kNB * kLogitStride * 4;
   // ring (1024-byte aligned) + logits buffer + full[], empty[], logits_full, logits_empty + 1024
   // for aligning the dynamic base
-  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2 + (GRAB ? 2 : 0)) * 8 + 1024;
+  static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2) * 8 + 1024;
   // static shared memory: the row parameters of the current chunk and the running winners
-  static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8 + (GRAB ? 8 : 0);
+  static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8;
   // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The producer gives
   // 88 per thread back, the MMA warpgroup takes them (128 accumulators + descriptors and loop
   // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
@@ -129,12 +123,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t bar_empty = bar_full + 8 * Cfg::kStages;
   const uint32_t bar_logits_full = bar_empty + 8 * Cfg::kStages;
   const uint32_t bar_logits_empty = bar_logits_full + 8;
-  // GRAB: grab_done[p] (at bar_grab_done + 8 p), phase k completes when every epilogue warp has
-  // found item 2 k + p's column groups all taken
-  const uint32_t bar_grab_done = bar_logits_empty + 8;
-  constexpr bool kGrab = Cfg::kGrab;
-  constexpr int kGroups = Cfg::kGroups;
-  __shared__ int grab_next[kGrab ? 2 : 1];  // GRAB: the next column group of the items of parity p
 
   __shared__ float row_inv_t[kNB];
   __shared__ unsigned long long row_seed[kNB], row_offset[kNB];
@@ -149,14 +137,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_init(bar_empty + 8 * s, 128);   // every MMA thread, after its wgmmas read the stage
     }
     mbar_init(bar_logits_full, 128);
-    // GRAB: every lane of a warp arrives once per column group it loaded; else every epilogue
-    // thread once, after its last trip's loads
-    mbar_init(bar_logits_empty, kGrab ? kGroups * 32 : 128 * 2);
-    if constexpr (kGrab) {
-      mbar_init(bar_grab_done, Cfg::kEpilogueWarps);
-      mbar_init(bar_grab_done + 8, Cfg::kEpilogueWarps);
-      grab_next[0] = grab_next[1] = 0;
-    }
+    mbar_init(bar_logits_empty, 128 * 2);
     mbar_init_fence();
   }
   __syncthreads();  // the only CTA-wide barrier
@@ -218,12 +199,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       probe_t = probe.add(kProbeMain, probe_t);
       probe.count(kProbeItems);
       if (j >= 1) mbar_wait(bar_logits_empty, static_cast<uint32_t>((j - 1) & 1));  // item j - 1 read
-      if constexpr (kGrab) {
-        // item j's counter is item j - 2's: reset it once every warp is past item j - 2's groups
-        // (its last, failed take); no take of item j comes before the logits_full arrive below
-        if (j >= 2) mbar_wait(bar_grab_done + 8 * (j & 1), static_cast<uint32_t>(((j - 2) >> 1) & 1));
-        if (ctid == 0 && j >= 2) grab_next[j & 1] = 0;
-      }
       probe_t = probe.add(kProbeTurn, probe_t);
 #pragma unroll
       for (int nt = 0; nt < kNB / 8; ++nt)
@@ -274,14 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
 #pragma unroll 1
-    for (int trip = 0; trip < (kGrab ? kGroups + 1 : kNB / (8 * kK)); ++trip) {
-      int group = 0;  // GRAB: this trip's column group, columns kK group ... kK group + kK - 1
-      if constexpr (kGrab) {
-        int taken = 0;
-        if (lane == 0) taken = atomicAdd(&grab_next[j & 1], 1);
-        group = __shfl_sync(0xffffffffu, taken, 0);
-        if (group >= kGroups) break;  // every group of the item is taken
-      }
+    for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
       float l[kK][4], thr[kK], bs[kK];
       uint32_t bk[kK];
       unsigned long long thr_packed[kK];
@@ -290,7 +258,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int nn[kK];
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj) {
-        const int n = kGrab ? kK * group + jj : ew + 8 * (kK * trip + jj);
+        const int n = ew + 8 * (kK * trip + jj);
         const int64_t b = b0 + n;
         nn[jj] = n;
         vend[jj] = b < B ? V : 0;
@@ -310,9 +278,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bs[jj] = -INFINITY;
         bk[jj] = kNoToken;
       }
-      // the last trip's loads are done: the MMA warpgroup may overwrite the buffer (GRAB: this
-      // group's loads are done; the buffer is free when every group's are)
-      if (kGrab || trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
+      // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
+      if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
       const uint32_t probe_p = probe.now();
       quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
       probe.add(kProbePruned, probe_p);
@@ -324,8 +291,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     }
 
-    // GRAB: this warp is past the item's groups (the MMA warpgroup resets the counter for item j + 2)
-    if (kGrab && lane == 0) mbar_arrive(bar_grab_done + 8 * (j & 1));
     probe_t = probe.add(kProbeEpi, probe_t);
     // Flush when the next local item is another chunk, or there is none; otherwise publish.
     bool flush = j + 1 >= my_items;

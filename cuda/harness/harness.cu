@@ -792,8 +792,6 @@ static void probe_ws(Bench& bb, int64_t B, int mode, const char* name) {
 // v29: the split-epilogue tile with the cycle probe on (MMA thread 0 and epilogue thread 0).
 struct S128P : cuda::detail::WsSplitTile<128, 4> { static constexpr bool kProbe = true; };
 struct S64P : cuda::detail::WsSplitTile<64, 7> { static constexpr bool kProbe = true; };
-// v35: the epilogue warps taking column groups in the order they ask (GRAB), with the probe on.
-struct G128P : cuda::detail::WsSplitTile<128, 4, 2, true> { static constexpr bool kProbe = true; };
 // v33 (a bound, not a kernel): the split tile whose producer loads H only for even k-slices (odd
 // k-slices multiply stale H: wrong logits, timings only). Half the H traffic from L2 and half the H
 // copies per SM: what a 2-CTA cluster multicasting H could gain at most.
@@ -1418,7 +1416,7 @@ int main(int argc, char** argv) {
         ws_row("wsTC<128,4st,R> kStore", B, time_ws_store<TC128>(bb, B));
       }
     }  // section v13
-#ifndef HARNESS_QUICK  // (v35 is the newest section)
+#ifndef HARNESS_QUICK  // (the sections after v13: QUICK builds v13 only)
     if (ws_section("v16")) {
       // v16: the cooperative tile with the TMA producer at B = 33..64 (256 vocabulary rows x 64
       // columns an item, half the H fill per FLOP of the ping-pong N = 64 tile).
@@ -1570,55 +1568,8 @@ int main(int argc, char** argv) {
       ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
     }  // section v33
 #endif  // HARNESS_QUICK
-    if (ws_section("v35")) {
-      // v35: column groups taken from a shared counter (GRAB): the buffer is free once every group
-      // is loaded, not when the slowest of the 8 warps starts its last trip (runs 36-38).
-      using P16 = WsSplitTile<16, 11>;
-      using P32 = WsSplitTile<32, 9>;
-      using P64 = WsSplitTile<64, 7>;
-      using P128 = WsSplitTile<128, 4>;
-      using G16 = WsSplitTile<16, 11, 2, true>;
-      using G32 = WsSplitTile<32, 9, 2, true>;
-      using G64 = WsSplitTile<64, 7, 2, true>;
-      using G128 = WsSplitTile<128, 4, 2, true>;
-      printf("  v35 checks (grabbed column groups):\n");
-      check_ws_small<G128>(bb, 111, 64, 3, "grab<128,4st>");
-      check_ws_small<G128>(bb, 32000, 256, 200, "grab<128,4st>");
-      check_ws_small<G128>(bb, 1000, 4096, 99, "grab<128,4st>");
-      check_ws_small<G128>(bb, 1000, 200, 389, "grab<128,4st>");
-      check_ws_small<G64>(bb, 1000, 200, 33, "grab<64,7st>");
-      check_ws_small<G64>(bb, 111, 64, 64, "grab<64,7st>");
-      check_ws_small<G16>(bb, 111, 64, 3, "grab<16,11st>");
-      check_ws_small<G16>(bb, 1000, 4096, 1, "grab<16,11st>");
-      check_ws_small<G32>(bb, 32000, 256, 20, "grab<32,9st>");
-      compare_ws<G16, Tile8, WgTile16>(bb, 1, 1, "grab<16,11st>");
-      compare_ws<G16, Tile16, WgTile16>(bb, 16, 1, "grab<16,11st>");
-      compare_ws<G32, Tile32, WgTile32>(bb, 32, 1, "grab<32,9st>");
-      compare_ws<G64, Tile64, WgTile64>(bb, 64, 1, "grab<64,7st>");
-      compare_ws<G128, Tile128, WgTile128>(bb, 128, 1, "grab<128,4st>");
-      compare_ws<G128, Tile128, WgTile256>(bb, 256, 1, "grab<128,4st>");
-      printf("  v35 timings (two rounds):\n");
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t B : {1, 16}) {
-          ws_row("split<16,11st> (prod)", B, time_ws<P16>(bb, B));
-          ws_row("grab<16,11st>", B, time_ws<G16>(bb, B));
-        }
-        ws_row("split<32,9st> (prod)", 32, time_ws<P32>(bb, 32));
-        ws_row("grab<32,9st>", 32, time_ws<G32>(bb, 32));
-        ws_row("split<64,7st> (prod)", 64, time_ws<P64>(bb, 64));
-        ws_row("grab<64,7st>", 64, time_ws<G64>(bb, 64));
-        for (int64_t B : {96, 128, 256}) {
-          ws_row("split<128,4st> (prod)", B, time_ws<P128>(bb, B));
-          ws_row("grab<128,4st>", B, time_ws<G128>(bb, B));
-        }
-      }
-      for (int64_t B : {128, 256}) {
-        ws_row("split<128,4st> greedy", B, time_ws_greedy<P128>(bb, B));
-        ws_row("grab<128,4st> greedy", B, time_ws_greedy<G128>(bb, B));
-        probe_split<S128P>(bb, B, false, "split<128,4st> sampled");
-        probe_split<G128P>(bb, B, false, "grab<128,4st> sampled");
-      }
-    }  // section v35
+    // v35 (epilogue column groups taken from a shared counter, run 39): no gain, removed again
+    // (code: the commit that adds run 39 to NOTES.md).
     // v34 (the logits buffer unpadded and swizzled, a 5th ring stage at N = 128; runs 36-38): -2 ...
     // -4 % at B = 256, worse at B = 96 and B <= 64; not adopted (code: the commit that adds run 36-38
     // to NOTES.md).
