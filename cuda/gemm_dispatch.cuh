@@ -219,6 +219,15 @@ inline bool wgmma_usable() {
   return !disabled && compute_capability() == 90;
 }
 
+// B > 64 on compute capability 9.0: 96-column chunks when they pad fewer columns than 128-column
+// ones (64 < B <= 96, 128 < B <= 192, 256 < B <= 288, ...; a tie goes to 128). Harness run 40: the
+// padding columns of a partial chunk cost more than their share (split<128> at B = 65 386-423 us,
+// at B = 96 320-343, at B = 128 ~305-325; at B = 192 695 against split<96>'s 499).
+inline bool prefer_96_column_chunks(int64_t batch) {
+  const int64_t padded96 = (batch + 95) / 96 * 96, padded128 = (batch + 127) / 128 * 128;
+  return padded96 < padded128;
+}
+
 template <bool kF16, Epi kEpi>
 cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   // Batch tiling on compute capability 9.0, measured with harness runs 9-15 (H200, llama3-8b, GEMM +
@@ -242,7 +251,10 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
   // 585 / 953 -> 567 / 895-917 (B = 96 580 -> 595); B <= 64 (harness -0.5 ... -3 %, library A/B in
   // device call 43): llama3-8b B = 1 / 16 / 32 / 64 249.6 / 250.2 / 251.5 / 264.0 -> 247.4 / 248.4 /
   // 249.6 / 256.3, qwen3-8b B = 64 303 -> 295, llama3-70b B = 64 513 -> 509.
-  // The other epilogues (kStore for the reference sampler, kSampleMany) keep the ping-pong tiles.
+  // v36 (harness run 40, library A/B in device call 57): 96-column chunks where they pad less
+  // (prefer_96_column_chunks).
+  // The other epilogues (kStore for the reference sampler, kSampleMany) keep the ping-pong tiles
+  // (128 columns above B = 64, whatever the split tile's chunk).
   // A kTma tile whose tensor maps cannot be encoded runs its cp.async twin (launch_ws).
   // Without wgmma (compute capability 8.x, or FLASHSAMPLE_NO_WGMMA): mma.sync, B <= 64 in one chunk
   // of the smallest tile >= B (W read once), larger B in chunks of 128 columns; B <= 16 with
@@ -251,6 +263,7 @@ cudaError_t launch_mma_for_batch(const GemmArgs& a, cudaStream_t stream) {
     if (a.batch <= 16) return launch_ws<WsSplitTile16, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_ws<WsSplitTile32, kF16, kEpi>(a, stream);
     if (a.batch <= 64) return launch_ws<WsSplitTile64, kF16, kEpi>(a, stream);
+    if (prefer_96_column_chunks(a.batch)) return launch_ws<WsSplitTile96, kF16, kEpi>(a, stream);
     return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
   if (a.batch <= 8) return launch_mma<Tile8, kF16, kEpi, true>(a, stream);

@@ -89,7 +89,8 @@ struct WsSplitTile {
   // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMmaRegs = 216;
-  using PingPong = WsTileT<N>;
+  // (N = 96 has no ping-pong tile of its own: its other epilogues run the 128-column one)
+  using PingPong = WsTileT<(N > 64 ? 128 : N)>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
   static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
   static_assert(STAGES >= 2, "ring");
@@ -105,6 +106,11 @@ struct WsSplitTile {
 using WsSplitTile16 = WsSplitTile<16, 11>;
 using WsSplitTile32 = WsSplitTile<32, 9>;
 using WsSplitTile64 = WsSplitTile<64, 7>;
+// N = 96 (m64n96k16; harness v36, run 40): 6 stages of 28 KB beside a 50 KB buffer. For the batches
+// that 96-column chunks cover with less padding than 128-column ones (64 < B <= 96, 128 < B <= 192,
+// ...): B = 65 / 80 / 96 386-423 / 327-336 / 320-343 -> 286-292 / 273-278 / 283-287 us, B = 192
+// 695 -> 499 us (llama3-8b; a partial 128-column chunk costs more than a full one).
+using WsSplitTile96 = WsSplitTile<96, 6>;
 using WsSplitTile128 = WsSplitTile<128, 4>;
 
 constexpr int kSplitEpilogueBarrier = 1;

@@ -135,26 +135,28 @@ describeDevices((devName, dev) => {
 
     // One sample per row at a large batch: on the H200 the only calls that reach the split-epilogue
     // kernel (wgmma_split.cuh, B > 64 with numSamples = 1); the power tests above draw 65536
-    // samples per row (the kSampleMany epilogue). 16383 rows (128 chunks, the last one with a
-    // padding column) × 64 calls at offsets 0..63 = 1,048,512 samples, pooled: the power test's
-    // size, a 1% bias on the top token is 8.5 sd.
-    test(`fused, numSamples = 1: power test, bf16, V=${POWER_V}, 16383 rows × 64 calls (one sample per row and call)`, async () => {
-      const B = 16383;
-      const calls = 64;
-      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => powerLogits), { D: 8 });
-      try {
-        const counts = new Float64Array(POWER_V);
-        for (let c = 0; c < calls; c++) {
-          const res = await draw('fused', p.H, p.W, { seed: 77n, offset: BigInt(c), numSamples: 1 });
-          expect(res.tokens.length).toBe(B);
-          for (const t of res.tokens) counts[t] += 1;
+    // samples per row (the kSampleMany epilogue). 16383 rows (128 chunks of 128 columns, the last
+    // one with a padding column) and 16320 rows (170 chunks of 96 columns: the 96-column tile) ×
+    // 64 calls at offsets 0..63 ≈ 1.05 M samples, pooled: the power test's size, a 1% bias on the
+    // top token is 8.5 sd.
+    for (const B of [16383, 16320]) {
+      test(`fused, numSamples = 1: power test, bf16, V=${POWER_V}, ${B} rows × 64 calls (one sample per row and call)`, async () => {
+        const calls = 64;
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => powerLogits), { D: 8 });
+        try {
+          const counts = new Float64Array(POWER_V);
+          for (let c = 0; c < calls; c++) {
+            const res = await draw('fused', p.H, p.W, { seed: 77n, offset: BigInt(c), numSamples: 1 });
+            expect(res.tokens.length).toBe(B);
+            for (const t of res.tokens) counts[t] += 1;
+          }
+          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0]).probs);
+          expect(gof.summary && gof.ok).toBe(true);
+        } finally {
+          p.dispose();
         }
-        const gof = goodnessOfFit(counts, keptDistribution(p.logits[0]).probs);
-        expect(gof.summary && gof.ok).toBe(true);
-      } finally {
-        p.dispose();
-      }
-    });
+      });
+    }
 
     test('negative control on the library: temperature 1.03 is rejected against the T = 1 distribution', async () => {
       const rows = Array.from({ length: POWER_ROWS }, () => powerLogits);

@@ -1568,6 +1568,36 @@ int main(int argc, char** argv) {
       ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
     }  // section v33
 #endif  // HARNESS_QUICK
+    if (ws_section("v36")) {
+      // v36: a 96-column tile for 64 < B <= 96 (m64n96k16): a quarter less padding work than the
+      // 128-column tile at B = 96, and 6 ring stages of 28 KB (96 KB of W in flight) beside a 50 KB
+      // logits buffer instead of 4 of 32 KB.
+      using S128 = WsSplitTile<128, 4>;
+      using S96 = WsSplitTile<96, 6>;
+      using S96s5 = WsSplitTile<96, 5>;
+      printf("  v36 checks (96-column split tile):\n");
+      check_ws_small<S96>(bb, 111, 64, 3, "split<96,6st>");
+      check_ws_small<S96>(bb, 1000, 200, 67, "split<96,6st>");
+      check_ws_small<S96>(bb, 1000, 4096, 96, "split<96,6st>");
+      check_ws_small<S96>(bb, 32000, 256, 200, "split<96,6st>");
+      check_ws_small<S96>(bb, 1000, 200, 389, "split<96,6st>");
+      compare_ws<S96, Tile128, WgTile128>(bb, 65, 1, "split<96,6st>");
+      compare_ws<S96, Tile128, WgTile128>(bb, 80, 1, "split<96,6st>");
+      compare_ws<S96, Tile128, WgTile128>(bb, 96, 1, "split<96,6st>");
+      compare_ws<S96, Tile128, WgTile256>(bb, 192, 1, "split<96,6st>");
+      printf("  v36 timings (two rounds):\n");
+      for (int round = 0; round < 2; ++round)
+        for (int64_t B : {65, 80, 96}) {
+          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
+          ws_row("split<96,6st>", B, time_ws<S96>(bb, B));
+          ws_row("split<96,5st>", B, time_ws<S96s5>(bb, B));
+        }
+      for (int64_t B : {96, 192})
+        ws_row("split<96,6st> greedy", B, time_ws_greedy<S96>(bb, B));
+      ws_row("split<128,4st> greedy", 96, time_ws_greedy<S128>(bb, 96));
+      ws_row("split<96,6st> B=192", 192, time_ws<S96>(bb, 192));
+      ws_row("split<128,4st> B=192", 192, time_ws<S128>(bb, 192));
+    }  // section v36
     // v35 (epilogue column groups taken from a shared counter, run 39): no gain, removed again
     // (code: the commit that adds run 39 to NOTES.md).
     // v34 (the logits buffer unpadded and swizzled, a 5th ring stage at N = 128; runs 36-38): -2 ...
