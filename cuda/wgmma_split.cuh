@@ -235,14 +235,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    // column n is batch row b0 + n; it is sampled iff b_first <= b0 + n < B (b0 < b_first: the last
-    // chunk moved back, chunk_first_column_row)
-    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk_first_column_row<Cfg>(chunk, B), b_first = chunk * kNB;
+    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
     const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
     // The grid's best candidate of column et so far: a valid threshold wherever it was found (v22).
     unsigned long long grid_best = 0ull;
-    const bool et_sampled = et < kNB && b0 + et >= b_first && b0 + et < B;
-    if (et_sampled) grid_best = ld_relaxed_u64(a.winners + b0 + et);
+    if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
     if (chunk != params_chunk) {  // uniform over the epilogue threads
@@ -270,7 +267,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int n = ew + 8 * (kK * trip + jj);
         const int64_t b = b0 + n;
         nn[jj] = n;
-        vend[jj] = b >= b_first && b < B ? V : 0;
+        vend[jj] = b < B ? V : 0;
         const float4 q = *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * lane);
         l[jj][0] = q.x + bias[0];
         l[jj][1] = q.y + bias[1];
@@ -313,10 +310,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int n = et; n < kNB; n += 256) {
         const unsigned long long c = win_packed_s[n];
         win_packed_s[n] = 0ull;
-        if (b0 + n >= b_first && b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
+        if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
       }
       named_bar_sync(kSplitEpilogueBarrier, 256);  // reset before the next chunk's reads
-    } else if (et_sampled) {
+    } else if (et < kNB && b0 + et < B) {
       // publish the column's winner so far for the other CTAs' thresholds (a warp still in its
       // trips may raise it later: that reaches the grid with a later publish or the flush)
       const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[et]);

@@ -353,20 +353,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #endif
 }
 
-// The batch row of a chunk's column 0. Split tiles (v37): the last chunk of a batch that is not a
-// multiple of N (and holds at least N rows) is moved back to end at row B - 1, so its H box has no
-// rows past the batch (the TMA's zero fill of those rows cost more than whole chunks: device call
-// 57, B = 160 465 us against B = 192's 405); its columns below chunk · N belong to the previous
-// chunk and are not sampled. Ping-pong tiles: chunk · N.
-template <class Cfg>
-__device__ __forceinline__ int64_t chunk_first_column_row(int64_t chunk, int64_t batch) {
-  const int64_t b0 = chunk * Cfg::kNB;
-  if constexpr (Cfg::kSplitEpilogue) {
-    if (b0 + Cfg::kNB > batch && batch >= Cfg::kNB) return batch - Cfg::kNB;
-  }
-  return b0;
-}
-
 template <class Cfg>
 __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, int64_t& chunk,
                                                int64_t& vtile) {
@@ -396,8 +382,7 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV),
-                  b0 = static_cast<int32_t>(chunk_first_column_row<Cfg>(chunk, a.batch));
+    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * Cfg::kNB);
     for (int kt = 0; kt < KT; ++kt) {
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;

@@ -1598,25 +1598,9 @@ int main(int argc, char** argv) {
       ws_row("split<96,6st> B=192", 192, time_ws<S96>(bb, 192));
       ws_row("split<128,4st> B=192", 192, time_ws<S128>(bb, 192));
     }  // section v36
-    if (ws_section("v37")) {
-      // v37: the last partial chunk moved back to end at row B - 1 (no H rows past the batch).
-      using S128 = WsSplitTile<128, 4>;
-      using S96 = WsSplitTile<96, 6>;
-      printf("  v37 checks (the last chunk moved back):\n");
-      check_ws_small<S128>(bb, 1000, 200, 200, "split<128,4st>");
-      check_ws_small<S128>(bb, 32000, 256, 389, "split<128,4st>");
-      check_ws_small<S128>(bb, 111, 64, 129, "split<128,4st>");
-      check_ws_small<S96>(bb, 1000, 200, 150, "split<96,6st>");
-      check_ws_small<S96>(bb, 32000, 256, 389, "split<96,6st>");
-      check_ws_small<S96>(bb, 111, 64, 97, "split<96,6st>");
-      compare_ws<S128, Tile128, WgTile128>(bb, 112, 1, "split<128,4st>");
-      compare_ws<S128, Tile128, WgTile256>(bb, 200, 1, "split<128,4st>");
-      compare_ws<S96, Tile128, WgTile256>(bb, 160, 1, "split<96,6st>");
-      compare_ws<S96, Tile128, WgTile256>(bb, 250, 1, "split<96,6st>");
-      printf("  v37 timings:\n");
-      for (int64_t B : {100, 112, 128, 200, 240, 256}) ws_row("split<128,4st>", B, time_ws<S128>(bb, B));
-      for (int64_t B : {96, 160, 192}) ws_row("split<96,6st>", B, time_ws<S96>(bb, B));
-    }  // section v37
+    // v37 (the last partial chunk moved back to end at row B - 1, so no H rows past the batch; run
+    // 41, library A/B in device call 58): slower (B = 160 457 -> 497 us), removed again (code:
+    // 421a1f1).
     // v35 (epilogue column groups taken from a shared counter, run 39): no gain, removed again
     // (code: the commit that adds run 39 to NOTES.md).
     // v34 (the logits buffer unpadded and swizzled, a 5th ring stage at N = 128; runs 36-38): -2 ...
