@@ -792,47 +792,6 @@ static void probe_ws(Bench& bb, int64_t B, int mode, const char* name) {
 // v29: the split-epilogue tile with the cycle probe on (MMA thread 0 and epilogue thread 0).
 struct S128P : cuda::detail::WsSplitTile<128, 4> { static constexpr bool kProbe = true; };
 struct S64P : cuda::detail::WsSplitTile<64, 7> { static constexpr bool kProbe = true; };
-// v33 (a bound, not a kernel): the split tile whose producer loads H only for even k-slices (odd
-// k-slices multiply stale H: wrong logits, timings only). Half the H traffic from L2 and half the H
-// copies per SM: what a 2-CTA cluster multicasting H could gain at most.
-struct S128HalfH : cuda::detail::WsSplitTile<128, 4> {};
-namespace flashsample {
-namespace cuda {
-namespace detail {
-template <>
-__device__ __forceinline__ void ws_tma_produce<S128HalfH>(const GemmArgs& a, const WsTensorMaps* maps,
-                                                         uint32_t smem_w, uint32_t smem_h, uint32_t bar_full,
-                                                         uint32_t bar_empty, int64_t my_items, int KT) {
-  using Cfg = S128HalfH;
-  prefetch_tensormap(&maps->w);
-  prefetch_tensormap(&maps->h);
-  int slot = 0;
-  uint32_t phase = 0;
-  bool wrapped = false;
-  for (int64_t j = 0; j < my_items; ++j) {
-    const int64_t item = blockIdx.x + j * gridDim.x;
-    int64_t chunk, vtile;
-    ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * Cfg::kNB);
-    for (int kt = 0; kt < KT; ++kt) {
-      if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);
-      const uint32_t full = bar_full + 8 * slot;
-      const bool load_h = (kt & 1) == 0;
-      mbar_arrive_expect_tx(full, Cfg::kWStageBytes + (load_h ? Cfg::kHStageBytes : 0));
-      const int32_t k0 = kt * Cfg::kBK;
-      tma_load_2d(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full);
-      if (load_h) tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
-      if (++slot == Cfg::kStages) {
-        slot = 0;
-        phase ^= 1u;
-        wrapped = true;
-      }
-    }
-  }
-}
-}  // namespace detail
-}  // namespace cuda
-}  // namespace flashsample
 
 // v29: probe_ws for a split tile: the two roles printed apart (even slots the MMA warpgroup, odd the
 // epilogue), cycles per item.
@@ -1416,7 +1375,7 @@ int main(int argc, char** argv) {
         ws_row("wsTC<128,4st,R> kStore", B, time_ws_store<TC128>(bb, B));
       }
     }  // section v13
-#ifndef HARNESS_QUICK  // (the sections after v13: QUICK builds v13 only)
+#ifndef HARNESS_QUICK  // (v16 ... v31: QUICK builds only v13 and the newest section, v36)
     if (ws_section("v16")) {
       // v16: the cooperative tile with the TMA producer at B = 33..64 (256 vocabulary rows x 64
       // columns an item, half the H fill per FLOP of the ping-pong N = 64 tile).
@@ -1554,19 +1513,6 @@ int main(int argc, char** argv) {
       probe_split<S64P>(bb, 128, false, "split<64> sampled");
       probe_split<S64P>(bb, 256, false, "split<64> sampled");
     }  // section v31
-    if (ws_section("v33")) {
-      // v33: the bound of a 2-CTA cluster multicasting H: H copied for even k-slices only.
-      using S128 = WsSplitTile<128, 4>;
-      using S64 = WsSplitTile<64, 7>;
-      for (int round = 0; round < 2; ++round)
-        for (int64_t B : {96, 128, 256}) {
-          ws_row("split<128,4st> (prod)", B, time_ws<S128>(bb, B));
-          ws_row("split<128,4st> half H (bound)", B, time_ws<S128HalfH>(bb, B));
-          ws_row("split<128,4st> greedy", B, time_ws_greedy<S128>(bb, B));
-          ws_row("split<128,4st> half H greedy", B, time_ws_greedy<S128HalfH>(bb, B));
-        }
-      ws_row("split<64,7st> (prod)", 64, time_ws<S64>(bb, 64));
-    }  // section v33
 #endif  // HARNESS_QUICK
     if (ws_section("v36")) {
       // v36: a 96-column tile for 64 < B <= 96 (m64n96k16): a quarter less padding work than the
@@ -1606,6 +1552,10 @@ int main(int argc, char** argv) {
     // v34 (the logits buffer unpadded and swizzled, a 5th ring stage at N = 128; runs 36-38): -2 ...
     // -4 % at B = 256, worse at B = 96 and B <= 64; not adopted (code: the commit that adds run 36-38
     // to NOTES.md).
+    // v33 (the bound of a cluster multicasting H: H copied for even k-slices only, run 35): no
+    // gain at B = 128, <= 3 % at 256; its producer was a copy of ws_tma_produce (an explicit
+    // specialization) and is removed rather than left to drift from the producer it bounds (code:
+    // 363d568).
     // v32 (split rings: W and H in rings of their own, two producer threads; run 34): slower at
     // every B, removed again (code: the commit that adds run 34 to NOTES.md).
     // v30 (W prefetched into L2 ahead of the ring, run 32): slower at every B, removed again (code:
