@@ -220,9 +220,8 @@ inline bool wgmma_usable() {
 }
 
 // B > 64 on compute capability 9.0: 96-column chunks when they pad fewer columns than 128-column
-// ones (64 < B <= 96, 128 < B <= 192, 256 < B <= 288, ...; a tie goes to 128). Harness run 40: the
-// padding columns of a partial chunk cost more than their share (split<128> at B = 65 386-423 us,
-// at B = 96 320-343, at B = 128 ~305-325; at B = 192 695 against split<96>'s 499).
+// ones (64 < B <= 96, 128 < B <= 192, 256 < B <= 288, ...; a tie goes to 128): the padding columns
+// of a partial chunk cost more than their share (measurements at WsSplitTile96).
 inline bool prefer_96_column_chunks(int64_t batch) {
   const int64_t padded96 = (batch + 95) / 96 * 96, padded128 = (batch + 127) / 128 * 128;
   return padded96 < padded128;

@@ -1,5 +1,5 @@
 // Warp-specialized kernel with the sampling epilogue on warpgroups of its own (sm_90a, v28): the
-// kSampleOne kernel for B > 64 on compute capability 9.0 (gemm_dispatch.cuh).
+// kSampleOne kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh).
 //
 // Why: in the ping-pong kernel (wgmma_ws.cuh) each consumer warpgroup runs its item's epilogue
 // while the other runs the next K loop, so the tensor pipe is busy only if an epilogue fits under
@@ -54,7 +54,8 @@ namespace detail {
 // N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
 // kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
 // interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
-// and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N.
+// and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N
+// (of 128 columns for N = 96).
 template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kSplitEpilogue = true;
@@ -95,14 +96,15 @@ struct WsSplitTile {
   static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
   static_assert(STAGES >= 2, "ring");
   static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
-  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
+  static_assert(kSmemBytes + static_smem_padded(kStaticSmemBytes) <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
 };
 
 // The library's kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to
-// 64, N = 128 chunks above; the ring as deep as shared memory allows beside the logits buffer
-// (N = 128: 4 stages of 32 KB and 66 KB of logits; 3 stages measured 16 % slower at B = 128).
+// 64, chunks of N = 96 or 128 above (prefer_96_column_chunks); the ring as deep as shared memory
+// allows beside the logits buffer (N = 128: 4 stages of 32 KB and 66 KB of logits; 3 stages
+// measured 16 % slower at B = 128).
 using WsSplitTile16 = WsSplitTile<16, 11>;
 using WsSplitTile32 = WsSplitTile<32, 9>;
 using WsSplitTile64 = WsSplitTile<64, 7>;
