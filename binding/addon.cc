@@ -8,7 +8,7 @@
 #include <malloc.h>
 #endif
 
-#include "../cuda/noise.h"
+#include "../cuda/include/noise.h"
 #include "cuda_api.h"
 #include "napi_util.h"
 #include "native_buffer.h"

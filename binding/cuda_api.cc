@@ -14,7 +14,7 @@
 #if FLASHSAMPLE_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "../cuda/launchers.h"
+#include "../cuda/include/launchers.h"
 #endif
 
 namespace flashsample {

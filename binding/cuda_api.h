@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../cuda/params.h"
+#include "../cuda/include/params.h"
 
 namespace flashsample {
 namespace binding {

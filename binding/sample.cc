@@ -8,8 +8,8 @@
 #include <cstring>
 #include <memory>
 
-#include "../cuda/cpu/cpu_sampler.h"
-#include "../cuda/noise.h"
+#include "../cpu/cpu_sampler.h"
+#include "../cuda/include/noise.h"
 #include "cuda_api.h"
 #include "napi_util.h"
 #include "native_buffer.h"

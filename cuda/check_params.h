@@ -4,8 +4,8 @@
 
 #include <cuda_runtime.h>
 
-#include "noise.h"
-#include "params.h"
+#include "include/noise.h"
+#include "include/params.h"
 
 namespace flashsample {
 namespace cuda {

@@ -19,10 +19,10 @@
 #include <cuda_fp16.h>
 
 #include "check_params.h"
-#include "convert.cuh"
-#include "filters.h"
-#include "launchers.h"
-#include "noise.h"
+#include "kernels/convert.cuh"
+#include "internal_launchers.h"
+#include "include/launchers.h"
+#include "include/noise.h"
 
 namespace flashsample {
 namespace cuda {

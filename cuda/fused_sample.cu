@@ -1,18 +1,20 @@
 // launch_fused_sample: the LM-head GEMM + Gumbel-max sampler that never materializes [B, V].
 //
-// Stage 1 (tile_kernels.cuh): a persistent grid of tensor-core CTAs (bf16/f16) or SIMT CTAs (f32,
-// unaligned rows) computes each vocabulary tile's logits on chip, perturbs them with the Philox
-// Gumbel noise of noise.h and merges each (row, sample) winner into one 64-bit word with an
-// order-preserving atomicMax (score ties go to the smaller index, as candidate_better says).
-// Stage 2 (finalize_kernel): unpacks the words into tokens and row statuses.
-// Before stage 1, clear_winners_kernel zeroes the words (a kernel rather than a memset so that the
-// GEMM can be launched programmatically after it).
+// Options beyond temperature (filters, logprobs, masks) go to launch_fused_filtered (filters.cu).
+// Otherwise three kernels:
+//   1. clear_winners_kernel zeroes one 64-bit winner word per (row, sample) (a kernel rather than a
+//      memset so that the GEMM can be launched programmatically after it);
+//   2. the GEMM with the sampling epilogue (dispatch.cuh picks kernel and tile): each vocabulary
+//      tile's logits are computed on chip, perturbed with the Philox Gumbel noise of noise.h, and
+//      each (row, sample) winner is merged into its word with an order-preserving atomicMax (score
+//      ties go to the smaller index, as candidate_better says);
+//   3. finalize_kernel unpacks the words into tokens and row statuses.
 // Workspace: [B, numSamples] 64-bit words, stream-ordered (cudaMallocAsync / cudaFreeAsync).
 #include <cuda_runtime.h>
 
-#include "gemm_dispatch.cuh"
-#include "filters.h"
-#include "launchers.h"
+#include "dispatch.cuh"
+#include "internal_launchers.h"
+#include "include/launchers.h"
 
 namespace flashsample {
 namespace cuda {
@@ -53,8 +55,8 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   // Three kernels; on compute capability 9.0 the second and third are launched programmatically
   // (each may start while the one before it still runs and waits for it with griddepcontrol.wait),
   // which hides the zeroing and the finalize kernel's launch gap under the GEMM: ~3-5 us a call
-  // on the H200 (bench/NOTES.md). The GEMM takes the programmatic launch only where its kernel
-  // waits (the wgmma_ws kernels; launch_persistent ignores it for the others).
+  // on the H200. The GEMM takes the programmatic launch only where its kernel waits (the
+  // warp-specialized kernels; launch_persistent ignores it for the others).
   const bool programmatic = detail::programmatic_launch_supported();
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;

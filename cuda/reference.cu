@@ -9,9 +9,9 @@
 //               +Inf logit has weight 1, every other weight 0). T = 0: greedy argmax.
 #include <cuda_runtime.h>
 
-#include "filters.h"
-#include "gemm_dispatch.cuh"
-#include "launchers.h"
+#include "internal_launchers.h"
+#include "dispatch.cuh"
+#include "include/launchers.h"
 
 namespace flashsample {
 namespace cuda {

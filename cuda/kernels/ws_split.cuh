@@ -1,10 +1,11 @@
-// Warp-specialized kernel with the sampling epilogue on warpgroups of its own (sm_90a, v28): the
-// kSampleOne kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh).
+// wgmma_split_kernel: the warp-specialized kernel with the sampling epilogue on warpgroups of its
+// own (sm_90a): one sample per row (kSampleOne) at every batch size on compute capability 9.0
+// (dispatch.cuh).
 //
-// Why: in the ping-pong kernel (wgmma_ws.cuh) each consumer warpgroup runs its item's epilogue
+// Why: in the ping-pong kernel (ws_pingpong.cuh) each consumer warpgroup runs its item's epilogue
 // while the other runs the next K loop, so the tensor pipe is busy only if an epilogue fits under
-// a K loop. At B >= 128 it did not (the cycle probe of harness runs 23 and 26: ~73 K cycles of
-// epilogue against ~49 K of K loop an item at B = 128, ~62 K against ~42 K at B = 256): one warp per
+// a K loop. At B >= 128 it did not (a cycle probe measured ~73 K cycles of epilogue against ~49 K
+// of K loop an item at B = 128, ~62 K against ~42 K at B = 256): one warp per
 // scheduler ran the epilogue's dependent chains (Philox, shuffles, shared loads) at ~6 cycles an
 // instruction, and ~240 of its ~560 instructions a trip were bookkeeping of the accumulator layout
 // (transposes, rotation, per-trip row parameters).
@@ -12,7 +13,7 @@
 // CTA = 4 warpgroups (512 threads), 1 CTA per SM, persistent over the same items as the other
 // kernels (item = (vocabulary tile of 128 rows, batch chunk of N columns), vtile-major, item =
 // blockIdx.x + j·gridDim.x for the CTA's local items j = 0, 1, ...):
-//   * warpgroup 0: the TMA producer of wgmma_ws.cuh (one thread, ws_tma_produce), the same ring;
+//   * warpgroup 0: the TMA producer of ws_pingpong.cuh (one thread, ws_tma_produce), the same ring;
 //   * warpgroup 1: the MMA warpgroup: the K loop of every local item in turn (ws_kslice_mma, the
 //     ping-pong consumer's k-slices), then the 128 x N fp32 accumulators into a logits buffer in
 //     shared memory, column-major (column n at n·kLogitStride floats), and on to the next item;
@@ -21,14 +22,14 @@
 //     Philox block), so every lane of a warp shares the column's parameters and threshold and no
 //     accumulator is moved between lanes. Running winners per column in shared memory (packed
 //     candidates raised with atomicMax), merged with the grid's winners word before the item and
-//     published after it, exactly as the ping-pong kernel does (v20 / v22).
+//     published after it, exactly as the ping-pong kernel does.
 // The epilogue of item j runs while the MMA warpgroup runs the K loop of item j + 1: it only has to
 // be faster than a K loop, with two warps per scheduler and ~half the instructions per value.
 // The logits are the same fp32 sums as every other wgmma kernel's (same k16 steps in the same
 // order into the same accumulators), the bias is added the same way, the candidates and the
-// pruning are quads_update_pruned's: winners identical to the ping-pong kernel's (harness v28).
+// pruning are quads_update_pruned's: winners identical to the ping-pong kernel's.
 //
-// Synchronization, beyond the ring of wgmma_ws.cuh (full[] count 1 with expect-tx, empty[] count
+// Synchronization, beyond the ring of ws_pingpong.cuh (full[] count 1 with expect-tx, empty[] count
 // 128: only the MMA warpgroup consumes, in stage order, so every wait is at most one phase behind):
 //   logits_full  (mbarrier, count 128): phase j completes when the MMA warpgroup has written item
 //                j's logits (each thread arrives after its stores; arrive is a release, the
@@ -45,7 +46,7 @@
 // first winner access (programmatic launch: the winners are zeroed by the previous grid).
 #pragma once
 
-#include "wgmma_ws.cuh"
+#include "ws_pingpong.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -58,19 +59,13 @@ namespace detail {
 // (of 128 columns for N = 96).
 template <int N, int STAGES, int COLS_PER_TRIP = 2>
 struct WsSplitTile {
-  static constexpr bool kSplitEpilogue = true;
   static constexpr bool kTma = true;
-  static constexpr bool kVtileMajor = true;
   static constexpr int kBV = 128;  // vocabulary rows per item (two m64 blocks)
   static constexpr int kNB = N;
   static constexpr int kBK = 64;
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr int kColsPerTrip = COLS_PER_TRIP;
-  // harness-only cycle probe (WsProbe; a derived Cfg sets it): MMA thread 0 as "consumer" 0 (K loop,
-  // of which full[] waits; the logits_empty wait; the stores), epilogue thread 0 as "consumer" 1
-  // (the logits_full wait; the trips, of which quads_update_pruned; the flush or publish)
-  static constexpr bool kProbe = false;
   static constexpr int kEpilogueWarps = 8;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
@@ -101,17 +96,18 @@ struct WsSplitTile {
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
 };
 
-// The library's kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to
-// 64, chunks of N = 96 or 128 above (prefer_96_column_chunks); the ring as deep as shared memory
-// allows beside the logits buffer (N = 128: 4 stages of 32 KB and 66 KB of logits; 3 stages
-// measured 16 % slower at B = 128).
+// The kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to 64, chunks
+// of N = 96 or 128 above (prefer_96_column_chunks); the ring as deep as shared memory allows beside
+// the logits buffer. Against the ping-pong tiles of the same N (llama3-8b, H200, bench CLI, old and
+// new builds alternated): B = 1 / 16 / 32 / 64 249.6 / 250.2 / 251.5 / 264.0 -> 247.4 / 248.4 /
+// 249.6 / 256.3 us; B = 128 / 256 339 / 538 -> 304 / 491 us (N = 128: 4 stages of 32 KB beside
+// 66 KB of logits; 3 stages 16 % slower at B = 128).
 using WsSplitTile16 = WsSplitTile<16, 11>;
 using WsSplitTile32 = WsSplitTile<32, 9>;
 using WsSplitTile64 = WsSplitTile<64, 7>;
-// N = 96 (m64n96k16; harness v36, run 40): 6 stages of 28 KB beside a 50 KB buffer. For the batches
-// that 96-column chunks cover with less padding than 128-column ones (64 < B <= 96, 128 < B <= 192,
-// ...): B = 65 / 80 / 96 386-423 / 327-336 / 320-343 -> 286-292 / 273-278 / 283-287 us, B = 192
-// 695 -> 499 us (llama3-8b; a partial 128-column chunk costs more than a full one).
+// N = 96 (m64n96k16): 6 stages of 28 KB beside a 50 KB buffer, for the batches 96-column chunks
+// cover with less padding than 128-column ones (llama3-8b B = 96 / 192 312 / 612 -> 270 / 405 us
+// against 128-column chunks; bench CLI, old and new builds alternated).
 using WsSplitTile96 = WsSplitTile<96, 6>;
 using WsSplitTile128 = WsSplitTile<128, 4>;
 
@@ -171,7 +167,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 1) {
     // ================================ MMA ================================
     setmaxnreg_inc<Cfg::kMmaRegs>();
-    const int ctid = tid & 127, lane = tid & 31, wi = (tid >> 5) & 3;
+    const int lane = tid & 31, wi = (tid >> 5) & 3;
     const int g = lane >> 2, t4 = lane & 3;
     float acc0[kAcc], acc1[kAcc];
 #pragma unroll
@@ -181,13 +177,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // this thread's logits: accumulator nt·4 + 2 h + jj of m64 block p is row 64 p + 16 wi + 8 h + g,
     // column 8 nt + 2 t4 + jj (the wgmma D fragment)
     float* const my_logits = logits_s + (2 * t4) * kLS + 16 * wi + g;
-    WsProbe<Cfg::kProbe> probe;
     for (int64_t j = 0; j < my_items; ++j) {
-      uint32_t probe_t = probe.now();
       for (int kt = 0; kt < KT; ++kt) {
-        const uint32_t probe_f = probe.now();
         mbar_wait(bar_full + 8 * slot, phase);
-        probe.add(kProbeFull, probe_f);
         fence_proxy_async_smem();
         ws_kslice_mma<Cfg, kF16>(acc0, acc1, smem_w + slot * Cfg::kWStageBytes, smem_h + slot * Cfg::kHStageBytes,
                                  kt > 0);
@@ -204,10 +196,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_arrive(bar_empty + 8 * prev_slot);
       pin_registers(acc0);
       pin_registers(acc1);
-      probe_t = probe.add(kProbeMain, probe_t);
-      probe.count(kProbeItems);
       if (j >= 1) mbar_wait(bar_logits_empty, static_cast<uint32_t>((j - 1) & 1));  // item j - 1 read
-      probe_t = probe.add(kProbeTurn, probe_t);
 #pragma unroll
       for (int nt = 0; nt < kNB / 8; ++nt)
 #pragma unroll
@@ -219,9 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dst[64] = acc1[nt * 4 + 2 * h + jj];
           }
       mbar_arrive(bar_logits_full);
-      probe.add(kProbeLogits, probe_t);
     }
-    probe.store(0, ctid);
     return;
   }
 
@@ -232,14 +219,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
-  WsProbe<Cfg::kProbe> probe;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
     const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
-    // The grid's best candidate of column et so far: a valid threshold wherever it was found (v22).
+    // The grid's best candidate of column et so far: a valid threshold wherever it was found.
     unsigned long long grid_best = 0ull;
     if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
     float bias[4];
@@ -250,10 +236,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
     }
-    uint32_t probe_t = probe.now();
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
-    probe_t = probe.add(kProbeTurn, probe_t);
-    probe.count(kProbeItems);
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
 #pragma unroll 1
@@ -288,9 +271,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
       if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
-      const uint32_t probe_p = probe.now();
       quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
-      probe.add(kProbePruned, probe_p);
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj)
         if (bk[jj] != kNoToken) {
@@ -299,7 +280,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     }
 
-    probe_t = probe.add(kProbeEpi, probe_t);
     // Flush when the next local item is another chunk, or there is none; otherwise publish.
     bool flush = j + 1 >= my_items;
     if (!flush) {
@@ -321,9 +301,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[et]);
       if (c > grid_best) atomicMax(a.winners + b0 + et, c);
     }
-    probe.add(kProbeReduce, probe_t);
   }
-  probe.store(1, et);
 #else
   __trap();  // sm_90a only
 #endif

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "launchers.h"
+#include "include/launchers.h"
 
 namespace flashsample {
 namespace cuda {

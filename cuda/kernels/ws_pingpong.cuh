@@ -1,25 +1,22 @@
-// Warp-specialized, ping-pong variant of wgmma_tile_kernel (sm_90a, v5): the fused sampling
-// epilogue of one work item runs while the other consumer warpgroup's wgmmas run. The library's
-// kernel at every batch size on compute capability 9.0 (gemm_dispatch.cuh; harness runs 8-16 in
-// cuda/harness/NOTES.md: winners and stored logits identical to the other kernels). Options, each
-// measured there: kRolled (the epilogue as a rolled loop) and kTma (a one-thread TMA producer with
-// W in natural row order, v13): the production tiles; kCoop (cooperative consumers on 256-row items:
-// its epilogue no longer overlaps; harness only). Measured slower and removed again (the code is in
-// git history): a TMA producer that kept the permuted W layout through strided boxes (v7), 256-byte
-// L2 prefetch on the W copies (v9), several k-blocks per stage (v12; all three at ad97c74), several
-// column groups per epilogue trip (v14, at 1ceb7ef), the trip's accumulators picked by a switch
-// instead of rotated (v23, at 62e9b43), the Philox bits' leading zeros drawn in the K loop (v24)
-// and the descriptor adds moved to uniform registers by a lane-0 shuffle (v25b; both at cf4af26).
-// Harness-only instruments: kProbe (WsProbe, per-phase cycle counts) and kSerialEpilogue.
+// wgmma_ws_tma_kernel / wgmma_ws_kernel: the warp-specialized ping-pong kernel (sm_90a). The fused
+// sampling epilogue of one work item runs while the other consumer warpgroup's wgmmas run. On
+// compute capability 9.0 it serves the reference's logits (kStore), several samples per row
+// (kSampleMany), and one sample per row where the split tile's tensor maps cannot be encoded
+// (dispatch.cuh); ws_split.cuh reuses its producer and its k-slice MMAs.
+// Two producers of the same ring: wgmma_ws_tma_kernel (kTma tiles) has one thread issue bulk tensor
+// copies of W in natural row order; wgmma_ws_kernel, its cp.async twin, runs where tensor maps
+// cannot be encoded (same tile, same results).
 //
-// CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the same work items as
-// wgmma_tile_kernel (item = (batch chunk, vocabulary tile), item = blockIdx.x + j·gridDim.x for the
-// CTA's local items j = 0, 1, ..., same GemmArgs, num_vtiles / num_chunks from launch_persistent):
+//
+// CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the work items (item =
+// (vocabulary tile of 128 rows, batch chunk of N columns), vtile-major, item = blockIdx.x +
+// j·gridDim.x for the CTA's local items j = 0, 1, ...; num_vtiles / num_chunks from
+// launch_persistent):
 //   * warpgroup 0 = producer: streams the k-slices (W tile 128 x 64 + H tile N x 64) of every local
 //     item, in item order, through a kStages-deep shared-memory ring: kTma, one thread issuing one
 //     bulk tensor copy per tile and stage (W rows in natural order); otherwise all 128 threads with
-//     cp.async, the W rows permuted (permuted_row_wg) exactly as in wgmma_tile_kernel. Both tiles in
-//     the SW128 swizzle. setmaxnreg.dec to 40 registers;
+//     cp.async, the W rows permuted so that each thread's accumulators hold 4 consecutive vocabulary
+//     rows of a column. Both tiles in the SW128 swizzle. setmaxnreg.dec to 40 registers;
 //   * warpgroups 1 and 2 = consumers (setmaxnreg.inc to 232): consumer c takes the local items
 //     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
 //     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
@@ -78,68 +75,44 @@
 //
 // Proxies: cp.async writes shared memory through the generic proxy, wgmma reads it through the
 // async proxy. The consumer threads acquire the copies through the full[] mbarrier wait and then
-// execute fence.proxy.async.shared::cta before their wgmmas read the stage (the same fence the
-// non-specialized kernel runs after cp.async.wait_group). The write-after-read direction (the
+// execute fence.proxy.async.shared::cta before their wgmmas read the stage. The write-after-read direction (the
 // producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive. kTma: the
 // bulk copies write through the async proxy and complete on the mbarrier, so the fence is not
 // needed there; it is kept (one instruction per stage) so that both producers share the consumer.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the type only: maps are encoded through the runtime's driver entry point)
-
-#include "wgmma_tile.cuh"
+#include "wgmma_common.cuh"
 
 namespace flashsample {
 namespace cuda {
 namespace detail {
 
-// The static shared memory a kernel with an `extern __shared__ __align__(1024)` array really takes:
-// ptxas pads the static part to a multiple of 1 KB so that the dynamic array starts aligned
-// (ptxas -v reports the padded size; harness v34 found a tile 96 bytes over the limit by it).
-constexpr int static_smem_padded(int bytes) { return (bytes + 1023) / 1024 * 1024; }
-
-// Tile of one consumer: 128 vocabulary rows (two m64 blocks, permuted rows) x N batch columns
-// (one batch chunk = N columns). kVtileMajor: item -> (vtile = item / num_chunks, chunk = item %
-// num_chunks), so the num_chunks items of one vocabulary tile are adjacent in the item order and run
-// on neighbouring CTAs at about the same time (W tile read from HBM once, then from L2); false:
-// wgmma_tile_kernel's order (chunk = item / num_vtiles). Same results either way.
-// kRolled: the kSampleOne epilogue as a rolled loop over the n8 column groups (the accumulators
-// rotated down by one group per trip) instead of fully unrolled: one copy of the epilogue code
-// instead of N / 8. Unrolled, the kernel's code is 170 KB at N = 64 and 316 KB at N = 128 (readelf
-// of the sm_90a cubin), far beyond the instruction caches, and the epilogue ran ~25x slower than its
-// instruction count (harness runs 10-11: even with no noise at all, greedy rows).
-// kCoop (v10): cooperative instead of ping-pong. An item is 256 vocabulary rows x N columns; both
-// consumers run its K loop at the same time on the same stages, consumer c on vocabulary rows
-// 128 c .. 128 c + 127 (its own half of the W tile, the shared H tile), then both run their epilogue.
-// Half the H bytes per FLOP of the ping-pong tile (the main loop is bound by the L2 -> shared fill,
-// harness run 10), at the price of an epilogue that only overlaps the producer's prefetch.
-// kTma (v13): the producer is one thread issuing bulk tensor copies (TMA, expect-tx on full[]) of
-// the W tile in natural row order (one box of kBV rows x 64) and the H tile; the epilogue moves
-// each thread's four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
-// (transpose_quad_lanes) instead of reading a permuted W layout. Needs WsTensorMaps (D % 8 == 0 and
-// 16-byte aligned W, H: mma_path_ok; V, B below 2^31: int32 coordinates).
-template <int N, int STAGES, bool VMAJOR = true, bool ROLLED = false, bool COOP = false, bool TMA = false>
+// Tile of one consumer: 128 vocabulary rows (two m64 blocks) x N batch columns (one batch chunk).
+// Items are vtile-major (item -> vtile = item / num_chunks, chunk = item % num_chunks): the
+// num_chunks items of one vocabulary tile run on neighbouring CTAs at about the same time, so the W
+// tile is read from HBM once, then from L2.
+// The kSampleOne and kSampleMany epilogues are rolled loops over the n8 column groups (the
+// accumulators rotated down by one group per trip): unrolled, the kernel's code was 170 KB at N = 64
+// and 316 KB at N = 128, far beyond the instruction caches, and the epilogue ran ~25x slower than
+// its instruction count.
+// kTma: the producer is one thread issuing bulk tensor copies (expect-tx on full[]) of the W tile
+// in natural row order (one box of kBV rows x 64) and the H tile; the epilogue moves each thread's
+// four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
+// (transpose_quad_lanes). Needs WsTensorMaps (D % 8 == 0 and 16-byte aligned W, H: tensor_core_path_ok;
+// V, B below 2^31: int32 coordinates). Without: 128 producer threads with cp.async.
+template <int N, int STAGES, bool TMA>
 struct WsTile {
-  static constexpr bool kCoop = COOP;
   static constexpr bool kTma = TMA;
-  static constexpr bool kSplitEpilogue = false;  // wgmma_split.cuh's tiles set it
-  static constexpr bool kProbe = false;  // harness-only cycle probe (WsProbe); a derived Cfg sets it
-  // harness-only: the turn is handed over after the epilogue instead of after the last wgmma (no
-  // overlap of one consumer's epilogue with the other's K loop; measures the epilogue alone)
-  static constexpr bool kSerialEpilogue = false;
   static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
-  static constexpr uint32_t kEmptyArrivals = COOP ? 256u : 128u;
-  static constexpr bool kRolled = ROLLED;
-  static constexpr int kBV = COOP ? 256 : 128;  // vocabulary rows per item
-  static constexpr int kConsumerBV = 128;      // vocabulary rows per consumer tile
-  static constexpr int kNB = N;  // batch columns per chunk = wgmma N of each consumer
+  static constexpr uint32_t kEmptyArrivals = 128u;
+  static constexpr int kBV = 128;  // vocabulary rows per item
+  static constexpr int kNB = N;    // batch columns per chunk = wgmma N of each consumer
   static constexpr int kBK = 64;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kNT = N / 8;   // n8 column groups
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
-  static constexpr bool kVtileMajor = VMAJOR;
   static constexpr int kWStageBytes = kBV * 128;
   static constexpr int kHStageBytes = kNB * 128;
   static constexpr int kRingBytes = STAGES * (kWStageBytes + kHStageBytes);
@@ -151,7 +124,7 @@ struct WsTile {
   // Launch: 384 threads x 168 registers = 64512 (__launch_bounds__(384, 1)); setmaxnreg moves them
   // to 40 per producer thread and 232 per consumer thread (CUTLASS's ping-pong split):
   // 40·128 + 232·256 = 64512. ptxas allocates each role's code within its new limit; 0 spills at
-  // 40 needs the producer's offsets precomputed as below (the first, naive version spilled).
+  // 40 needs the producer's offsets precomputed as below.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N; 8 H chunks per row over 128 threads");
@@ -163,210 +136,21 @@ struct WsTile {
   static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg granularity");
 };
 
-// B = 128 in one chunk / B = 256 in two: 128 accumulators per consumer thread, 6 stages of 32 KB.
-using WsTile128 = WsTile<128, 6, true>;
-// Smaller per-consumer tile (64 accumulators): B = 33..64 in one chunk, B = 128 in two, 9 stages of
-// 24 KB.
-using WsTile64 = WsTile<64, 9, true>;
-// B <= 16 and B <= 32 in one chunk, the ring as deep as shared memory allows (12 x 18 KB, 11 x 20 KB):
-// W streamed once with 192+ KB in flight per SM (harness run 9).
-using WsTile16 = WsTile<16, 12, true>;
-using WsTile32 = WsTile<32, 11, true>;
-// The same tiles with the rolled sampling epilogue (kRolled; harness run 12).
-using WsTile16R = WsTile<16, 12, true, true>;
-using WsTile32R = WsTile<32, 11, true, true>;
-using WsTile64R = WsTile<64, 9, true, true>;
-using WsTile128R = WsTile<128, 6, true, true>;
-// The production tiles on compute capability 9.0 (v13, harness runs 14-15): the rolled epilogue and
-// the TMA producer with W in natural row order, the same rings.
-// WsTileT<N>: the production tile of N columns (its ring as deep as shared memory allows).
+// WsTileT<N>: the ping-pong tile of N columns, its ring as deep as shared memory allows (12 x 18 KB
+// at N = 16, 11 x 20 KB, 9 x 24 KB, 6 x 32 KB at N = 128: W streamed with 192+ KB in flight per SM).
+// TMA against the cp.async producer of the same tile (llama3-8b, H200, harness.cu): B = 1 249.4 /
+// 259.8 us, B = 128 442.7 / 468.4, B = 256 739.8 / 867.8.
 template <int N>
-using WsTileT = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true, true, false, true>;
-using WsTile16T = WsTileT<16>;
-using WsTile32T = WsTileT<32>;
-using WsTile64T = WsTileT<64>;
-using WsTile128T = WsTileT<128>;
-
-// The kTma tiles' tensor maps: W as [V, D] with a box of kBV rows x 64, H as [B, D] with a box of
-// N rows x 64, both SW128-swizzled (the layout the wgmma descriptors read). A __grid_constant__
-// parameter of wgmma_ws_tma_kernel only (the cp.async kernels do not carry it).
-struct WsTensorMaps {
-  CUtensorMap w;
-  CUtensorMap h;
-};
-
-// Harness-only cycle probe of the consumers' phases (a Cfg with kProbe = true, compiled with
-// FLASHSAMPLE_WS_PROBE): thread 0 of each consumer warpgroup sums clock() differences per phase
-// and writes them to g_ws_probe[(CTA * 2 + consumer) * kWsProbeSlots + k] at its end. With kOn =
-// false (every library tile) every member is empty and the kernels are unchanged.
-enum WsProbeSlot : int {
-  kProbeItems = 0,     // items run
-  kProbeTurn = 1,      // waiting for the other consumer's turn signal
-  kProbeMain = 2,      // K loop (turn passed .. wgmma_wait<0>)
-  kProbeFull = 3,      //   of which: waiting on full[] barriers
-  kProbeEpi = 4,       // epilogue (after wgmma_wait<0> .. item end, flush included)
-  kProbeLogits = 5,    //   of which: quad logits, row parameters, rotation
-  kProbePruned = 6,    //   of which: quads_update_pruned (tests, Philox, survivors)
-  kProbeReduce = 7,    //   of which: raising the running winners
-  kWsProbeSlots = 8
-};
-#ifdef FLASHSAMPLE_WS_PROBE
-__device__ unsigned int g_ws_probe[2048 * kWsProbeSlots];
-#endif
-template <bool kOn>
-struct WsProbe {
-  uint32_t sum[kWsProbeSlots];
-  __device__ __forceinline__ WsProbe() {
-    if constexpr (kOn)
-#pragma unroll
-      for (int k = 0; k < kWsProbeSlots; ++k) sum[k] = 0u;
-  }
-  __device__ __forceinline__ uint32_t now() const {
-    if constexpr (kOn) return static_cast<uint32_t>(clock());
-    return 0u;
-  }
-  // adds now - since to slot k; returns now
-  __device__ __forceinline__ uint32_t add(int k, uint32_t since) {
-    if constexpr (kOn) {
-      const uint32_t t = static_cast<uint32_t>(clock());
-      sum[k] += t - since;
-      return t;
-    }
-    return 0u;
-  }
-  __device__ __forceinline__ void count(int k) {
-    if constexpr (kOn) sum[k] += 1u;
-  }
-  __device__ __forceinline__ void store(int consumer, int ctid) const {
-#ifdef FLASHSAMPLE_WS_PROBE
-    if constexpr (kOn) {
-      if (ctid == 0)
-#pragma unroll
-        for (int k = 0; k < kWsProbeSlots; ++k)
-          g_ws_probe[(blockIdx.x * 2 + consumer) * kWsProbeSlots + k] = sum[k];
-    }
-#endif
-  }
-};
-
-// ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-// Spins until the phase of parity `parity` of the mbarrier has completed (acquire, CTA scope).
-// The label lives in its own { } scope, so every inlined copy has its own.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred P1;\n"
-      "WS_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@!P1 bra WS_WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrive-on `bar` once every cp.async this thread issued so far has completed; .noinc: this
-// arrival is one of the barrier's expected arrivals (the count is the number of producer threads).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// One arrival on `bar` that also raises the phase's expected transaction bytes by `bytes`.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Bulk tensor copy of one box at (c0 = k column, c1 = row) into shared memory at `dst`; its bytes
-// complete_tx on `bar`. Rows and k columns outside the tensor arrive as zeros (and still count).
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1,
-                                            uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-#endif
-}
-__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-#endif
-}
-// Programmatic dependent launch (sm_90). griddep_wait: block until the grids this one depends on
-// have completed and their memory is visible (returns at once when it was launched normally).
-// griddep_launch_dependents: the grid launched after this one with programmatic serialization may
-// start (it still waits for this grid's completion before reading what this grid writes).
-__device__ __forceinline__ void griddep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void griddep_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-// A 64-bit load that other SMs' atomics may be changing: relaxed at GPU scope (single-copy atomic,
-// not served from a stale L1 line).
-__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* p) {
-  unsigned long long v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-#else
-  v = *p;
-#endif
-  return v;
-}
-// The same for a shared-memory word that other warps of the CTA raise with atomics (a plain load
-// racing with them would be a data race in the PTX memory model).
-__device__ __forceinline__ unsigned long long ld_relaxed_shared_u64(const unsigned long long* p) {
-  unsigned long long v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.relaxed.cta.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))) : "memory");
-#else
-  v = *p;
-#endif
-  return v;
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
+using WsTileT = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true>;
+// Its cp.async twin, for shapes whose tensor maps cannot be encoded.
+template <class Cfg>
+using WsCpAsyncTwin = WsTile<Cfg::kNB, Cfg::kStages, false>;
 
 template <class Cfg>
 __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, int64_t& chunk,
                                                int64_t& vtile) {
-  if constexpr (Cfg::kVtileMajor) {
-    vtile = item / a.num_chunks;
-    chunk = item % a.num_chunks;
-  } else {
-    chunk = item / a.num_vtiles;
-    vtile = item % a.num_vtiles;
-  }
+  vtile = item / a.num_chunks;
+  chunk = item % a.num_chunks;
 }
 
 // The TMA producer (kTma tiles; one thread): per stage one box of the W tile's kBV rows (natural
@@ -411,9 +195,8 @@ template <class Cfg, bool kF16>
 __device__ __forceinline__ void ws_kslice_mma(float (&acc0)[Cfg::kAcc], float (&acc1)[Cfg::kAcc], uint32_t sw,
                                               uint32_t sh, bool accumulate) {
   wgmma_fence();
-  // sw128_desc's descriptors by one add each (v25, harness run 26: ~97 instructions a k-slice
-  // instead of 144, the K loop being issue-bound beside the other consumer's epilogue at
-  // B >= 128): shared-window addresses are below 2^18, so the low word (addr & 0x3FFFF) >> 4 |
+  // sw128_desc's descriptors by one add each (~97 instructions a k-slice instead of 144: the K loop
+  // is issue-bound beside the epilogue at B >= 128): shared-window addresses are below 2^18, so the low word (addr & 0x3FFFF) >> 4 |
   // 1 << 16 is (addr >> 4) + 0x10000 and a k16 step (32 bytes) or the second m64 block (8 KB)
   // adds 2 or 512; the high word is a constant. The same descriptors bit for bit.
   const uint32_t lo_w = (sw >> 4) + 0x10000u, lo_h = (sh >> 4) + 0x10000u;
@@ -493,14 +276,14 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   const uint32_t bar_full = smem_w + Cfg::kRingBytes;  // full[s] at bar_full + 8 s
   const uint32_t bar_empty = bar_full + 8 * kStages;   // empty[s] at bar_empty + 8 s
 
-  // Row parameters of each consumer's current batch chunk (as wgmma_tile_kernel, per consumer).
+  // Row parameters of each consumer's current batch chunk.
   __shared__ float row_inv_t[2][kNB];
   __shared__ unsigned long long row_seed[2][kNB], row_offset[2][kNB];
   __shared__ uint8_t row_greedy[2][kNB];
   // Running winner (S = 1) of each (consumer, column), packed (pack_candidate): raised with a
   // shared-memory atomicMax by any lane whose candidate beats the value it read (the max of packed
   // candidates does not depend on the order), merged with the grid's winners before each item's
-  // epilogue, published to them after it (v20 / v22, cuda/harness/NOTES.md).
+  // epilogue, published to them after it.
   __shared__ unsigned long long win_packed_s[2][kNB];
 
   const int tid = threadIdx.x;
@@ -527,8 +310,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   // now. Every CTA waits for the zeroing grid before its first winner write and before it exits,
   // so this grid's completion (what the finalize kernel waits for) implies the zeroing's.
   if (tid == 0) griddep_launch_dependents();
-  if (KT == 0 || my_items == 0) {  // no stage will ever be produced (as wgmma_tile_kernel: D = 0
-    griddep_wait();                 // runs no item); CTA-uniform
+  if (KT == 0 || my_items == 0) {  // no stage will ever be produced (D = 0 runs no item);
+    griddep_wait();                 // CTA-uniform
     return;
   }
 
@@ -539,9 +322,10 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
       return;  // the copies complete on the mbarriers, which the consumers wait for
     }
-    // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, into
-    // the same places as wgmma_tile_kernel's load_stage (permuted W rows, SW128 swizzle), with the
-    // offsets worked out once: for o = r0 + 16 m, permuted_row_wg(o) = 64 ((r0 >> 1) & 1) +
+    // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, W rows
+    // permuted (vocabulary row o = 32 wi + 4 g + 2 p + h of the tile to shared row prow(o) =
+    // 64 p + 16 wi + 8 h + g, so that consumer thread (wi, g) holds the quad 32 wi + 4 g + 0..3),
+    // SW128 swizzle, with the offsets worked out once: for o = r0 + 16 m, prow(o) = 64 ((r0 >> 1) & 1) +
     // 16 (m >> 1) + 8 (r0 & 1) + (r0 >> 2) + 4 (m & 1), whose low 3 bits (the swizzle) are
     // (r0 >> 2) + 4 (m & 1); an H row r0 + 16 m has swizzle r0 & 7 for every m.
     const int c = tid & 7, r0 = tid >> 3;
@@ -615,15 +399,13 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // always loads its chunk's parameters)
   }
   int64_t params_chunk = -1;
-  WsProbe<Cfg::kProbe> probe;
 
   float acc0[kAcc], acc1[kAcc];  // m64 blocks p = 0 and p = 1
 #pragma unroll
   for (int e = 0; e < kAcc; ++e) acc0[e] = acc1[e] = 0.0f;  // defined before any wgmma
 
-  constexpr int64_t kFirstItem = Cfg::kCoop ? 0 : 1, kItemStep = Cfg::kCoop ? 1 : 2;
-  // (kFirstItem is multiplied by cw: the ping-pong consumer c starts at local item c)
-  for (int64_t j = kFirstItem * cw; j < my_items; j += kItemStep) {
+  constexpr int64_t kItemStep = 2;  // consumer c takes the local items j = c, c + 2, ...
+  for (int64_t j = cw; j < my_items; j += kItemStep) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     // First stage of the item and its slot / round parity.
     const int64_t p0 = j * KT;
@@ -634,7 +416,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // The grid's best candidate of this thread's column so far (any CTA's published items): read
     // now, merged after the K loop, so the load's latency is hidden. A candidate that exists is a
     // valid pruning threshold wherever it was found, and with ~4 items per consumer at B = 128 the
-    // consumer's own winners alone stay weak (v22: B = 128 -5 %, B = 256 -12 %).
+    // consumer's own winners alone stay weak (B = 128 -5 %, B = 256 -12 % with this read).
     unsigned long long grid_best = 0ull;
     if constexpr (kEpi == Epi::kSampleOne) {
       int64_t chunk0, vtile0;
@@ -642,24 +424,18 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       const int64_t b = chunk0 * kNB + ctid;
       if (ctid < kNB && b < B) grid_best = ld_relaxed_u64(a.winners + b);
     }
-    uint32_t probe_t = probe.now();
-    if (!Cfg::kCoop && j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
-    probe_t = probe.add(kProbeTurn, probe_t);
-    const uint32_t probe_main = probe_t;
+    if (j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
 
     for (int kt = 0; kt < KT; ++kt) {
-      const uint32_t probe_f = probe.now();
       mbar_wait(bar_full + 8 * slot, phase);
-      probe.add(kProbeFull, probe_f);
       fence_proxy_async_smem();
-      // (cooperative: this consumer's half of the W tile)
-      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes + (Cfg::kCoop ? cw * 128 * 128 : 0);
+      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
       const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
       ws_kslice_mma<Cfg, kF16>(acc0, acc1, sw, sh, kt > 0);
       wgmma_commit();
       // Last k-slice issued: every stage of this item has been waited for, so the other consumer
       // may start item j + 1 (its stages follow these in the ring).
-      if (!Cfg::kCoop && !Cfg::kSerialEpilogue && kt == KT - 1 && j + 1 < my_items)
+      if (kt == KT - 1 && j + 1 < my_items)
         named_bar_arrive(kTurnBarrier + (1 - cw), 256);
       // The wgmmas of the previous k-slice have retired (at kt = 0 there is none in flight: the
       // previous item ended with wait_group 0): release its slot.
@@ -675,13 +451,11 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     mbar_arrive(bar_empty + 8 * prev_slot);
     pin_registers(acc0);
     pin_registers(acc1);
-    const uint32_t probe_epi = probe.add(kProbeMain, probe_main);
-    probe.count(kProbeItems);
 
-    // ---------------- epilogue of one work item (wgmma_tile_kernel's, one warpgroup) ----------
+    // ---------------- epilogue of one work item (one warpgroup) ----------------------------------
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int64_t v0 = vtile * kBV + (Cfg::kCoop ? cw * Cfg::kConsumerBV : 0), b0 = chunk * kNB;
+    const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
     // This thread's vocabulary quad: the permuted layout's, or (kTma) the one transpose_quad_lanes
     // gathers for it.
     const int64_t vq = Cfg::kTma ? v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2)
@@ -720,15 +494,13 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // of this thread is batch column n = 8 nt + 2 t4 + jj.
     if constexpr (kEpi == Epi::kSampleOne) {
       // Per n8 group: its two columns (jj = 0, 1) together (quads_update_pruned<2>: one branch for
-      // both Philox calls). Rolled (kRolled): group nt's accumulators are always at the front of
-      // acc0 / acc1, the rest rotated down by 4 after each trip (compile-time register indices
-      // either way; the rotation is 2 (kAcc - 4) register moves per trip).
-#pragma unroll
-      for (int nt0 = 0; nt0 < (Cfg::kRolled ? 1 : kNT); ++nt0) {
+      // both Philox calls). Rolled: group nt's accumulators are always at the front of acc0 /
+      // acc1, the rest rotated down by 4 after each trip (compile-time register indices; the
+      // rotation is 2 (kAcc - 4) register moves per trip).
+      {
 #pragma unroll 1
-        for (int nt = nt0; nt < (Cfg::kRolled ? kNT : nt0 + 1); ++nt) {
-          const int e0 = Cfg::kRolled ? 0 : nt0 * 4;  // compile-time: this group's first accumulator
-          uint32_t probe_trip = probe.now();
+        for (int nt = 0; nt < kNT; ++nt) {
+          constexpr int e0 = 0;  // this group's accumulators are at the front
           float l[2][4], thr[2], bs[2];
           uint32_t bk[2];
           unsigned long long thr_packed[2];
@@ -748,37 +520,32 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             rp[jj].offset = row_offset[cw][n];
             rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
             // Threshold: the score of the column's running winner (a real candidate of the row,
-            // or -Inf), so the pruning is exact as in wgmma_tile_kernel.
+            // or -Inf), so the pruning is exact.
             thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[cw][n]);
             thr[jj] = packed_score(thr_packed[jj]);
             bs[jj] = -INFINITY;
             bk[jj] = kNoToken;
           }
-          if constexpr (Cfg::kRolled) {
 #pragma unroll
-            for (int e = 0; e + 4 < kAcc; ++e) {
-              acc0[e] = acc0[e + 4];
-              acc1[e] = acc1[e + 4];
-            }
+          for (int e = 0; e + 4 < kAcc; ++e) {
+            acc0[e] = acc0[e + 4];
+            acc1[e] = acc1[e + 4];
           }
-          probe_trip = probe.add(kProbeLogits, probe_trip);
           quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
-          probe_trip = probe.add(kProbePruned, probe_trip);
           // A lane whose best beats the winner it read raises it: no cross-lane reduction per
-          // trip (the 8-lane shuffle reduction and __syncwarp of v19 and before).
+          // trip.
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj)
             if (bk[jj] != kNoToken) {
               const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
               if (c > thr_packed[jj]) atomicMax(&win_packed_s[cw][nn[jj]], c);
             }
-          probe.add(kProbeReduce, probe_trip);
         }
       }
     } else {
-      // kStore, kSampleMany: rolled like kSampleOne's when kRolled and sampling (kStore's code is
-      // small; its unrolled stores stay).
-      constexpr bool kRoll = Cfg::kRolled && kEpi == Epi::kSampleMany;
+      // kStore, kSampleMany: kSampleMany rolled like kSampleOne (kStore's code is small; its
+      // unrolled stores stay).
+      constexpr bool kRoll = kEpi == Epi::kSampleMany;
 #pragma unroll
       for (int nt0 = 0; nt0 < (kRoll ? 1 : kNT); ++nt0) {
 #pragma unroll 1
@@ -854,10 +621,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
         if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
       }
     }
-    probe.add(kProbeEpi, probe_epi);
-    if (Cfg::kSerialEpilogue && j + 1 < my_items) named_bar_arrive(kTurnBarrier + (1 - cw), 256);
   }
-  probe.store(cw, ctid);
 #else
   __trap();  // sm_90a only
 #endif

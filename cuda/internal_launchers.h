@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "params.h"
+#include "include/params.h"
 
 namespace flashsample {
 namespace cuda {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../params.h"
+#include "../cuda/include/params.h"
 
 namespace flashsample {
 namespace cpu {

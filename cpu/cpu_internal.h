@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "../noise.h"
-#include "../params.h"
+#include "../cuda/include/noise.h"
+#include "../cuda/include/params.h"
 
 namespace flashsample {
 namespace cpu {

@@ -1,0 +1,173 @@
+// Which kernel and tile run an LM-head GEMM, by architecture, operands, batch and epilogue. The
+// epilogue is the caller's: kSampleOne (one Gumbel-max sample per row, launch_fused_sample),
+// kSampleMany (several samples per row), kStore (fp32 logits, the reference and the filtered path).
+//
+// | arch              | operands                 | B            | epilogue     | kernel (file)                         | tile           |
+// |-------------------|--------------------------|--------------|--------------|---------------------------------------|----------------|
+// | 9.0               | bf16 / f16, 16-B rows    | <= 16        | kSampleOne   | wgmma_split_kernel (ws_split.cuh)     | WsSplitTile16  |
+// | 9.0               |                          | <= 32        | kSampleOne   | wgmma_split_kernel                    | WsSplitTile32  |
+// | 9.0               |                          | <= 64        | kSampleOne   | wgmma_split_kernel                    | WsSplitTile64  |
+// | 9.0               |                          | > 64         | kSampleOne   | wgmma_split_kernel, 96- or 128-column chunks, whichever pads fewer | WsSplitTile96 / 128 |
+// | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
+// | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
+// | 9.0, no tensor map| (V or B >= 2^31, driver) | any          | any          | wgmma_ws_kernel (cp.async twin)       | same N         |
+// | 8.x, or FLASHSAMPLE_NO_WGMMA | bf16 / f16, 16-B rows | <= 8 / 16 | any      | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
+// | 8.x               |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
+// | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |
+//
+// Each tile's evidence (the measurement that chose it) is the line beside its definition.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cstdlib>
+
+#include "check_params.h"
+#include "kernels/mma_sync.cuh"
+#include "kernels/simt.cuh"
+#include "kernels/ws_pingpong.cuh"
+#include "kernels/ws_split.cuh"
+#include "launch.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+// The tensor-core kernels need 16-byte rows: D a multiple of 8 and W, H 16-byte aligned. Other
+// 16-bit inputs take the SIMT kernel (correct, slower).
+inline bool tensor_core_path_ok(const SampleParams& p) {
+  return p.dtype != DType::kF32 && p.dim % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(p.weight) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(p.hidden) & 15) == 0;
+}
+
+// Whether the current device runs the sm_90a wgmma kernels: compute capability 9.0 (the build's
+// 90a cubin), unless FLASHSAMPLE_NO_WGMMA is set (then every batch takes the mma.sync kernels,
+// for comparisons and as an escape hatch). Cached per device.
+inline bool wgmma_usable() {
+  static const bool disabled = [] {
+    const char* e = std::getenv("FLASHSAMPLE_NO_WGMMA");
+    return e != nullptr && e[0] != '\0' && e[0] != '0';
+  }();
+  return !disabled && compute_capability() == 90;
+}
+
+// B > 64: 96-column chunks when they pad fewer columns than 128-column ones (64 < B <= 96,
+// 128 < B <= 192, 256 < B <= 288, ...; a tie goes to 128): a partial chunk's padding columns cost
+// more than their share.
+inline bool prefer_96_column_chunks(int64_t batch) {
+  const int64_t padded96 = (batch + 95) / 96 * 96, padded128 = (batch + 127) / 128 * 128;
+  return padded96 < padded128;
+}
+
+template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
+cudaError_t launch_mma_sync(GemmArgs a, cudaStream_t stream) {
+  return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
+}
+
+// A ping-pong tile (kTma) on compute capability 9.0; its cp.async twin where the tensor maps cannot
+// be encoded. w_promotion: the L2 fill size of the W copies.
+template <class Cfg, bool kF16, Epi kEpi>
+cudaError_t launch_ws_pingpong(GemmArgs a, cudaStream_t stream,
+                               CUtensorMapL2promotion w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
+  WsTensorMaps maps{};
+  if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
+    return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
+  using Twin = WsCpAsyncTwin<Cfg>;
+  return launch_persistent<Twin, false, true>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
+}
+
+// kSampleOne runs the split tile; the other epilogues, and shapes whose tensor maps cannot be
+// encoded, the split tile's ping-pong tile (WsSplitTile::PingPong).
+template <class SplitCfg, bool kF16, Epi kEpi>
+cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
+  if constexpr (kEpi == Epi::kSampleOne) {
+    WsTensorMaps maps{};
+    if (encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps))
+      return launch_persistent<SplitCfg, false, true>(wgmma_split_kernel<SplitCfg, kF16>, a, stream, maps);
+  }
+  return launch_ws_pingpong<typename SplitCfg::PingPong, kF16, kEpi>(a, stream);
+}
+
+// The table's tensor-core rows: wgmma on compute capability 9.0, mma.sync elsewhere.
+template <bool kF16, Epi kEpi>
+cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (wgmma_usable()) {
+    if (a.batch <= 16) return launch_ws<WsSplitTile16, kF16, kEpi>(a, stream);
+    if (a.batch <= 32) return launch_ws<WsSplitTile32, kF16, kEpi>(a, stream);
+    if (a.batch <= 64) return launch_ws<WsSplitTile64, kF16, kEpi>(a, stream);
+    if (prefer_96_column_chunks(a.batch)) return launch_ws<WsSplitTile96, kF16, kEpi>(a, stream);
+    return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
+  }
+  if (a.batch <= 8) return launch_mma_sync<Tile8, kF16, kEpi, true>(a, stream);
+  if (a.batch <= 16) return launch_mma_sync<Tile16, kF16, kEpi, true>(a, stream);
+  if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kEpi>(a, stream);
+  if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kEpi>(a, stream);
+  return launch_mma_sync<Tile128, kF16, kEpi>(a, stream);
+}
+
+template <class Cfg, typename T, Epi kEpi>
+cudaError_t launch_simt(GemmArgs a, cudaStream_t stream) {
+  a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
+  a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  if (a.num_vtiles > 0x7fffffff || a.num_chunks > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.num_vtiles), static_cast<unsigned>(a.num_chunks));
+  simt_tile_kernel<Cfg, T, kEpi><<<grid, Cfg::kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// The table's SIMT rows.
+template <typename T, Epi kEpi>
+cudaError_t launch_simt_gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (a.batch <= 8) return launch_simt<SimtSmall, T, kEpi>(a, stream);
+  return launch_simt<SimtLarge, T, kEpi>(a, stream);
+}
+
+// The GEMM with epilogue kEpi (kSampleOne is promoted to kSampleMany when num_samples > 1).
+template <Epi kEpi>
+cudaError_t launch_gemm(const SampleParams& p, GemmArgs a, cudaStream_t stream) {
+  if (tensor_core_path_ok(p)) {
+    const bool f16 = p.dtype == DType::kF16;
+    if constexpr (kEpi == Epi::kStore) {
+      return f16 ? launch_tensor_core_gemm<true, Epi::kStore>(a, stream)
+                 : launch_tensor_core_gemm<false, Epi::kStore>(a, stream);
+    } else if (a.num_samples == 1) {
+      return f16 ? launch_tensor_core_gemm<true, Epi::kSampleOne>(a, stream)
+                 : launch_tensor_core_gemm<false, Epi::kSampleOne>(a, stream);
+    } else {
+      return f16 ? launch_tensor_core_gemm<true, Epi::kSampleMany>(a, stream)
+                 : launch_tensor_core_gemm<false, Epi::kSampleMany>(a, stream);
+    }
+  }
+  constexpr Epi kSimtEpi = kEpi == Epi::kStore ? Epi::kStore : Epi::kSampleMany;
+  switch (p.dtype) {
+    case DType::kF32: return launch_simt_gemm<float, kSimtEpi>(a, stream);
+    case DType::kF16: return launch_simt_gemm<__half, kSimtEpi>(a, stream);
+    case DType::kBF16: return launch_simt_gemm<__nv_bfloat16, kSimtEpi>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+inline GemmArgs gemm_args(const SampleParams& p) {
+  GemmArgs a;
+  a.hidden = p.hidden;
+  a.weight = p.weight;
+  a.bias = p.bias;
+  a.batch = p.batch;
+  a.vocab = p.vocab;
+  a.dim = p.dim;
+  a.num_samples = p.num_samples;
+  a.temperature = p.temperature;
+  a.seed = p.seed;
+  a.offset = p.offset;
+  a.per_row_seed = p.per_row_seed;
+  a.winners = nullptr;
+  a.logits = nullptr;
+  a.num_vtiles = a.num_chunks = 0;
+  return a;
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample

@@ -1,0 +1,385 @@
+// The pieces every GEMM kernel of the CUDA backend shares: the packed candidate (one 64-bit word
+// whose unsigned order is candidate_better's, merged across warps and CTAs with atomicMax, so the
+// result does not depend on timing), the per-row sampling parameters, the exact pruning of the
+// Gumbel epilogue, the kernels' argument struct and the sm_80 PTX wrappers.
+// Kernels know nothing of Node.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "convert.cuh"
+#include "../include/noise.h"
+#include "../include/params.h"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+// ---- candidate packing: one 64-bit word whose unsigned order is candidate_better's order ---------
+// bit 63: +Inf tier; bits 62..31: the score, sign-flipped to sort as unsigned; bits 30..0:
+// 0x7fffffff - index (ties go to the smaller index). 0 is "no candidate": no real candidate packs
+// to 0 (that would need the score bits 0xffffffff, a NaN, and scores are never NaN).
+__device__ __forceinline__ unsigned long long pack_candidate(float score, uint32_t key) {
+  if (key == kNoToken) return 0ull;
+  if (score == 0.0f) score = 0.0f;  // -0 and +0 compare equal in candidate_better: one encoding
+  uint32_t bits = __float_as_uint(score);
+  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  const unsigned long long tier = (key >> 31) & 1u;
+  const unsigned long long index = key & 0x7fffffffu;
+  return (tier << 63) | (static_cast<unsigned long long>(bits) << 31) | (0x7fffffffull - index);
+}
+
+// The score of a packed candidate (pack_candidate's inverse for the score; -Inf for the empty 0).
+__device__ __forceinline__ float packed_score(unsigned long long packed) {
+  if (packed == 0ull) return -INFINITY;
+  const uint32_t bits = static_cast<uint32_t>(packed >> 31);
+  return __uint_as_float((bits & 0x80000000u) ? (bits & 0x7fffffffu) : ~bits);
+}
+
+__device__ __forceinline__ int32_t packed_token(unsigned long long packed) {
+  if (packed == 0ull) return -1;
+  return static_cast<int32_t>(0x7fffffffull - (packed & 0x7fffffffull));
+}
+
+// Warp-level argmax of a candidate over the lanes that differ in the bits of `mask_bits` (xor
+// shuffles); every lane must take part.
+template <int kFirstXor, int kLastXor>
+__device__ __forceinline__ void warp_best(float& score, uint32_t& key) {
+#pragma unroll
+  for (int x = kFirstXor; x <= kLastXor; x <<= 1) {
+    const float s = __shfl_xor_sync(0xffffffffu, score, x);
+    const uint32_t k = __shfl_xor_sync(0xffffffffu, key, x);
+    if (candidate_better(s, k, score, key)) {
+      score = s;
+      key = k;
+    }
+  }
+}
+
+// Per-row sampling parameters of batch row b (read through the read-only cache).
+struct RowParams {
+  float inv_temperature;
+  bool greedy;
+  uint64_t seed, offset;
+  uint32_t stream;
+};
+
+__device__ __forceinline__ RowParams load_row_params(const float* temperature, const uint64_t* seed,
+                                                     const uint64_t* offset, bool per_row_seed,
+                                                     int64_t b) {
+  RowParams r;
+  const float t = __ldg(temperature + b);
+  r.greedy = (t == 0.0f);
+  r.inv_temperature = r.greedy ? 0.0f : 1.0f / t;  // IEEE division (no fast-math)
+  r.seed = __ldg(reinterpret_cast<const unsigned long long*>(seed) + b);
+  r.offset = __ldg(reinterpret_cast<const unsigned long long*>(offset) + b);
+  r.stream = per_row_seed ? 0u : static_cast<uint32_t>(b);
+  return r;
+}
+
+// The best candidate among the 4 vocabulary entries vq .. vq+3 (vq a multiple of 4) of one batch
+// row and one sample: one Philox call for the 4 noises.
+__device__ __forceinline__ void best_of_quad(const float (&logit)[4], const RowParams& rp,
+                                             uint32_t sample, int64_t vq, int64_t vocab,
+                                             float& best_score, uint32_t& best_key) {
+  best_score = -INFINITY;
+  best_key = kNoToken;
+  if (vq >= vocab) return;
+  float g[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (!rp.greedy) {
+    const Philox4 r =
+        noise_block(rp.seed, rp.offset, rp.stream, sample, static_cast<uint32_t>(vq >> 2));
+#pragma unroll
+    for (int o = 0; o < 4; ++o) g[o] = gumbel_from_bits(r.x[o]);
+  }
+#pragma unroll
+  for (int o = 0; o < 4; ++o) {
+    if (vq + o < vocab) {
+      const Candidate c =
+          make_candidate(logit[o], rp.inv_temperature, rp.greedy, g[o], static_cast<uint32_t>(vq + o));
+      if (candidate_better(c.score, c.key, best_score, best_key)) {
+        best_score = c.score;
+        best_key = c.key;
+      }
+    }
+  }
+}
+
+// ---- exact pruning of the Gumbel epilogue ----------------------------------------------------
+// An upper bound of gumbel_from_bits(x) from the bits alone. u >= 2^-(clz(x)+1) exactly (u is
+// (x + 0.5) 2^-32 rounded, or the clamp 1 - 2^-24 >= 1/2), and E = -log1p(-u) >= u, so
+// g = -log(E) <= -log(u) <= (clz(x) + 1) ln 2. The float ln 2 constant is rounded up and the
+// 1e-3 margin covers the few-ulp errors of log1pf / logf (ulp(23) = 2e-6), so the computed g never
+// exceeds the bound. gumbel_upper(0) = 22.8746 >= gumbel_from_bits(0) = 22.8736: the largest g.
+__device__ __forceinline__ float gumbel_upper(uint32_t x) {
+  return fmaf(static_cast<float>(__clz(x) + 1), 0.69314718f, 1e-3f);
+}
+constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(x) for every x
+
+// best_of_quad with exact pruning, merged straight into the running best (bs, bk). `thr` is the
+// score of a candidate that exists elsewhere (or -Inf). Exact because fmaf is monotone in its
+// addend: a value whose fmaf(l, 1/T, bound) < max(thr, bs) scores strictly less than an existing
+// candidate, so it can neither win nor tie; NaN logits and NaN scores make no candidate anyway.
+//   * quad: if no value can reach the threshold even with the largest g, no Philox call;
+//   * value: bound from the Philox bits (gumbel_upper), the two logs only when it fails. The
+//     values left are evaluated in a warp-uniform loop (one per lane per trip), so a warp pays
+//     for the most values any one lane needs, not for every value some lane needs.
+// Every lane of the warp must call this (it uses __any_sync).
+__device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const RowParams& rp,
+                                                   uint32_t sample, int64_t vq, int64_t vend,
+                                                   float thr, float& bs, uint32_t& bk) {
+  uint32_t m = 0;
+  Philox4 r;
+  r.x[0] = r.x[1] = r.x[2] = r.x[3] = 0u;
+  if (vq < vend) {
+    if (rp.greedy) {
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if (vq + o < vend) {
+          const Candidate c = make_candidate(l[o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
+          if (candidate_better(c.score, c.key, bs, bk)) {
+            bs = c.score;
+            bk = c.key;
+          }
+        }
+    } else {
+      const float t = fmaxf(thr, bs);
+      bool any = false;
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        any |= (vq + o < vend) && fmaf(l[o], rp.inv_temperature, kGumbelUpper) >= t;
+      if (any) {
+        r = noise_block(rp.seed, rp.offset, rp.stream, sample, static_cast<uint32_t>(vq >> 2));
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if ((vq + o < vend) && fmaf(l[o], rp.inv_temperature, gumbel_upper(r.x[o])) >= t)
+            m |= 1u << o;
+      }
+    }
+  }
+  while (__any_sync(0xffffffffu, m != 0u)) {
+    if (m != 0u) {
+      const int o = __ffs(m) - 1;
+      m &= m - 1u;
+      const uint32_t x = o == 0 ? r.x[0] : o == 1 ? r.x[1] : o == 2 ? r.x[2] : r.x[3];
+      const float lo = o == 0 ? l[0] : o == 1 ? l[1] : o == 2 ? l[2] : l[3];
+      // re-test: the running best may have risen since the mask was built
+      if (fmaf(lo, rp.inv_temperature, gumbel_upper(x)) >= fmaxf(thr, bs)) {
+        const Candidate c = make_candidate(lo, rp.inv_temperature, false, gumbel_from_bits(x),
+                                           static_cast<uint32_t>(vq + o));
+        if (candidate_better(c.score, c.key, bs, bk)) {
+          bs = c.score;
+          bk = c.key;
+        }
+      }
+    }
+  }
+}
+
+// K independent quad_update_pruned calls at once: quad k is row k's (its own params, bound, running
+// best), all at the same vocabulary quad vq. The same candidates and comparisons as K calls in
+// turn (rows never interact), with one branch for the K Philox calls (a Philox whose quad needs
+// none is discarded). The ping-pong epilogue calls it for the two columns of an n8 group, the split
+// epilogue for kColsPerTrip columns.
+// Every lane of the warp must call this (it uses __any_sync).
+template <int K>
+__device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
+                                                    uint32_t sample, int64_t vq,
+                                                    const int64_t (&vend)[K], const float (&thr)[K],
+                                                    float (&bs)[K], uint32_t (&bk)[K]) {
+  uint32_t m[K];
+  bool need[K];
+  float t[K];
+  bool any_need = false;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    m[k] = 0u;
+    need[k] = false;
+    t[k] = -INFINITY;
+    if (vq < vend[k]) {
+      if (rp[k].greedy) {
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if (vq + o < vend[k]) {
+            const Candidate c = make_candidate(l[k][o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
+            if (candidate_better(c.score, c.key, bs[k], bk[k])) {
+              bs[k] = c.score;
+              bk[k] = c.key;
+            }
+          }
+      } else {
+        t[k] = fmaxf(thr[k], bs[k]);
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          need[k] |= (vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, kGumbelUpper) >= t[k];
+      }
+    }
+    any_need |= need[k];
+  }
+  Philox4 r[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) r[k].x[0] = r[k].x[1] = r[k].x[2] = r[k].x[3] = 0u;
+  if (any_need) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      r[k] = noise_block(rp[k].seed, rp[k].offset, rp[k].stream, sample, static_cast<uint32_t>(vq >> 2));
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (need[k]) {
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if ((vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, gumbel_upper(r[k].x[o])) >= t[k])
+            m[k] |= 1u << o;
+      }
+  }
+  uint32_t any_m = 0u;
+#pragma unroll
+  for (int k = 0; k < K; ++k) any_m |= m[k];
+  while (__any_sync(0xffffffffu, any_m != 0u)) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (m[k] != 0u) {
+        const int o = __ffs(m[k]) - 1;
+        m[k] &= m[k] - 1u;
+        const uint32_t x = o == 0 ? r[k].x[0] : o == 1 ? r[k].x[1] : o == 2 ? r[k].x[2] : r[k].x[3];
+        const float lo = o == 0 ? l[k][0] : o == 1 ? l[k][1] : o == 2 ? l[k][2] : l[k][3];
+        // re-test: the running best may have risen since the mask was built
+        if (fmaf(lo, rp[k].inv_temperature, gumbel_upper(x)) >= fmaxf(thr[k], bs[k])) {
+          const Candidate c = make_candidate(lo, rp[k].inv_temperature, false, gumbel_from_bits(x),
+                                             static_cast<uint32_t>(vq + o));
+          if (candidate_better(c.score, c.key, bs[k], bk[k])) {
+            bs[k] = c.score;
+            bk[k] = c.key;
+          }
+        }
+      }
+    }
+    any_m = 0u;
+#pragma unroll
+    for (int k = 0; k < K; ++k) any_m |= m[k];
+  }
+}
+
+// ---- arguments shared by every GEMM kernel -------------------------------------------------------
+enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2 };
+
+struct GemmArgs {
+  const void* hidden;
+  const void* weight;
+  const void* bias;  // nullptr = none
+  int64_t batch, vocab, dim;
+  int32_t num_samples;
+  const float* temperature;
+  const uint64_t* seed;
+  const uint64_t* offset;
+  bool per_row_seed;
+  unsigned long long* winners;  // [batch, num_samples] packed candidates (sample epilogues), zeroed
+  float* logits;                // [batch, vocab] (store epilogue)
+  int64_t num_vtiles, num_chunks;
+  // Balanced ranges (range_rows > 0; mma_tile_kernel only): see tile_rows.
+  int64_t range_rows = 0, num_ranges = 0;
+  // Host side only: launch with programmatic stream serialization (launch_persistent). Only the
+  // wgmma_ws kernels honour it (they wait for the previous grid before touching `winners`).
+  bool programmatic_launch = false;
+};
+
+// The row parameters of batch columns b0 + n, n = first, first + step, ... < count, into a kernel's
+// shared staging arrays (one chunk's columns); padding columns (b >= batch) are greedy, noise-free
+// and never written.
+__device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, int first, int step, int count,
+                                                 float* inv_t, uint8_t* greedy, unsigned long long* seed,
+                                                 unsigned long long* offset) {
+  for (int n = first; n < count; n += step) {
+    const int64_t b = b0 + n;
+    RowParams r;
+    if (b < a.batch) {
+      r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
+    } else {
+      r.greedy = true;  // padding column: no noise, never written
+      r.inv_temperature = 0.0f;
+      r.seed = r.offset = 0;
+    }
+    inv_t[n] = r.inv_temperature;
+    greedy[n] = r.greedy ? 1 : 0;
+    seed[n] = r.seed;
+    offset[n] = r.offset;
+  }
+}
+
+// The bias of vocabulary rows vq .. vq + 3 (0 past the vocabulary or without a bias), as floats.
+template <bool kF16>
+__device__ __forceinline__ void load_bias_quad(const void* bias_ptr, int64_t vq, int64_t vocab, float (&bias)[4]) {
+#pragma unroll
+  for (int o = 0; o < 4; ++o) {
+    bias[o] = 0.0f;
+    if (bias_ptr != nullptr && vq + o < vocab)
+      bias[o] = kF16 ? load_float<__half>(bias_ptr, vq + o) : load_float<__nv_bfloat16>(bias_ptr, vq + o);
+  }
+}
+
+// Vocabulary rows [v0, v_end) of tile `vtile` (0 <= vtile < num_vtiles).
+// Classic tiling (range_rows == 0): tile t covers [t·BV, t·BV + BV) (clipped to the vocabulary).
+// Balanced ranges: the vocabulary is cut into num_ranges contiguous ranges of range_rows rows (a
+// multiple of 4, so vocabulary quads and their Philox counters stay whole), one per CTA of the
+// persistent grid (grid = num_ranges, so tile `vtile` belongs to CTA vtile % num_ranges), each
+// walked in tiles of BV whose last one is partial. Every CTA then streams the same W bytes: with
+// classic tiles the last round of a memory-bound grid runs part-empty (llama3-8b at B = 1: 1002
+// tiles on 264 CTA slots = 3.8 rounds; qwen3-8b: 1187 = 4.5 rounds).
+__device__ __forceinline__ void tile_rows(const GemmArgs& a, int64_t vtile, int bv, int64_t& v0,
+                                          int64_t& v_end) {
+  if (a.range_rows == 0) {
+    v0 = vtile * bv;
+    v_end = a.vocab;
+    return;
+  }
+  const int64_t r = vtile % a.num_ranges, t = vtile / a.num_ranges;
+  v0 = r * a.range_rows + t * bv;
+  v_end = min(a.vocab, (r + 1) * a.range_rows);
+}
+
+// ---- PTX wrappers (sm_80+) -----------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(addr));
+}
+template <bool kF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (kF16) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample
