@@ -24,7 +24,7 @@ export const PRESETS: readonly Shape[] = [
   { name: 'llama2-7b', vocab: 32000, hidden: 4096, source: 'Meta Llama 2 7B' },
 ];
 
-/** The GPU default: Llama 3 8B, the shape KERNEL-NOTES.md and NOTES.md quote floors for. */
+/** The GPU default: Llama 3 8B, the shape KERNEL-NOTES.md and bench/TUNING.md quote floors for. */
 export const GPU_DEFAULT_PRESET = 'llama3-8b';
 
 /**

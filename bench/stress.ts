@@ -29,7 +29,7 @@
 //                 objects alive, so it grows with the calls: 4 KB per call fails it at 5000 calls);
 //                 'host RSS': RSS grows by at most --max-rss-growth-mb over the same span (loose:
 //                 RSS also holds freed memory that malloc keeps and heap V8 reserves, which grow
-//                 over the first ~15000 calls and level off; bench/NOTES.md "Stress / RSS");
+//                 over the first ~15000 calls and level off; bench/TUNING.md "Stress / RSS");
 //                 'native buffers': after the run exactly the problems' buffers are alive (every
 //                 copy made for a call was freed when the call finished);
 //   accounting    once every tensor is disposed, no native buffer is alive and the external
@@ -474,7 +474,7 @@ async function main(): Promise<number> {
   // Growth from the end of the warm-up phase to the end of the run. A leak keeps objects alive: the
   // memory in use (JS heap used after a collection + malloc's bytes in use) grows with the calls.
   // RSS also holds what the allocator keeps after frees and what V8 reserves for its heap; both
-  // grow over the first thousands of calls and then level off (bench/NOTES.md, "Stress / RSS"),
+  // grow over the first thousands of calls and then level off (bench/TUNING.md, "Stress / RSS"),
   // so RSS is gated loosely and reported with that breakdown.
   const warm = snapshots[0];
   const end = snapshots[snapshots.length - 1];
