@@ -1,7 +1,8 @@
 // Jest configuration of flashsample's test suites (test/*.test.ts, ts-jest).
 //
-// - ts-jest transpiles without type checking (isolatedModules): the suites import ../lib/index
-//   directly, and `tsc -p tsconfig.json` is where the types are checked.
+// - ts-jest transpiles without type checking (isolatedModules), which keeps it fast: the types of
+//   the suites (and of the lib/ and bench/ files they import) are checked by `tsc --noEmit -p test`
+//   (test/tsconfig.json), which `npm test` runs before jest, so a type error fails the run.
 // - The distribution tests draw millions of samples on the CPU backend: generous timeouts.
 // - test/summary-reporter.js prints, as the very last line of the run,
 //   `N passed, N failed, N skipped` (CI parses that line).

@@ -205,9 +205,15 @@ function build(dev: Device, c: FuzzCase): Built {
   };
 }
 
+interface TypedKinds {
+  Int32Array: Int32Array;
+  Float32Array: Float32Array;
+}
+
 /** Typed-array kind check that works across realms (jest runs the suite in a vm context: arrays
- *  made by the addon have the main realm's constructors, so instanceof would say no). */
-function isTyped(x: unknown, kind: 'Int32Array' | 'Float32Array'): boolean {
+ *  made by the addon have the main realm's constructors, so instanceof would say no). A type
+ *  guard, so that checkResult reads the optional arrays it has checked without `!`. */
+function isTyped<K extends keyof TypedKinds>(x: unknown, kind: K): x is TypedKinds[K] {
   return Object.prototype.toString.call(x) === `[object ${kind}]`;
 }
 
@@ -226,9 +232,9 @@ function describeCase(c: FuzzCase, o: SampleOptions): string {
 /** The invariants that hold for one sampler's result, whatever the other sampler says. */
 function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): void {
   const { B, V, numSamples: S } = c;
-  const fail = (msg: string) => {
+  function fail(msg: string): never {
     throw new Error(`${name}: ${msg}`);
-  };
+  }
   if (!isTyped(r.tokens, 'Int32Array') || r.tokens.length !== B * S) fail(`tokens: length ${r.tokens?.length}, expected ${B * S}`);
   for (let b = 0; b < B; b++) {
     for (let j = 0; j < S; j++) {
@@ -241,7 +247,7 @@ function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): 
   if (c.logprobs) {
     if (!isTyped(r.logprobs, 'Float32Array') || r.logprobs.length !== B * S) fail(`logprobs: length ${r.logprobs?.length}`);
     for (let i = 0; i < B * S; i++) {
-      const lp = r.logprobs![i];
+      const lp = r.logprobs[i];
       if (!Number.isFinite(lp) || lp > 0) fail(`logprobs[${i}] = ${lp}: expected finite and <= 0`);
       if (built.greedy[Math.floor(i / S)] && lp !== 0) fail(`logprobs[${i}] = ${lp} on a greedy row: expected 0`);
     }
@@ -253,8 +259,8 @@ function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): 
     for (let b = 0; b < B; b++) {
       let ended = false;
       for (let i = 0; i < n; i++) {
-        const t = r.topTokens![b * n + i];
-        const lp = r.topLogprobs![b * n + i];
+        const t = r.topTokens[b * n + i];
+        const lp = r.topLogprobs[b * n + i];
         if (t === -1) {
           if (lp !== -Infinity) fail(`row ${b} top ${i}: token -1 with logprob ${lp}`);
           if (i === 0) fail(`row ${b}: topTokens starts with -1 (the row has a kept token)`);
@@ -265,14 +271,14 @@ function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): 
         if (!(t >= 0 && t < V)) fail(`row ${b} top ${i}: token ${t} outside [0, ${V})`);
         if (!built.allowed(b, t)) fail(`row ${b} top ${i}: token ${t} is masked out`);
         if (!Number.isFinite(lp) || lp > 0) fail(`row ${b} top ${i}: logprob ${lp}, expected finite and <= 0`);
-        if (i > 0 && r.topTokens![b * n + i - 1] >= 0) {
-          const prev = r.topLogprobs![b * n + i - 1];
-          const prevT = r.topTokens![b * n + i - 1];
+        if (i > 0 && r.topTokens[b * n + i - 1] >= 0) {
+          const prev = r.topLogprobs[b * n + i - 1];
+          const prevT = r.topTokens[b * n + i - 1];
           // Ranked by logit (index ascending on equal logits); distinct logits may still round to
           // the same fp32 log-probability, so equal values in either index order are fine.
           if (lp > prev) {
             const row = (a: ArrayLike<number>) => Array.from(a).slice(b * n, b * n + n).join(', ');
-            fail(`row ${b} top ${i}: order (logprob desc, index asc) broken: tokens [${row(r.topTokens!)}] logprobs [${row(r.topLogprobs!)}]`);
+            fail(`row ${b} top ${i}: order (logprob desc, index asc) broken: tokens [${row(r.topTokens)}] logprobs [${row(r.topLogprobs)}]`);
           }
           if (t === prevT) fail(`row ${b} top ${i}: token ${t} repeated`);
         }
