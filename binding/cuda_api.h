@@ -1,6 +1,6 @@
 // The slice of the CUDA runtime the binding uses, available whether or not the addon was built
 // with CUDA. Without CUDA every call reports "built without CUDA", so the rest of the binding
-// needs no #ifdefs.
+// needs no #ifdefs. Implemented in binding/gpu/, one file per concern (no_cuda.cc without CUDA).
 #pragma once
 
 #include <cstddef>
