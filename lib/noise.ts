@@ -1,4 +1,4 @@
-// The noise function, exported from the very native code the kernels compile (cuda/noise.h).
+// The noise function, exported from the very native code the kernels compile (cuda/include/noise.h).
 import { rangeError, typeError } from './errors';
 import { native } from './native';
 

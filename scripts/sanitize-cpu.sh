@@ -38,7 +38,7 @@ LIBASAN="$(readlink -f "$LIBASAN")"
 # ---- 1. build (CPU backend only: the CUDA runtime and ASan do not mix well, and there is no GPU
 #         code to check here; the GPU side is scripts/sanitize-gpu.sh). ----------------------------
 SAN_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize=vptr"
-newest_source="$(find binding cuda/cpu cuda/*.h CMakeLists.txt -type f -newer "$ADDON" 2>/dev/null | head -1 || true)"
+newest_source="$(find binding cpu cuda/include CMakeLists.txt -type f -newer "$ADDON" 2>/dev/null | head -1 || true)"
 if [[ -n "${SANITIZE_REBUILD:-}" || ! -f "$ADDON" || -n "$newest_source" ]]; then
   echo "sanitize-cpu: building the ASan/UBSan addon into $OUT/build ..."
   [[ -n "${SANITIZE_REBUILD:-}" ]] && rm -rf "$OUT/build"

@@ -134,7 +134,7 @@ describeDevices((devName, dev) => {
     }
 
     // One sample per row at a large batch: on the H200 the only calls that reach the split-epilogue
-    // kernel (wgmma_split.cuh, B > 64 with numSamples = 1); the power tests above draw 65536
+    // kernel (cuda/kernels/ws_split.cuh, B > 64 with numSamples = 1); the power tests above draw 65536
     // samples per row (the kSampleMany epilogue). 16383 rows (128 chunks of 128 columns, the last
     // one with a padding column) and 16320 rows (170 chunks of 96 columns: the 96-column tile) ×
     // 64 calls at offsets 0..63 ≈ 1.05 M samples, pooled: the power test's size, a 1% bias on the
