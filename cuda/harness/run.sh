@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Build (unless a prebuilt binary runs here) and run the CUDA harness: checks, then timings.
-#   bash cuda/harness/run.sh                 # build (about 46 s on the H200 machine), then run
+#   bash cuda/harness/run.sh                 # build (the launchers and the harness, in parallel), then run
 #   USE_PREBUILT=1 bash cuda/harness/run.sh  # run cuda/harness/build/harness if it starts there
 #   bash cuda/harness/run.sh --bench-only    # timings only
-#   QUICK=1 bash cuda/harness/run.sh --ws-only  # build only the newest ws section (-DHARNESS_QUICK)
+#   bash cuda/harness/run.sh --ws-only       # the sm_90a (wgmma) tiles only, checks and timings
+#   bash cuda/harness/run.sh --profile NAME B  # NAME's kernel alone (split128, ws64c, tile8, ...; for
+#                                            # ncu; PROFILE_GREEDY=1: every row greedy)
 # The build log (with -Xptxas -v) is cuda/harness/build/ptxas.log, copied to $OUT when set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,24 +13,22 @@ B=cuda/harness/build
 LOG=$B/ptxas.log
 mkdir -p "$B"
 FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
-if [ "${QUICK:-0}" = 1 ]; then FLAGS="$FLAGS -DHARNESS_QUICK"; fi
+SRCS="cuda/fused_sample.cu cuda/reference.cu cuda/filters.cu cuda/read_bandwidth.cu cuda/harness/harness.cu"
 build() {
   echo "building harness ($(nvcc --version | tail -1))"
   local t0=$SECONDS
   : > "$LOG"
-  local pids=()
-  for f in cuda/fused_sample.cu cuda/reference.cu cuda/filters.cu cuda/bench_kernels.cu cuda/harness/harness.cu; do
+  local pids=() objs=()
+  for f in $SRCS; do
     o=$B/$(basename "$f" .cu).o
-    extra=""
-    # the v19 cycle probe (WsProbe) is compiled into the harness's own tiles only
-    if [ "$f" = cuda/harness/harness.cu ]; then extra=-DFLASHSAMPLE_WS_PROBE; fi
+    objs+=("$o")
     rm -f "$o"  # a failed compile must not leave an earlier build's object to link
-    (nvcc $FLAGS $extra -c "$f" -o "$o" > "$o.log" 2>&1 || { cat "$o.log"; exit 1; }) &
+    (nvcc $FLAGS -c "$f" -o "$o" > "$o.log" 2>&1 || { cat "$o.log"; exit 1; }) &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done  # set -e: a failed compile ends the build here
-  cat $B/*.o.log >> "$LOG"
-  nvcc $FLAGS $B/fused_sample.o $B/reference.o $B/filters.o $B/bench_kernels.o $B/harness.o -o $B/harness
+  for o in "${objs[@]}"; do cat "$o.log"; done >> "$LOG"
+  nvcc $FLAGS "${objs[@]}" -o $B/harness
   echo "built in $((SECONDS - t0)) s"
 }
 if [ "${USE_PREBUILT:-0}" != 1 ] || ! [ -x $B/harness ] || ! $B/harness --probe; then
