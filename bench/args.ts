@@ -8,6 +8,10 @@ export type BenchDType = 'bf16' | 'f16' | 'f32';
 export type BenchDevice = 'auto' | 'cpu' | 'cuda' | `cuda:${number}`;
 export type BenchSampler = 'fused' | 'reference-gumbel' | 'reference-inverse-cdf';
 
+/** How the bench makes H and W (bench/logits.ts; bench/TUNING.md, "Logits modes"). */
+export type LogitsMode = 'gaussian' | 'model';
+export const LOGITS_MODES: readonly LogitsMode[] = ['gaussian', 'model'];
+
 export const ALL_SAMPLERS: readonly BenchSampler[] = ['fused', 'reference-gumbel', 'reference-inverse-cdf'];
 export const GPU_DEFAULT_BATCHES: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 export const CPU_DEFAULT_BATCHES: readonly number[] = [1, 4];
@@ -29,6 +33,14 @@ export interface OptionSet {
   readonly mask?: boolean;
 }
 
+/** The sampling defaults of model cards, usable as `--options` items (alone or joined by '+'). */
+export const OPTION_PRESETS: Readonly<Record<string, { temperature: number; topK?: number; topP: number; source: string }>> = {
+  llama3: { temperature: 0.6, topP: 0.9, source: 'Meta Llama 3 / 3.1 generation_config.json' },
+  qwen3: { temperature: 0.6, topK: 20, topP: 0.95, source: 'Qwen3 generation_config.json (thinking mode)' },
+  gemma3: { temperature: 1, topK: 64, topP: 0.95, source: 'Google Gemma 3 generation_config.json' },
+};
+export const OPTION_PRESET_NAMES = Object.keys(OPTION_PRESETS);
+
 export interface BenchArgs {
   help: boolean;
   /** Explicit shapes; null = the device's default. */
@@ -46,7 +58,9 @@ export interface BenchArgs {
   samplers: BenchSampler[];
   baselines: boolean;
   optionSets: OptionSet[];
-  /** Standard deviation of the random logits. */
+  /** How H and W are made: 'gaussian' (every logit ~ std logitStd) or 'model' (bench/logits.ts). */
+  logits: LogitsMode;
+  /** Standard deviation of the random logits (gaussian mode). */
   logitStd: number;
   /** Overrides for the two ceilings (bytes/s, FLOP/s); null = measure. */
   readBandwidth: number | null;
@@ -80,12 +94,20 @@ Run
   --iters N                 timed calls per point (default 100 on the GPU, 10 on the CPU)
   --warmup N                untimed calls first (default 10 on the GPU, 2 on the CPU)
   --samplers LIST           of fused,reference-gumbel,reference-inverse-cdf (default all three)
-  --options LIST            extra fused columns, one per option set: plain, topk50, topp0.9,
-                            minp0.05, logprobs, toplogprobs5, mask, softcap30, temp0.7;
-                            combine with '+', e.g. topk50+topp0.9
+  --options LIST            extra fused columns, one per option set, each with its PyTorch
+                            counterpart and the rows that needed the extra pass: plain,
+                            topk50, topp0.9, minp0.05, logprobs, toplogprobs5, mask,
+                            softcap30, temp0.7, or a model card's defaults: llama3 (temp0.6
+                            + topp0.9), qwen3 (temp0.6 + topk20 + topp0.95), gemma3 (topk64
+                            + topp0.95, T 1); combine with '+', e.g. topk50+topp0.9,
+                            llama3+logprobs
   --no-baselines            skip the PyTorch baselines (the matrix-rate ceiling is still measured)
   --python PATH             interpreter for bench/baselines/torch_baselines.py (default python3)
-  --logit-std X             standard deviation of the random logits (default 4)
+  --logits gaussian|model   gaussian (default): every logit ~ uniform-product sum of std
+                            --logit-std; model: model-like rows, a few hot tokens 12–20
+                            logits above a bulk of std 2, every 20th row flat (std 1, no hot
+                            tokens); numbers in bench/TUNING.md, "Logits modes"
+  --logit-std X             std of the gaussian mode's logits (default 4)
   --read-bw TB/s            use this read bandwidth instead of measuring it
   --matrix-rate TFLOP/s     use this matrix rate instead of measuring it
 
@@ -100,7 +122,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad arguments.`;
 
 const FLAGS_WITH_VALUE = [
   '--preset', '--vocab', '--hidden', '--batch', '--dtype', '--device', '--iters', '--warmup', '--json',
-  '--plot', '--samplers', '--options', '--python', '--logit-std', '--read-bw', '--matrix-rate',
+  '--plot', '--samplers', '--options', '--python', '--logits', '--logit-std', '--read-bw', '--matrix-rate',
 ] as const;
 const FLAGS_WITHOUT_VALUE = ['--no-baselines', '--help', '-h'] as const;
 const ALIASES: Record<string, string> = { '--model': '--preset', '--batches': '--batch', '--sampler': '--samplers' };
@@ -228,6 +250,22 @@ export function parseOptionSet(text: string): OptionSet {
   const set: { -readonly [K in keyof OptionSet]: OptionSet[K] } = { label: text };
   const parts = text.split('+').map((s) => s.trim());
   for (const part of parts) {
+    const preset = OPTION_PRESETS[part.toLowerCase()];
+    if (preset !== undefined) {
+      const given: [keyof OptionSet, number | undefined, string][] = [
+        ['temperature', preset.temperature, 'temperature'],
+        ['topK', preset.topK, 'topk'],
+        ['topP', preset.topP, 'topp'],
+      ];
+      for (const [key, value, what] of given) {
+        if (value === undefined) continue;
+        if (set[key] !== undefined) {
+          throw new ArgError(`${flag}: ${show(text)} sets ${what} twice (${part.toLowerCase()} sets ${what} ${value})`);
+        }
+        (set as Record<string, unknown>)[key] = value;
+      }
+      continue;
+    }
     const m = /^([a-z]+)(.*)$/.exec(part.toLowerCase());
     const name = m ? m[1] : part;
     const arg = m ? m[2] : '';
@@ -236,7 +274,10 @@ export function parseOptionSet(text: string): OptionSet {
       if (arg === '') throw new ArgError(`${flag}: ${show(part)} needs a value (${what}), e.g. ${name}${example[name]}`);
     };
     const twice = (key: keyof OptionSet): void => {
-      if (set[key] !== undefined) throw new ArgError(`${flag}: ${show(text)} sets ${name} twice`);
+      if (set[key] !== undefined) {
+        const by = parts.find((p) => OPTION_PRESETS[p.toLowerCase()] !== undefined);
+        throw new ArgError(`${flag}: ${show(text)} sets ${name} twice${by ? ` (${by.toLowerCase()} sets ${name} too)` : ''}`);
+      }
     };
     switch (name) {
       case 'plain':
@@ -282,9 +323,10 @@ export function parseOptionSet(text: string): OptionSet {
         break;
       default: {
         const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'softcap', 'temp'];
+        const hint = suggest(part.toLowerCase(), OPTION_PRESET_NAMES) || suggest(name, names);
         throw new ArgError(
-          `${flag}: unknown option ${show(part)}${suggest(name, names)}; expected plain, topk<k>, topp<p>, minp<m>, ` +
-            `logprobs, toplogprobs<n>, mask, softcap<c>, temp<T>, joined by '+'`,
+          `${flag}: unknown option ${show(part)}${hint}; expected plain, topk<k>, topp<p>, minp<m>, ` +
+            `logprobs, toplogprobs<n>, mask, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
         );
       }
     }
@@ -306,6 +348,7 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
     samplers: [...ALL_SAMPLERS],
     baselines: true,
     optionSets: [],
+    logits: 'gaussian',
     logitStd: 4,
     readBandwidth: null,
     matrixRate: null,
@@ -314,6 +357,7 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
   let vocab: number | null = null;
   let hidden: number | null = null;
   let presets: Shape[] | null = null;
+  let logitStdGiven = false;
 
   for (let i = 0; i < argv.length; i++) {
     const token = argv[i];
@@ -405,8 +449,19 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
         if (value.trim() === '') throw new ArgError('--python: expected an interpreter path, got an empty string');
         args.python = value;
         break;
+      case '--logits': {
+        const m = value.trim().toLowerCase();
+        const alias: Record<string, LogitsMode> = { 'model-like': 'model', random: 'gaussian' };
+        const mode = (LOGITS_MODES as readonly string[]).includes(m) ? (m as LogitsMode) : alias[m];
+        if (!mode) {
+          throw new ArgError(`--logits: expected ${LOGITS_MODES.join(' or ')}, got ${show(value)}${suggest(m, LOGITS_MODES)}`);
+        }
+        args.logits = mode;
+        break;
+      }
       case '--logit-std':
         args.logitStd = parseNumber('--logit-std', value, 'a number > 0 and <= 100', (x) => x > 0 && x <= 100);
+        logitStdGiven = true;
         break;
       case '--read-bw':
         args.readBandwidth = 1e12 * parseNumber('--read-bw', value, 'a bandwidth in TB/s > 0', (x) => x > 0 && x < 1e3);
@@ -424,6 +479,11 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
     const shapes = [...(presets ?? [])];
     if (vocab !== null && hidden !== null) shapes.push(customShape(vocab, hidden));
     args.shapes = shapes;
+  }
+  if (logitStdGiven && args.logits !== 'gaussian') {
+    throw new ArgError(
+      `--logit-std: sets the std of --logits gaussian; the ${args.logits} mode has fixed numbers (bench/TUNING.md, "Logits modes")`,
+    );
   }
   if (args.samplers.length === 0 && args.optionSets.length === 0) {
     throw new ArgError('--samplers: nothing to time');

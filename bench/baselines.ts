@@ -4,7 +4,7 @@
 import { spawn } from 'child_process';
 import { existsSync } from 'fs';
 import * as path from 'path';
-import type { BenchDType } from './args';
+import type { BenchDType, LogitsMode } from './args';
 import type { Shape } from './presets';
 
 /** Baseline ids as torch_baselines.py names them, with the column titles the table uses. */
@@ -49,6 +49,9 @@ export interface TorchReport {
   matrix_rate?: Record<string, MatrixRateEntry> | null;
   top_k?: number;
   top_p?: number;
+  logits?: LogitsMode;
+  /** Option-set label -> the pipeline it runs, in words. */
+  options?: Record<string, string>;
   results: {
     shape: string;
     vocab: number;
@@ -56,6 +59,8 @@ export interface TorchReport {
     batch: number;
     copies: number;
     baselines: Record<string, BaselineCell>;
+    /** Per option-set label (--option-sets). */
+    options?: Record<string, BaselineCell>;
   }[];
 }
 
@@ -72,6 +77,11 @@ export interface TorchRequest {
   topK: number;
   topP: number;
   logitStd: number;
+  /** The bench's logits mode; the model mode's topic plan comes from logitsSeed. */
+  logits: LogitsMode;
+  logitsSeed: number;
+  /** torch_baselines.py --option-sets entries (run.ts torchOptionSet). */
+  optionSets: readonly Record<string, string | number | boolean>[];
   deviceIndex: number;
   /** Called with each stderr line of the child (its progress). */
   onLine?: (line: string) => void;
@@ -103,8 +113,11 @@ export function runTorchBaselines(req: TorchRequest): Promise<TorchReport> {
     '--top-k', String(req.topK),
     '--top-p', String(req.topP),
     '--logit-std', String(req.logitStd),
+    '--logits', req.logits,
+    '--logits-seed', String(req.logitsSeed),
     '--device-index', String(req.deviceIndex),
   ];
+  if (req.optionSets.length > 0) argv.push('--option-sets', JSON.stringify(req.optionSets));
   if (req.shapes.length > 0) {
     argv.push('--shapes', JSON.stringify(req.shapes.map((s) => ({ name: s.name, vocab: s.vocab, hidden: s.hidden }))));
   }

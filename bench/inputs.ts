@@ -2,7 +2,8 @@
 // over enough distinct copies of W that the L2 cache cannot hold them.
 
 import { constants as bufferConstants } from 'buffer';
-import { Device, Tensor, encodeBF16, encodeF16 } from '../lib/index';
+import { encodeBF16, encodeF16 } from '../lib/dtype';
+import type { Device, Tensor } from '../lib/index';
 import type { BenchDType } from './args';
 
 /** The L2 size the rotation must defeat (the figure issue 4 uses for the H200). */

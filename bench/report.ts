@@ -1,7 +1,7 @@
 // Turns a BenchReport into the terminal text, the SVG plot and the --json file.
 
 import type { BenchReport, MethodResult, ShapeResult } from './run';
-import { optionMethodId } from './run';
+import { optionMethodId, torchOptionMethodId } from './run';
 import { DASH, clip, fmtRatio, fmtRate, fmtUs, formatTable, Column } from './table';
 import { Panel, Series, renderPlot } from './plot';
 
@@ -40,6 +40,15 @@ export function describeRun(r: BenchReport): string {
     `timing: ${r.config.dtype}, ${r.config.iters} timed calls after ${r.config.warmup} warm-up per point, ` +
       `inputs rotated over copies of W totalling > ${r.config.l2RotationBytes / 1e6} MB; median µs (p10–p90)`,
   );
+  if (r.config.logits === 'model') {
+    const m = r.config.modelLogits;
+    lines.push(
+      `logits: model-like — per row 1–63 hot tokens ${m?.hotMin ?? 12}–${m?.hotMax ?? 20} above a bulk of std ${m?.bulkStd ?? 2}, ` +
+        `every ${m?.flatEvery ?? 20}th row flat (no hot tokens); numbers in bench/TUNING.md, "Logits modes"`,
+    );
+  } else {
+    lines.push(`logits: gaussian, std ${r.config.logitStd} (bench/TUNING.md, "Logits modes")`);
+  }
   if (r.environment.deviceKind === 'cuda') {
     lines.push(`ceilings: read bandwidth ${fmtCeiling(c.readBandwidth.value, 'bw')} ${c.readBandwidth.note}`);
     lines.push(`          matrix rate ${fmtCeiling(c.matrixRate.value, 'rate')} ${c.matrixRate.note}`);
@@ -95,7 +104,13 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
   const baselineIds = !cpu && r.baselines.requested ? r.baselines.ids : [];
   for (const id of baselineIds) cols.push({ title: r.baselines.titles[id] ?? id });
   if (hasFused && baselineIds.includes('multinomial')) cols.push({ title: '×multinom' });
-  for (const set of r.config.optionSets) cols.push({ title: `fused[${set.label}]` });
+  // Per option set: fused µs (cost over plain fused) (rows of that call that needed the extra
+  // pass / B), then its PyTorch pipeline and how much faster fused is than it.
+  const torchOptions = new Set(!cpu && r.baselines.requested && r.baselines.available ? r.baselines.options : []);
+  for (const set of r.config.optionSets) {
+    cols.push({ title: `fused[${set.label}] µs (fb rows)` });
+    if (torchOptions.has(set.label)) cols.push({ title: `torch[${set.label}] µs` }, { title: '×torch' });
+  }
 
   const rows: string[][] = [];
   for (const br of s.batches) {
@@ -129,18 +144,24 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     }
     for (const set of r.config.optionSets) {
       const om = m[optionMethodId(set)];
+      const t = median(om);
       if (!om || om.error) {
         row.push(om?.error ? errCell(om.error) : DASH);
-        continue;
+      } else {
+        let text = fmtUs(t);
+        if (t !== null && fused) {
+          const pct = Math.round(((t - fused) / fused) * 100);
+          text += ` ${pct >= 0 ? '+' : ''}${pct}%`;
+        }
+        text += ` (${om.fallbackRows ?? '?'}/${br.batch})`;
+        row.push(text);
       }
-      const t = median(om);
-      let text = fmtUs(t);
-      if (t !== null && fused) {
-        const pct = Math.round(((t - fused) / fused) * 100);
-        text += ` (${pct >= 0 ? '+' : ''}${pct}%)`;
+      if (torchOptions.has(set.label)) {
+        const tm = m[torchOptionMethodId(set)];
+        row.push(cell(tm));
+        const tt = median(tm);
+        row.push(tt !== null && t ? fmtRatio(tt / t) : DASH);
       }
-      if (om.fallbackRows) text += ` fb${om.fallbackRows}/${br.batch}`;
-      row.push(text);
     }
     rows.push(row);
   }
@@ -148,7 +169,14 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
   const out = [head, formatTable(cols, rows)];
   if (!cpu && r.baselines.requested && !r.baselines.available) out.push(`  torch columns: ${r.baselines.reason ?? 'unavailable'}`);
   if (r.config.optionSets.length > 0) {
-    out.push('  fused[...]: median µs (cost over plain fused); fbN/B: rows that took the materializing fallback in one call');
+    out.push(
+      `  fused[...] µs (fb rows): median µs, cost over plain fused, (N/B): N of the B rows needed the extra pass ` +
+        `(fallbackRows of one untimed call on the first rotation copy's inputs)`,
+    );
+    if (torchOptions.size > 0) {
+      out.push('  torch[...]: PyTorch matmul + the same options (pipelines below); ×torch: torch µs / fused µs');
+      for (const label of r.baselines.options) out.push(`    ${label}: ${r.baselines.optionPipelines[label] ?? '?'}`);
+    }
   }
   notes.forEach((n, i) => out.push(`  [${i + 1}] ${n}`));
   return out.join('\n');
@@ -171,14 +199,17 @@ export function plotSvg(r: BenchReport): string {
       ...r.config.samplers,
       ...r.config.optionSets.map(optionMethodId),
       ...r.baselines.ids.map((id) => `torch:${id}`),
+      ...r.config.optionSets.filter((o) => r.baselines.options.includes(o.label)).map(torchOptionMethodId),
     ];
     for (const id of ids) {
       const points = s.batches
         .map((b) => ({ x: b.batch, y: b.methods[id]?.stats?.medianUs ?? NaN }))
         .filter((p) => Number.isFinite(p.y));
       if (points.length === 0) continue;
-      const label = METHOD_LABELS[id] ?? (id.startsWith('torch:') ? `PyTorch ${r.baselines.titles[id.slice(6)] ?? id.slice(6)}` : id);
-      const style = id.startsWith('torch:') ? 'dashed' : id.startsWith('fused[') ? 'dotted' : 'solid';
+      const label =
+        METHOD_LABELS[id] ??
+        (id.startsWith('torch:') ? `PyTorch ${r.baselines.titles[id.slice(6)] ?? id.slice(6)}` : id.startsWith('torch[') ? `PyTorch ${id.slice(5)}` : id);
+      const style = id.startsWith('torch') ? 'dashed' : id.startsWith('fused[') ? 'dotted' : 'solid';
       series.push({ label, points, style });
     }
     const floor = s.batches.filter((b) => b.floorUs !== null).map((b) => ({ x: b.batch, y: b.floorUs as number }));

@@ -11,9 +11,10 @@ import {
   sampleFused,
   timeSampler,
 } from '../lib/index';
-import type { BenchArgs, BenchDType, OptionSet } from './args';
+import type { BenchArgs, BenchDType, LogitsMode, OptionSet } from './args';
 import { BASELINE_TITLES, CORE_BASELINES, TorchReport, isStats, runTorchBaselines } from './baselines';
-import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, hostMatrix, rotationCopies } from './inputs';
+import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, rotationCopies } from './inputs';
+import { BENCH_H_SEED, BENCH_W_SEED, MODEL_LOGITS, logitsInputs } from './logits';
 import type { Shape } from './presets';
 import type { Progress } from './progress';
 import { Summary, summarize } from './stats';
@@ -39,7 +40,10 @@ export interface Ceiling {
 export interface MethodResult {
   stats?: Summary;
   error?: string;
-  /** Fused option sets: rows finished through the materializing path, from one untimed call. */
+  /**
+   * Fused option sets: the rows of one untimed call that needed the extra pass (`fallbackRows` of
+   * its result), with the same inputs as the timed calls' first rotation copy.
+   */
   fallbackRows?: number;
 }
 
@@ -49,7 +53,10 @@ export interface BatchResult {
   floorUs: number | null;
   floorMemoryUs: number | null;
   floorComputeUs: number | null;
-  /** Keyed by method id: 'fused', 'reference-gumbel', 'reference-inverse-cdf', 'fused[topk50]', 'torch:matmul', ... */
+  /**
+   * Keyed by method id: 'fused', 'reference-gumbel', 'reference-inverse-cdf', 'fused[topk50]' (an
+   * option set), 'torch[topk50]' (its PyTorch pipeline), 'torch:matmul' (a core baseline), ...
+   */
   methods: Record<string, MethodResult>;
 }
 
@@ -83,7 +90,12 @@ export interface BenchReport {
     warmup: number;
     samplers: SamplerKind[];
     optionSets: OptionSet[];
+    /** How H and W were made (bench/logits.ts); the same mode for the PyTorch baselines. */
+    logits: LogitsMode;
+    /** The gaussian mode's logit std (unused by the model mode). */
     logitStd: number;
+    /** The model mode's constants (bench/logits.ts MODEL_LOGITS); null in the gaussian mode. */
+    modelLogits: typeof MODEL_LOGITS | null;
     l2RotationBytes: number;
   };
   ceilings: { readBandwidth: Ceiling; matrixRate: Ceiling };
@@ -94,6 +106,9 @@ export interface BenchReport {
     /** torch_baselines.py ids in column order. */
     ids: string[];
     titles: Record<string, string>;
+    /** Option-set labels timed as PyTorch pipelines (methods 'torch[label]'), with what each runs. */
+    options: string[];
+    optionPipelines: Record<string, string>;
   };
   shapes: ShapeResult[];
 }
@@ -120,6 +135,25 @@ export function message(e: unknown): string {
 
 export function optionMethodId(set: OptionSet): string {
   return `fused[${set.label}]`;
+}
+
+/** The method id of an option set's PyTorch pipeline. */
+export function torchOptionMethodId(set: OptionSet): string {
+  return `torch[${set.label}]`;
+}
+
+/** An option set as torch_baselines.py's --option-sets takes it (snake_case, no undefined keys). */
+export function torchOptionSet(set: OptionSet): Record<string, string | number | boolean> {
+  const o: Record<string, string | number | boolean> = { label: set.label };
+  if (set.temperature !== undefined) o.temperature = set.temperature;
+  if (set.topK !== undefined) o.top_k = set.topK;
+  if (set.topP !== undefined) o.top_p = set.topP;
+  if (set.minP !== undefined) o.min_p = set.minP;
+  if (set.logprobs) o.logprobs = true;
+  if (set.topLogprobs !== undefined) o.top_logprobs = set.topLogprobs;
+  if (set.softcap !== undefined) o.softcap = set.softcap;
+  if (set.mask) o.mask = true;
+  return o;
 }
 
 export function baselineTitle(id: string, torch: TorchReport | null, sets: readonly OptionSet[]): string {
@@ -243,18 +277,20 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
 
   // 1. PyTorch first, while this process holds no big buffers: the matrix-rate ceiling and the
   //    baselines for every shape.
+  // Every option set gets its own PyTorch pipeline (torch[label]); the older single topk / topp
+  // baselines of torch_baselines.py are not asked for: the option columns cover them.
   const ids: string[] = [];
+  const torchOptions: OptionSet[] = [];
   if (args.baselines) {
     ids.push(...CORE_BASELINES);
-    if (args.optionSets.some((s) => s.topK !== undefined)) ids.push('topk');
-    if (args.optionSets.some((s) => s.topP !== undefined)) ids.push('topp');
+    torchOptions.push(...args.optionSets);
   }
   let torch: TorchReport | null = null;
   let torchSkip: string | null = null;
   const needRate = args.matrixRate === null;
   if (device.kind !== 'cuda') {
     torchSkip = 'not run: the device is the CPU (the PyTorch baselines time CUDA)';
-  } else if (ids.length === 0 && !needRate) {
+  } else if (ids.length === 0 && torchOptions.length === 0 && !needRate) {
     torchSkip = 'not run: --no-baselines';
   } else {
     progress.update(`PyTorch: ${ids.length ? 'baselines and ' : ''}matrix-rate ceiling (${args.python})`);
@@ -272,6 +308,9 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
       topK: k,
       topP: p,
       logitStd: args.logitStd,
+      logits: args.logits,
+      logitsSeed: MODEL_LOGITS.seed,
+      optionSets: torchOptions.map(torchOptionSet),
       deviceIndex: device.ordinal,
       onLine: (line) => progress.update(line.replace(/^\[torch_baselines\] /, 'PyTorch: ')),
     });
@@ -297,16 +336,22 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
       warmup,
       samplers: args.samplers,
       optionSets: args.optionSets,
+      logits: args.logits,
       logitStd: args.logitStd,
+      modelLogits: args.logits === 'model' ? MODEL_LOGITS : null,
       l2RotationBytes: 2 * L2_BYTES,
     },
     ceilings: await measureCeilings(plan, torch, torchSkip),
     baselines: {
       requested: args.baselines,
-      available: Boolean(torch?.available) && ids.length > 0,
+      available: Boolean(torch?.available) && ids.length + torchOptions.length > 0,
       reason: !args.baselines ? '--no-baselines' : torchSkip ?? (torch && !torch.available ? torch.reason : null),
       ids,
       titles: Object.fromEntries(ids.map((id) => [id, baselineTitle(id, torch, args.optionSets)])),
+      options: torchOptions.map((s) => s.label),
+      optionPipelines: Object.fromEntries(
+        torchOptions.map((s) => [s.label, torch?.options?.[s.label] ?? '(not run)']),
+      ),
     },
     shapes: [],
   };
@@ -329,14 +374,22 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
         if (isStats(cell)) methods[`torch:${id}`] = { stats: toSummary(cell) };
         else if (cell && 'error' in cell) methods[`torch:${id}`] = { error: cell.error };
       }
+      for (const set of torchOptions) {
+        const row = torch?.results.find((r) => r.shape === shape.name && r.batch === batch);
+        const cell = row?.options?.[set.label];
+        if (isStats(cell)) methods[torchOptionMethodId(set)] = { stats: toSummary(cell) };
+        else if (cell && 'error' in cell) methods[torchOptionMethodId(set)] = { error: cell.error };
+      }
       result.batches.push({ batch, floorUs: f.floorUs, floorMemoryUs: f.memoryUs, floorComputeUs: f.computeUs, methods });
     }
 
     let Ws: Tensor[] = [];
+    let makeH: (batch: number, seed: number) => Float32Array | Uint16Array;
     try {
-      progress.update(`${shape.name}: making ${copies} copies of W (${(wBytes / 1e6).toFixed(1)} MB each)`);
-      const host = hostMatrix(shape.vocab, shape.hidden, dtype, args.logitStd / Math.sqrt(shape.hidden), 7);
-      Ws = deviceCopies(device, host, [shape.vocab, shape.hidden], dtype, copies);
+      progress.update(`${shape.name}: making ${copies} copies of W (${(wBytes / 1e6).toFixed(1)} MB each, ${args.logits} logits)`);
+      const host = logitsInputs(args.logits, shape.vocab, shape.hidden, dtype, args.logitStd, BENCH_W_SEED);
+      makeH = host.h;
+      Ws = deviceCopies(device, host.w, [shape.vocab, shape.hidden], dtype, copies);
     } catch (e) {
       result.error = `W: ${message(e)}`;
       step += batches.length * (args.samplers.length + args.optionSets.length);
@@ -352,7 +405,7 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
           let inputs: { H: Tensor; W: Tensor }[];
           try {
             const hs = Ws.map((_, c) => {
-              const t = device.tensor(hostMatrix(B, shape.hidden, dtype, 1, 1000 + c), [B, shape.hidden], dtype);
+              const t = device.tensor(makeH(B, BENCH_H_SEED + c), [B, shape.hidden], dtype);
               owned.push(t);
               return t;
             });

@@ -7,6 +7,14 @@ Spawned by bench/cli.ts (dist/bench/cli.js); can be run by hand too:
         --shapes '[{"name": "llama3-8b", "vocab": 128256, "hidden": 4096}]' \
         --batches 1,2,4,8,16,32,64,128,256 --dtype bf16 --iters 100 --warmup 10
 
+With `--option-sets '[{"label": "llama3", "temperature": 0.6, "top_p": 0.9}, ...]'` it also times,
+per option set, the materializing pipeline with the same filters (matmul, then softcap, mask,
+temperature, top-k, top-p, min-p, logprobs / top logprobs as given, then torch.multinomial); its
+results are under each row's "options", keyed by label. `--logits model` builds H and W the way the
+bench's model-like mode does (bench/logits.ts: the same topic plan from the same seed, the bulk
+from torch.randn instead of uniform values); `--print-logits-plan` prints that plan for the first
+shape and exits (no torch needed: test/bench-inputs.test.ts compares it with the bench's).
+
 Prints exactly one JSON object on stdout (progress and diagnostics go to stderr). Without PyTorch,
 or with a PyTorch that has no CUDA, the object says {"available": false, "reason": "..."} and the
 exit code is 0: that is an answer, not a failure. Argument errors exit with code 2 (argparse).
@@ -40,6 +48,89 @@ BASELINES = {
     "topp": "matmul + sort + top-p (cumsum) + softmax + multinomial",
 }
 DEFAULT_BASELINES = ["matmul", "multinomial", "gumbel", "exp-race"]
+
+# Keys an --option-sets entry may have (the bench's OptionSet, in snake_case), with their checks.
+OPTION_KEYS = {
+    "temperature": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1e30,
+    "top_k": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
+    "top_p": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1,
+    "min_p": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1,
+    "logprobs": lambda x: isinstance(x, bool),
+    "top_logprobs": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
+    "softcap": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0,
+    "mask": lambda x: isinstance(x, bool),
+}
+
+# The model-like logits mode; the same constants as MODEL_LOGITS in bench/logits.ts.
+MODEL_BULK_STD = 2.0
+MODEL_FLAT_BULK_SCALE = 0.5
+MODEL_FLAT_EVERY = 20
+MODEL_HOT_MIN = 12.0
+MODEL_TOP_MIN = 17.0
+MODEL_HOT_MAX = 20.0
+MODEL_HOT_LOG2 = 6
+MODEL_MAX_TOPICS = 256
+MODEL_SEED = 7
+MODEL_MAX_HOT_PER_TOPIC = 2 ** MODEL_HOT_LOG2 - 1
+
+
+def mulberry32(seed):
+    """bench/inputs.ts's generator, bit for bit: floats in [0, 1)."""
+    state = [seed & 0xFFFFFFFF]
+
+    def imul(a, b):
+        return (a * b) & 0xFFFFFFFF
+
+    def rand():
+        state[0] = (state[0] + 0x6D2B79F5) & 0xFFFFFFFF
+        t = state[0]
+        t = imul(t ^ (t >> 15), t | 1)
+        t ^= (t + imul(t ^ (t >> 7), t | 61)) & 0xFFFFFFFF
+        return ((t ^ (t >> 14)) & 0xFFFFFFFF) / 4294967296.0
+
+    return rand
+
+
+def model_logits_unsupported(vocab, hidden):
+    if hidden < 2:
+        return "--logits model needs a hidden size D >= 2, got %d" % hidden
+    if vocab < 2 * (MODEL_MAX_HOT_PER_TOPIC + 1):
+        return "--logits model needs a vocabulary V >= %d, got %d" % (2 * (MODEL_MAX_HOT_PER_TOPIC + 1), vocab)
+    return None
+
+
+def model_logits_plan(vocab, hidden, seed=MODEL_SEED):
+    """The topic plan of bench/logits.ts modelLogitsPlan: the same tokens and offsets for a seed."""
+    why = model_logits_unsupported(vocab, hidden)
+    if why:
+        raise ValueError(why)
+    topics = max(1, min(MODEL_MAX_TOPICS, hidden // 2, vocab // (2 * (MODEL_MAX_HOT_PER_TOPIC + 1))))
+    rand = mulberry32(seed)
+    used = set()
+    hot = []
+    for _ in range(topics):
+        span = 2 ** int(math.floor(rand() * MODEL_HOT_LOG2))
+        n = span + int(math.floor(rand() * span))
+        top = MODEL_TOP_MIN + (MODEL_HOT_MAX - MODEL_TOP_MIN) * rand()
+        tokens, offsets = [], []
+        for i in range(n):
+            while True:
+                v = int(math.floor(rand() * vocab))
+                if v not in used:
+                    break
+            used.add(v)
+            tokens.append(v)
+            r = rand()
+            offsets.append(top if i == 0 else top - (top - MODEL_HOT_MIN) * r * r)
+        hot.append({"tokens": tokens, "offsets": offsets})
+    return {"vocab": vocab, "hidden": hidden, "topics": topics, "bulkDims": hidden - topics, "hot": hot}
+
+
+def model_row_topic(plan, row):
+    """The topic of row b, or None for a flat row (every MODEL_FLAT_EVERY-th)."""
+    if row % MODEL_FLAT_EVERY == MODEL_FLAT_EVERY - 1:
+        return None
+    return row % plan["topics"]
 
 
 def log(msg):
@@ -139,6 +230,151 @@ def positive_float(text):
     return x
 
 
+def parse_option_sets(text):
+    try:
+        sets = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("expected a JSON list of option sets, got %r (%s)" % (text, exc))
+    if not isinstance(sets, list):
+        raise argparse.ArgumentTypeError("expected a JSON list of option sets, got %r" % (text,))
+    labels = set()
+    for i, o in enumerate(sets):
+        if not isinstance(o, dict) or not isinstance(o.get("label"), str) or not o["label"]:
+            raise argparse.ArgumentTypeError("option set %d: expected an object with a non-empty label, got %r" % (i, o))
+        if o["label"] in labels:
+            raise argparse.ArgumentTypeError("option set %d: label %r is listed twice" % (i, o["label"]))
+        labels.add(o["label"])
+        for key, val in o.items():
+            if key == "label":
+                continue
+            if key not in OPTION_KEYS:
+                raise argparse.ArgumentTypeError("option set %r: unknown key %r; expected some of label, %s"
+                                                 % (o["label"], key, ", ".join(OPTION_KEYS)))
+            if not OPTION_KEYS[key](val):
+                raise argparse.ArgumentTypeError("option set %r: bad value %r for %s" % (o["label"], val, key))
+    return sets
+
+
+def describe_option_set(o):
+    steps = ["matmul"]
+    if o.get("softcap"):
+        steps.append("softcap %g" % o["softcap"])
+    if o.get("mask"):
+        steps.append("masked_fill (half the tokens)")
+    t = o.get("temperature", 1.0)
+    if t == 0:
+        return " + ".join(steps + ["argmax (T 0)"])
+    if t != 1:
+        steps.append("/ T %g" % t)
+    if o.get("top_k") is not None:
+        steps.append("topk %d" % o["top_k"])
+    if o.get("top_p") is not None and o["top_p"] < 1:
+        steps.append(("" if o.get("top_k") is not None else "sort + ") + "top-p %g (softmax, cumsum)" % o["top_p"])
+    if o.get("min_p"):
+        steps.append("min-p %g (softmax, mask p < min_p * pmax, renormalize)" % o["min_p"])
+        if o.get("logprobs") or o.get("top_logprobs"):
+            steps.append("log")
+    elif o.get("logprobs") or o.get("top_logprobs"):
+        steps.append("log_softmax")
+    else:
+        steps.append("softmax")
+    steps.append("multinomial")
+    if o.get("top_logprobs"):
+        steps.append("topk %d logprobs" % o["top_logprobs"])
+    if o.get("logprobs"):
+        steps.append("gather logprob")
+    return " + ".join(steps)
+
+
+def option_pipeline(torch, o, logits_of):
+    """matmul + the option set's filters, in docs/SEMANTICS.md's order, + multinomial: fn(h, w, allowed)."""
+    t = float(o.get("temperature", 1.0))
+    top_k, top_p, min_p = o.get("top_k"), o.get("top_p"), o.get("min_p") or 0.0
+    want_lp, n_top, cap = bool(o.get("logprobs")), o.get("top_logprobs"), o.get("softcap")
+
+    def fn(h, w, allowed):
+        x = logits_of(h, w)
+        if cap:
+            x = torch.tanh(x / cap) * cap
+        if allowed is not None:
+            x = x.masked_fill(~allowed, float("-inf"))
+        if t == 0:
+            return torch.argmax(x, dim=-1, keepdim=True)
+        if t != 1:
+            x = x / t
+        idx = None
+        if top_k is not None and top_k < x.shape[-1]:
+            x, idx = torch.topk(x, top_k, dim=-1)  # sorted, descending
+        if top_p is not None and top_p < 1:
+            if idx is None:
+                x, idx = torch.sort(x, descending=True, dim=-1)
+            probs = torch.softmax(x, dim=-1)
+            x = x.masked_fill((probs.cumsum(dim=-1) - probs) > top_p, float("-inf"))
+        lp = None
+        if min_p > 0:
+            probs = torch.softmax(x, dim=-1)
+            probs = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+            if want_lp or n_top:
+                lp = torch.log(probs)
+        elif want_lp or n_top:
+            lp = torch.log_softmax(x, dim=-1)
+            probs = lp.exp()
+        else:
+            probs = torch.softmax(x, dim=-1)
+        s = torch.multinomial(probs, 1)
+        tokens = s if idx is None else idx.gather(-1, s)
+        if n_top:
+            top_lp, top_idx = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1)
+            fn.last_top = (top_lp, top_idx if idx is None else idx.gather(-1, top_idx))
+        if want_lp:
+            fn.last_logprobs = lp.gather(-1, s)
+        return tokens
+
+    return fn
+
+
+def make_weights(torch, args, V, D, copies, dev, gen, torch_dtype):
+    """Copies of W in the run's logits mode, and the model-like plan (None in the gaussian mode)."""
+    if args.logits == "model":
+        plan = model_logits_plan(V, D, args.logits_seed)
+        K = plan["topics"]
+        tokens = [v for topic in plan["hot"] for v in topic["tokens"]]
+        cols = [c for c, topic in enumerate(plan["hot"]) for _ in topic["tokens"]]
+        offsets = [x for topic in plan["hot"] for x in topic["offsets"]]
+        t_idx = torch.tensor(tokens, device=dev, dtype=torch.long)
+        c_idx = torch.tensor(cols, device=dev, dtype=torch.long)
+        vals = torch.tensor(offsets, device=dev, dtype=torch.float32)
+        out = []
+        for _ in range(copies):
+            w = torch.randn(V, D, device=dev, dtype=torch.float32, generator=gen)
+            w *= MODEL_BULK_STD / math.sqrt(plan["bulkDims"])
+            w[:, :K] = 0
+            w[t_idx] = 0
+            w[t_idx, c_idx] = vals
+            out.append(w.to(torch_dtype))
+            del w
+        return out, plan
+    scale = args.logit_std / math.sqrt(D)
+    return [(torch.randn(V, D, device=dev, dtype=torch.float32, generator=gen) * scale).to(torch_dtype)
+            for _ in range(copies)], None
+
+
+def make_h(torch, B, D, plan, dev, gen, torch_dtype):
+    """H [B, D]: std 1; in the model-like mode, the row's topic coordinate (or a halved bulk on flat rows)."""
+    h = torch.randn(B, D, device=dev, dtype=torch.float32, generator=gen)
+    if plan is not None:
+        K = plan["topics"]
+        h[:, :K] = 0
+        for b in range(B):
+            c = model_row_topic(plan, b)
+            if c is None:
+                h[b, K:] *= MODEL_FLAT_BULK_SCALE
+            else:
+                h[b, c] = 1.0
+    return h.to(torch_dtype)
+
+
 def build_parser():
     p = argparse.ArgumentParser(description="PyTorch baselines and matrix-rate ceiling for flashsample-bench (JSON on stdout).")
     p.add_argument("--shapes", type=parse_shapes, default=None, help='JSON list: [{"name": ..., "vocab": V, "hidden": D}]')
@@ -151,7 +387,16 @@ def build_parser():
     p.add_argument("--top-k", type=positive_int, default=50)
     p.add_argument("--top-p", type=positive_float, default=0.9)
     p.add_argument("--temperature", type=positive_float, default=1.0)
-    p.add_argument("--logit-std", type=positive_float, default=4.0, help="standard deviation of the random logits")
+    p.add_argument("--logit-std", type=positive_float, default=4.0, help="standard deviation of the gaussian mode's logits")
+    p.add_argument("--logits", choices=["gaussian", "model"], default="gaussian",
+                   help="gaussian: every logit of std --logit-std; model: the bench's model-like mode (bench/logits.ts)")
+    p.add_argument("--logits-seed", type=nonneg_int, default=MODEL_SEED, help="seed of the model-like mode's topic plan")
+    p.add_argument("--option-sets", type=parse_option_sets, default=[],
+                   help='JSON list of {"label", "temperature", "top_k", "top_p", "min_p", "logprobs", "top_logprobs", '
+                        '"softcap", "mask"}: one pipeline per set, results under "options"')
+    p.add_argument("--print-logits-plan", action="store_true",
+                   help="print the model-like plan of the first --shapes entry (and the topics of --batches' largest "
+                        "batch) as JSON and exit; needs no torch")
     p.add_argument("--no-matrix-rate", action="store_true", help="skip the 8192^3 matmul ceiling")
     p.add_argument("--matrix-size", type=positive_int, default=8192)
     p.add_argument("--l2-bytes", type=positive_int, default=L2_BYTES_DEFAULT)
@@ -182,6 +427,17 @@ def summarize(samples_us):
 
 def main(argv):
     args = build_parser().parse_args(argv)
+    if args.print_logits_plan:
+        if not args.shapes:
+            build_parser().error("--print-logits-plan needs --shapes")
+        V, D = args.shapes[0]["vocab"], args.shapes[0]["hidden"]
+        why = model_logits_unsupported(V, D)
+        if why:
+            build_parser().error(why)
+        plan = model_logits_plan(V, D, args.logits_seed)
+        plan["rowTopics"] = [model_row_topic(plan, b) for b in range(max(args.batches))]
+        emit(plan)
+        return 0
     report = {
         "available": False,
         "reason": None,
@@ -195,6 +451,9 @@ def main(argv):
         "baselines": {k: BASELINES[k] for k in args.baselines},
         "top_k": args.top_k,
         "top_p": args.top_p,
+        "logits": args.logits,
+        "logits_seed": args.logits_seed if args.logits == "model" else None,
+        "options": {o["label"]: describe_option_set(o) for o in args.option_sets},
         "matrix_rate": None,
         "results": [],
     }
@@ -317,32 +576,42 @@ def main(argv):
         fns = {"matmul": b_matmul, "multinomial": b_multinomial, "gumbel": b_gumbel, "exp-race": b_exp_race,
                "topk": b_topk, "topp": b_topp}
 
+        option_fns = [(o["label"], option_pipeline(torch, o, logits_of), bool(o.get("mask"))) for o in args.option_sets]
+
         for shape in shapes:
             V, D = shape["vocab"], shape["hidden"]
             w_bytes = V * D * DTYPE_BYTES[args.dtype]
             copies = rotation_copies(w_bytes, args.l2_bytes)
             weights = []
+            plan = None
             try:
-                scale = args.logit_std / math.sqrt(D)
-                for _ in range(copies):
-                    weights.append((torch.randn(V, D, device=dev, dtype=torch.float32, generator=gen) * scale).to(torch_dtype))
+                why = model_logits_unsupported(V, D) if args.logits == "model" else None
+                if why:
+                    raise ValueError(why)
+                weights, plan = make_weights(torch, args, V, D, copies, dev, gen, torch_dtype)
             except Exception as exc:
                 err = "allocating %d copies of W (%.2f GB each): %s" % (copies, w_bytes / 1e9, short_error(exc))
                 log(shape["name"] + ": " + err)
                 for B in args.batches:
                     report["results"].append({"shape": shape["name"], "vocab": V, "hidden": D, "batch": B,
-                                              "copies": copies, "baselines": {b: {"error": err} for b in args.baselines}})
+                                              "copies": copies, "baselines": {b: {"error": err} for b in args.baselines},
+                                              "options": {o: {"error": err} for o, _, _ in option_fns}})
                 del weights
                 torch.cuda.empty_cache()
                 continue
             for B in args.batches:
-                row = {"shape": shape["name"], "vocab": V, "hidden": D, "batch": B, "copies": copies, "baselines": {}}
+                row = {"shape": shape["name"], "vocab": V, "hidden": D, "batch": B, "copies": copies, "baselines": {},
+                       "options": {}}
                 try:
-                    hs = [torch.randn(B, D, device=dev, dtype=torch.float32, generator=gen).to(torch_dtype)
-                          for _ in range(copies)]
+                    hs = [make_h(torch, B, D, plan, dev, gen, torch_dtype) for _ in range(copies)]
+                    allowed = None
+                    if any(m for _, _, m in option_fns):
+                        allowed = torch.rand(B, V, device=dev, generator=gen) < 0.5
+                        allowed[:, 0] = True  # no row is empty, as bench/inputs.ts halfMask
                 except Exception as exc:
                     err = "allocating H: " + short_error(exc)
                     row["baselines"] = {b: {"error": err} for b in args.baselines}
+                    row["options"] = {o: {"error": err} for o, _, _ in option_fns}
                     report["results"].append(row)
                     continue
                 for name in args.baselines:
@@ -362,8 +631,25 @@ def main(argv):
                             torch.cuda.empty_cache()
                         except Exception:
                             pass
+                for label, fn, masked in option_fns:
+                    mask = allowed if masked else None
+                    try:
+                        out = fn(hs[0], weights[0], mask)
+                        if out.shape[0] != B:
+                            raise RuntimeError("pipeline returned shape %s for batch %d" % (tuple(out.shape), B))
+                        s = time_calls(lambda i, fn=fn, mask=mask: fn(hs[i], weights[i], mask), copies)
+                        row["options"][label] = s
+                        log("%s B=%d [%s]: %.1f us" % (shape["name"], B, label, s["median_us"]))
+                    except Exception as exc:
+                        row["options"][label] = {"error": short_error(exc)}
+                        log("%s B=%d [%s] failed: %s" % (shape["name"], B, label, short_error(exc)))
+                        try:
+                            torch.cuda.synchronize(dev)
+                            torch.cuda.empty_cache()
+                        except Exception:
+                            pass
                 report["results"].append(row)
-                del hs
+                del hs, allowed
             del weights
             torch.cuda.empty_cache()
 

@@ -1,0 +1,170 @@
+// The bench's command line (bench/args.ts): `--options` items and the model-card presets,
+// `--logits`, and the table of an option run (bench/report.ts): every option column prints its
+// fallback rows at every batch and, with PyTorch, its PyTorch pipeline next to it.
+
+import { ArgError, OPTION_PRESETS, parseArgs, parseOptionSet } from '../bench/args';
+import { shapeTable } from '../bench/report';
+import type { BenchReport, BatchResult } from '../bench/run';
+
+function argError(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(ArgError);
+    return (e as Error).message;
+  }
+  throw new Error('expected an ArgError');
+}
+
+describe('--options', () => {
+  test('the three model-card presets', () => {
+    expect(parseOptionSet('llama3')).toEqual({ label: 'llama3', temperature: 0.6, topP: 0.9 });
+    expect(parseOptionSet('qwen3')).toEqual({ label: 'qwen3', temperature: 0.6, topK: 20, topP: 0.95 });
+    expect(parseOptionSet('gemma3')).toEqual({ label: 'gemma3', temperature: 1, topK: 64, topP: 0.95 });
+    expect(Object.keys(OPTION_PRESETS)).toEqual(['llama3', 'qwen3', 'gemma3']);
+  });
+
+  test('presets in a list with the other items, and joined with options they do not set', () => {
+    const args = parseArgs(['--options', 'plain,llama3,qwen3,gemma3,logprobs,topk50,topp0.9,minp0.05']);
+    expect(args.optionSets.map((s) => s.label)).toEqual(['plain', 'llama3', 'qwen3', 'gemma3', 'logprobs', 'topk50', 'topp0.9', 'minp0.05']);
+    expect(args.optionSets[4]).toEqual({ label: 'logprobs', logprobs: true });
+    expect(args.optionSets[7]).toEqual({ label: 'minp0.05', minP: 0.05 });
+    expect(parseOptionSet('llama3+logprobs')).toEqual({ label: 'llama3+logprobs', temperature: 0.6, topP: 0.9, logprobs: true });
+    expect(parseOptionSet('Gemma3+minp0.05')).toEqual({ label: 'Gemma3+minp0.05', temperature: 1, topK: 64, topP: 0.95, minP: 0.05 });
+    expect(parseOptionSet('llama3+topk50')).toMatchObject({ temperature: 0.6, topK: 50, topP: 0.9 });
+  });
+
+  test('unknown names: an ArgError with a suggestion and the list of names', () => {
+    expect(argError(() => parseOptionSet('llama'))).toBe(
+      `--options: unknown option "llama" (did you mean llama3?); expected plain, topk<k>, topp<p>, minp<m>, logprobs, ` +
+        `toplogprobs<n>, mask, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
+    );
+    expect(argError(() => parseOptionSet('llama3.1'))).toMatch(/unknown option "llama3.1" \(did you mean llama3\?\)/);
+    expect(argError(() => parseOptionSet('qwen2'))).toMatch(/unknown option "qwen2" \(did you mean qwen3\?\)/);
+    expect(argError(() => parseOptionSet('gemma'))).toMatch(/did you mean gemma3\?/);
+    expect(argError(() => parseOptionSet('minq0.05'))).toMatch(/unknown option "minq0.05" \(did you mean minp\?\)/);
+    expect(argError(() => parseArgs(['--options', 'plain,mistral']))).toMatch(/^--options: unknown option "mistral"; expected plain/);
+  });
+
+  test('a preset and an option that set the same thing, or two presets: an ArgError naming both', () => {
+    expect(argError(() => parseOptionSet('llama3+temp0.7'))).toBe('--options: "llama3+temp0.7" sets temp twice (llama3 sets temp too)');
+    expect(argError(() => parseOptionSet('topp0.8+llama3'))).toBe(
+      '--options: "topp0.8+llama3" sets topp twice (llama3 sets topp 0.9)',
+    );
+    expect(argError(() => parseOptionSet('qwen3+topk5'))).toMatch(/sets topk twice \(qwen3 sets topk too\)/);
+    expect(argError(() => parseOptionSet('llama3+qwen3'))).toMatch(/sets temperature twice \(qwen3 sets temperature 0.6\)/);
+    expect(argError(() => parseOptionSet('plain+llama3'))).toMatch(/'plain' stands alone/);
+    expect(argError(() => parseArgs(['--options', 'llama3,llama3']))).toBe('--options: "llama3" is listed twice');
+  });
+
+  test('the existing items parse as before', () => {
+    expect(parseOptionSet('topk50+topp0.9')).toEqual({ label: 'topk50+topp0.9', topK: 50, topP: 0.9 });
+    expect(parseOptionSet('toplogprobs5+mask+softcap30+temp0.7')).toEqual({
+      label: 'toplogprobs5+mask+softcap30+temp0.7',
+      topLogprobs: 5,
+      mask: true,
+      softcap: 30,
+      temperature: 0.7,
+    });
+    expect(argError(() => parseOptionSet('topk'))).toMatch(/"topk" needs a value/);
+    expect(argError(() => parseOptionSet('topp1.5'))).toMatch(/top-p in \(0, 1\]/);
+  });
+});
+
+describe('--logits', () => {
+  test('gaussian by default (std 4), model on request', () => {
+    expect(parseArgs([]).logits).toBe('gaussian');
+    expect(parseArgs([]).logitStd).toBe(4);
+    expect(parseArgs(['--logits', 'model']).logits).toBe('model');
+    expect(parseArgs(['--logits=model-like']).logits).toBe('model');
+    expect(parseArgs(['--logits', 'gaussian', '--logit-std', '2.5'])).toMatchObject({ logits: 'gaussian', logitStd: 2.5 });
+  });
+
+  test('bad values and --logit-std with the model mode are ArgErrors', () => {
+    expect(argError(() => parseArgs(['--logits', 'modle']))).toBe('--logits: expected gaussian or model, got "modle" (did you mean model?)');
+    expect(argError(() => parseArgs(['--logit-std', '3', '--logits', 'model']))).toMatch(
+      /^--logit-std: sets the std of --logits gaussian; the model mode has fixed numbers/,
+    );
+    expect(argError(() => parseArgs(['--logits']))).toBe('--logits: missing value; see --help');
+  });
+});
+
+describe('the table of an option run', () => {
+  const stats = (us: number) => ({ n: 3, medianUs: us, p10Us: us, p90Us: us, minUs: us, maxUs: us, meanUs: us });
+  const batch = (b: number, fb: number): BatchResult => ({
+    batch: b,
+    floorUs: 230,
+    floorMemoryUs: 230,
+    floorComputeUs: 1,
+    methods: {
+      fused: { stats: stats(250) },
+      'fused[plain]': { stats: stats(250), fallbackRows: 0 },
+      'fused[topp0.9]': { stats: stats(500), fallbackRows: fb },
+      'torch[plain]': { stats: stats(400) },
+      'torch[topp0.9]': { stats: stats(1000) },
+      'torch:matmul': { stats: stats(255) },
+    },
+  });
+  const report = (cuda: boolean, torch: boolean): BenchReport => ({
+    tool: 'flashsample-bench',
+    date: '2026-12-01',
+    command: [],
+    environment: {
+      device: cuda ? 'NVIDIA H200' : 'cpu',
+      deviceKind: cuda ? 'cuda' : 'cpu',
+      ordinal: 0,
+      gpu: { error: 'none' },
+      node: 'v20',
+      platform: 'linux x64',
+      torch: null,
+    },
+    config: {
+      batches: [1, 64],
+      dtype: 'bf16',
+      iters: 3,
+      warmup: 1,
+      samplers: ['fused'],
+      optionSets: [{ label: 'plain' }, { label: 'topp0.9', topP: 0.9 }],
+      logits: 'model',
+      logitStd: 4,
+      modelLogits: null,
+      l2RotationBytes: 120e6,
+    },
+    ceilings: { readBandwidth: { value: 4.5e12, measured: true, note: '' }, matrixRate: { value: 7.8e14, measured: true, note: '' } },
+    baselines: {
+      requested: true,
+      available: torch,
+      reason: torch ? null : 'python3 has no torch',
+      ids: ['matmul'],
+      titles: { matmul: 'torch mm' },
+      options: ['plain', 'topp0.9'],
+      optionPipelines: { plain: 'matmul + softmax + multinomial', 'topp0.9': 'matmul + sort + top-p 0.9 + softmax + multinomial' },
+    },
+    shapes: [],
+  });
+  const shape = {
+    shape: { name: 'llama3-8b', vocab: 128256, hidden: 4096, source: 'Meta Llama 3' },
+    dtype: 'bf16' as const,
+    wBytes: 1.05e9,
+    copies: 2,
+    batches: [batch(1, 0), batch(64, 3)],
+  };
+
+  test('fallback rows at every batch of every option column; PyTorch columns with their speedup', () => {
+    const text = shapeTable(report(true, true), shape);
+    expect(text).toMatch(/fused\[plain\] µs \(fb rows\)\s+torch\[plain\] µs\s+×torch\s+fused\[topp0.9\] µs \(fb rows\)\s+torch\[topp0.9\] µs\s+×torch/);
+    const rows = text.split('\n').filter((l) => /^\s+(1|64)\s/.test(l));
+    expect(rows).toHaveLength(2);
+    expect(rows[0]).toMatch(/250\.0 \+0% \(0\/1\)\s+400\.0\s+1\.60×\s+500\.0 \+100% \(0\/1\)\s+1000\.0\s+2\.00×$/);
+    expect(rows[1]).toMatch(/500\.0 \+100% \(3\/64\)\s+1000\.0\s+2\.00×$/);
+    expect(text).toMatch(/topp0.9: matmul \+ sort \+ top-p 0.9/);
+  });
+
+  test('without PyTorch (or on the CPU) the option columns still print their fallback rows', () => {
+    for (const r of [report(true, false), report(false, false)]) {
+      const text = shapeTable(r, shape);
+      expect(text).not.toMatch(/torch\[/);
+      expect(text).toMatch(/500\.0 \+100% \(3\/64\)/);
+    }
+  });
+});
