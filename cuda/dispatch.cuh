@@ -10,7 +10,8 @@
 // | 9.0               |                          | > 64         | kSampleOne   | wgmma_split_kernel, 96- or 128-column chunks, whichever pads fewer | WsSplitTile96 / 128 |
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
-// | 9.0, no tensor map| (V or B >= 2^31, driver) | any          | any          | wgmma_ws_kernel (cp.async twin)       | same N         |
+// | 9.0               |                          | as above     | kSampleFiltered | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
+// | 9.0, no tensor map| (V or B >= 2^31, driver) | any          | any but kSampleFiltered | wgmma_ws_kernel (cp.async twin) | same N |
 // | 8.x, or FLASHSAMPLE_NO_WGMMA | bf16 / f16, 16-B rows | <= 8 / 16 | any      | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
 // | 8.x               |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
 // | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |
@@ -105,6 +106,34 @@ cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
   if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kEpi>(a, stream);
   if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kEpi>(a, stream);
   return launch_mma_sync<Tile128, kF16, kEpi>(a, stream);
+}
+
+// The table's filtered row (filters.cu runs its chunked path where this is not usable).
+inline bool filtered_gemm_usable(const SampleParams& p) { return tensor_core_path_ok(p) && wgmma_usable(); }
+
+template <class SplitCfg, bool kF16>
+cudaError_t launch_split_filtered(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  WsTensorMaps maps{};
+  if (!encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
+  return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16>, a, stream, maps, f);
+}
+
+template <bool kF16>
+cudaError_t launch_filtered_for_batch(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  if (a.batch <= 16) return launch_split_filtered<WsSplitTile16, kF16>(a, f, stream);
+  if (a.batch <= 32) return launch_split_filtered<WsSplitTile32, kF16>(a, f, stream);
+  if (a.batch <= 64) return launch_split_filtered<WsSplitTile64, kF16>(a, f, stream);
+  if (prefer_96_column_chunks(a.batch)) return launch_split_filtered<WsSplitTile96, kF16>(a, f, stream);
+  return launch_split_filtered<WsSplitTile128, kF16>(a, f, stream);
+}
+
+// One sample per row with the filtered epilogue; a.winners zeroed by the caller (launched in
+// order: the caller's zeroing is a memset, not a kernel that releases its dependents).
+inline cudaError_t launch_filtered_gemm(const SampleParams& p, GemmArgs a, const FilterArgs& f, cudaStream_t stream) {
+  if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
+  a.programmatic_launch = false;
+  return p.dtype == DType::kF16 ? launch_filtered_for_batch<true>(a, f, stream)
+                                : launch_filtered_for_batch<false>(a, f, stream);
 }
 
 template <class Cfg, typename T, Epi kEpi>

@@ -800,6 +800,159 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- the one-pass path: decide each row from the filtered epilogue's summaries and candidates ----
+constexpr int kOnePassCap = 32768;  // candidates per row: the first wave's appends (132 CTAs x k for
+                                    // a top-k, up to half a tile for a flat top-p row) and the
+                                    // streaming ones after the histogram bound takes over
+
+// Moves the candidates at or above `level` and above `dropped` (ordered bits) to the front, in
+// chunks of one value per thread (every chunk read before any of it is overwritten); returns how
+// many there are.
+__device__ int64_t compact_prefix(float* val, uint32_t* idx, int64_t n, float level, uint32_t dropped) {
+  __shared__ int s_warp[kThreads / 32];
+  __shared__ int64_t s_base;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) s_base = 0;
+  __syncthreads();
+  for (int64_t start = 0; start < n; start += blockDim.x) {
+    const int64_t i = start + threadIdx.x;
+    float x = 0.0f;
+    uint32_t v = 0;
+    bool keep = false;
+    if (i < n) {
+      x = val[i];
+      v = idx[i];
+      keep = x >= level && detail::ordered_bits(x) > dropped;
+    }
+    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0) s_warp[warp] = __popc(ballot);
+    __syncthreads();  // every read of this chunk is done; s_warp complete
+    int before = 0;
+    for (int w = 0; w < warp; ++w) before += s_warp[w];
+    const int64_t at = s_base + before + __popc(ballot & ((1u << lane) - 1u));
+    if (keep) {
+      val[at] = x;
+      idx[at] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int total = 0;
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += s_warp[w];
+      s_base += total;
+    }
+    __syncthreads();
+  }
+  return s_base;
+}
+
+// One block per row. The row's log-sum-exp from the tile summaries (each thread's tiles in order,
+// then a fixed reduction tree: the same sums whatever the schedule), its winner and the winner's
+// logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
+// the largest threshold used and above the largest dropped value). decide_row decides from them or
+// says the row needs the extra pass.
+__global__ void __launch_bounds__(kThreads)
+    decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
+                           int32_t* fallback) {
+  const int64_t b = blockIdx.x;
+  const RowControl c = load_control(p, b);
+  const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
+  const bool greedy = c.temperature == 0.0f;
+  const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
+
+  float local_max = -INFINITY;
+  long long local_valid = 0, local_inf = 0;
+  for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x) {
+    local_max = fmaxf(local_max, ts[t].max_logit);
+    local_valid += ts[t].valid;
+    local_inf += ts[t].posinf;
+  }
+  const float m = block_reduce(local_max, Max(), -INFINITY);
+  const long long valid = block_reduce(local_valid, Sum(), 0ll);
+  const long long posinf = block_reduce(local_inf, Sum(), 0ll);
+  double local_z = 0.0;
+  if (!greedy && m != -INFINITY)
+    for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x)
+      if (ts[t].max_logit != -INFINITY)
+        local_z += static_cast<double>(ts[t].sum_exp) * exp((static_cast<double>(ts[t].max_logit) - m) * inv_t);
+  const double z = block_reduce(local_z, Sum(), 0.0);
+
+  if (threadIdx.x == 0) fallback[b] = 0;
+  if (valid == 0) {
+    write_no_candidate(p, b);
+    return;
+  }
+  const int32_t token = detail::packed_token(winners[b]);
+  if (posinf > 0) {
+    // +Inf logits share the mass uniformly and no filter applies: the winner (drawn among them by
+    // the noise alone) is the token. topLogprobs lists them: the materialized row does that.
+    if (p.top_logprobs > 0) {
+      if (threadIdx.x == 0) {
+        fallback[b] = 1;
+        atomicAdd(p.fallback_rows, 1);
+      }
+      return;
+    }
+    if (threadIdx.x == 0) {
+      p.tokens[b] = token;
+      if (p.logprobs) p.logprobs[b] = static_cast<float>(-log(static_cast<double>(posinf)));
+      if (p.row_status) p.row_status[b] = kRowOk;
+    }
+    return;
+  }
+  float winner_logit = 0.0f;
+  if (token >= 0) {
+    const detail::TileSummary& t = ts[token / 128];
+    if ((t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token)) winner_logit = t.best_logit;
+  }
+  if (greedy) {  // the winner is the argmax (ties to the smaller index); logprob 0
+    if (threadIdx.x == 0) {
+      p.tokens[b] = token;
+      if (p.logprobs) p.logprobs[b] = 0.0f;
+      if (p.row_status) p.row_status[b] = kRowOk;
+    }
+    for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
+      p.top_tokens[b * p.top_logprobs + i] = i == 0 ? token : -1;
+      p.top_token_logprobs[b * p.top_logprobs + i] = i == 0 ? 0.0f : -INFINITY;
+    }
+    return;
+  }
+
+  // The complete prefix: every value >= level above `dropped` was appended and kept.
+  const uint32_t cap = static_cast<uint32_t>(f.cap);
+  const uint32_t appended = f.cand_count[b];
+  const int64_t n = appended < cap ? appended : cap;
+  float* val = f.cand_val + b * cap;
+  const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
+  float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
+  if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
+  const int64_t kept = compact_prefix(val, f.cand_idx + b * cap, n, level, dropped);
+  // Incomplete prefix: valid tokens below `level` exist. A min-p-only row is still decided when no
+  // token below the level can pass min-p (its weight is below exp((level - m) / T) <= minP).
+  bool incomplete = kept < valid;
+  const float min_p = p.min_p ? p.min_p[b] : 0.0f;
+  const bool minp_alone = (p.top_k == nullptr || p.top_k[b] <= 0 || p.top_k[b] >= valid) &&
+                          (p.top_p == nullptr || p.top_p[b] >= 1.0f) && min_p > 0.0f;
+  if (incomplete && minp_alone && exp((static_cast<double>(level) - m) * inv_t) < static_cast<double>(min_p))
+    incomplete = false;
+  RowStats stats;
+  stats.max_logit = m;
+  stats.overflow = incomplete ? 1 : 0;
+  stats.z = z;
+  stats.valid = valid;
+  stats.posinf = 0;
+  stats.count = static_cast<int32_t>(kept);
+  stats.pad = 0;
+  stats.floor_key = 0ull;
+  const float score = detail::packed_score(winners[b]);
+  const uint32_t key = token < 0 ? kNoToken : static_cast<uint32_t>(token);
+  const RowWinners w{&score, &key, &winner_logit};
+  const Elems e{val, f.cand_idx + b * cap, kept};
+  if (!decide_row(p, e, c, &stats, &w, false) && threadIdx.x == 0) {
+    fallback[b] = 1;
+    atomicAdd(p.fallback_rows, 1);
+  }
+}
+
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 // check_params plus what the filtered outputs need.
@@ -853,10 +1006,98 @@ cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod met
   return err != cudaSuccess ? err : freed;
 }
 
+// The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
+// decision, then the extra pass for the rows it could not decide. cudaErrorNotSupported, with
+// nothing enqueued, where the shape's tensor maps cannot be encoded.
+static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream) {
+  const size_t B = static_cast<size_t>(p.batch);
+  const int64_t num_vtiles = (p.vocab + 127) / 128;
+  const size_t cap = kOnePassCap;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t start = at;
+    at = align256(at + bytes);
+    return start;
+  };
+  // zeroed together: winners, counters, histograms
+  const size_t o_win = take(B * sizeof(unsigned long long));
+  const size_t o_count = take(B * sizeof(uint32_t));
+  const size_t o_top = take(B * sizeof(uint32_t));
+  const size_t o_theta = take(B * sizeof(uint32_t));
+  const size_t o_drop = take(B * sizeof(uint32_t));
+  const size_t o_hist = take(B * detail::kHistBuckets * sizeof(uint32_t));
+  const size_t zeroed = at;
+  const size_t o_tiles = take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
+  const size_t o_val = take(B * cap * sizeof(float));
+  const size_t o_idx = take(B * cap * sizeof(uint32_t));
+  const size_t o_fb = take(B * sizeof(int32_t));
+  uint8_t* ws = nullptr;
+  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream);
+  if (err != cudaSuccess) return err;
+  detail::FilterArgs f;
+  f.tiles = reinterpret_cast<detail::TileSummary*>(ws + o_tiles);
+  f.num_vtiles = num_vtiles;
+  f.cand_val = reinterpret_cast<float*>(ws + o_val);
+  f.cand_idx = reinterpret_cast<uint32_t*>(ws + o_idx);
+  f.cand_count = reinterpret_cast<uint32_t*>(ws + o_count);
+  f.hist = reinterpret_cast<uint32_t*>(ws + o_hist);
+  f.top_bucket = reinterpret_cast<uint32_t*>(ws + o_top);
+  f.theta_used = reinterpret_cast<uint32_t*>(ws + o_theta);
+  f.max_dropped = reinterpret_cast<uint32_t*>(ws + o_drop);
+  f.cap = static_cast<int32_t>(cap);
+  f.top_k = p.top_k;
+  f.top_p = p.top_p;
+  f.min_p = p.min_p;
+  f.allowed = p.allowed;
+  f.allowed_words = (p.vocab + 31) / 32;
+  f.softcap = p.softcap;
+  f.top_logprobs = p.top_logprobs;
+  unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + o_win);
+  int32_t* fallback = reinterpret_cast<int32_t*>(ws + o_fb);
+
+  err = cudaMemsetAsync(ws, 0, zeroed, stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
+  if (err == cudaSuccess) {
+    err = launch_filtered_gemm(p, winners, f, stream);
+    if (err == cudaErrorNotSupported) {  // nothing was launched
+      cudaFreeAsync(ws, stream);
+      return err;
+    }
+  }
+  if (err == cudaSuccess) {
+    decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, 0, stream>>>(p, f, winners, fallback);
+    err = cudaGetLastError();
+  }
+  // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
+  // when none was), on a [B, V] fp32 reservation written for those rows only. Only filters and
+  // topLogprobs can flag a row.
+  const bool may_fall_back = p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr || p.top_logprobs > 0;
+  if (err == cudaSuccess && may_fall_back) {
+    float* row_logits = nullptr;
+    const size_t bytes = B * static_cast<size_t>(p.vocab) * sizeof(float);
+    err = cudaMallocAsync(reinterpret_cast<void**>(&row_logits), bytes, stream);
+    if (err == cudaSuccess) {
+      err = launch_flagged_logits_any(p, fallback, p.fallback_rows, row_logits, stream);
+      if (err == cudaSuccess) {
+        whole_rows_kernel<<<static_cast<unsigned>(B), kThreads, 0, stream>>>(row_logits, p, fallback, false);
+        err = cudaGetLastError();
+      }
+      const cudaError_t freed = cudaFreeAsync(row_logits, stream);
+      if (err == cudaSuccess) err = freed;
+    }
+  }
+  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  return err != cudaSuccess ? err : freed;
+}
+
 cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
   cudaError_t err = check(p);
   if (err != cudaSuccess) return err;
   if (!p.fallback_rows) return cudaErrorInvalidValue;
+  if (filtered_gemm_supported(p)) {
+    err = launch_one_pass_filtered(p, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
   const int64_t chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
   size_t at = 0;

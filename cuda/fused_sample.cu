@@ -42,6 +42,19 @@ __global__ void finalize_kernel(const unsigned long long* __restrict__ winners, 
 
 }  // namespace
 
+bool filtered_gemm_supported(const SampleParams& p) {
+  return p.num_samples == 1 && detail::filtered_gemm_usable(p);
+}
+
+cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
+                                 const detail::FilterArgs& f, cudaStream_t stream) {
+  cudaError_t err = detail::check_params(p);
+  if (err != cudaSuccess) return err;
+  detail::GemmArgs a = detail::gemm_args(p);
+  a.winners = winners;
+  return detail::launch_filtered_gemm(p, a, f, stream);
+}
+
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   // Filters, logprobs and masks: the chunked candidate pass of filters.cu.
   if (has_filters(p)) return launch_fused_filtered(p, stream);

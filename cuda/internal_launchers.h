@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "include/params.h"
+#include "kernels/filter_epilogue.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -14,6 +15,16 @@ namespace cuda {
 // with its store epilogue (reference.cu), so every path sees the same logits bit for bit.
 cudaError_t launch_logits_store(const SampleParams& p, int64_t v_begin, int64_t v_count,
                                 float* logits, cudaStream_t stream);
+
+// Whether launch_filtered_gemm runs for `p`: one sample per row on compute capability 9.0 with
+// tensor-core operands (dispatch.cuh's filtered row).
+bool filtered_gemm_supported(const SampleParams& p);
+
+// The one-pass filtered GEMM: the split kernel with the filtered epilogue (filter_epilogue.cuh),
+// winners into `winners` ([batch], zeroed), summaries and candidates into `f`.
+// cudaErrorNotSupported when the shape's tensor maps cannot be encoded (nothing was launched).
+cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
+                                 const detail::FilterArgs& f, cudaStream_t stream);
 
 // Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
 // HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact

@@ -264,7 +264,8 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 }
 
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
-enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2 };
+// kSampleFiltered: kSampleOne plus the filtered path's summaries and candidates (ws_split.cuh).
+enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2, kSampleFiltered = 3 };
 
 struct GemmArgs {
   const void* hidden;

@@ -46,6 +46,7 @@
 // first winner access (programmatic launch: the winners are zeroed by the previous grid).
 #pragma once
 
+#include "filter_epilogue.cuh"
 #include "ws_pingpong.cuh"
 
 namespace flashsample {
@@ -113,10 +114,24 @@ using WsSplitTile128 = WsSplitTile<128, 4>;
 
 constexpr int kSplitEpilogueBarrier = 1;
 
-template <class Cfg, bool kF16>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    wgmma_split_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
+// The filtered epilogue's per-column state, in static shared memory of the filtered kernels only.
+template <int N>
+struct FilterColumns {
+  FilterRow row[N];
+  float m[N], z[N], theta[N];
+};
+template <int N>
+__device__ __forceinline__ FilterColumns<N>* filter_columns_smem() {
+  __shared__ FilterColumns<N> s;
+  return &s;
+}
+
+// kEpi: kSampleOne (the winners word of each row), or kSampleFiltered (the same winners, plus
+// filter_epilogue.cuh's tile summaries and candidates, through `f`).
+template <class Cfg, bool kF16, Epi kEpi>
+__device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride, kK = Cfg::kColsPerTrip;
   const uint32_t smem_base = smem_u32(smem_raw);
@@ -132,6 +147,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __shared__ unsigned long long row_seed[kNB], row_offset[kNB];
   __shared__ uint8_t row_greedy[kNB];
   __shared__ unsigned long long win_packed_s[kNB];
+  // kFiltered: each column's threshold mode and this CTA's running statistics of its row (the
+  // column's warp alone reads and writes them between parameter reloads)
+  FilterColumns<kNB>* filt = nullptr;
+  if constexpr (kFiltered) filt = filter_columns_smem<kNB>();
+  static_assert(!kFiltered || Cfg::kSmemBytes + static_smem_padded(Cfg::kStaticSmemBytes + sizeof(FilterColumns<kNB>)) <=
+                                  227 * 1024,
+                "sm_90 shared memory per block (filtered epilogue)");
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
@@ -160,7 +182,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (tid == 0) ws_tma_produce<Cfg>(a, &maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
+    if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
     return;
   }
 
@@ -233,6 +255,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (chunk != params_chunk) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
       stage_row_params(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);
+      if constexpr (kFiltered) {
+        for (int n = et; n < kNB; n += 256) {
+          const int64_t b = b0 + n;
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f};
+          filt->m[n] = -INFINITY;
+          filt->z[n] = 0.0f;
+          filt->theta[n] = -INFINITY;
+        }
+      }
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
     }
@@ -258,6 +289,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         l[jj][1] = q.y + bias[1];
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
+        if constexpr (kFiltered) {
+          // the values that can be drawn: softcap, then NaN for masked, NaN, -Inf and past the vocabulary
+          const uint32_t allowed =
+              f.allowed == nullptr ? 0xfu : vq < V && b < B ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u;
+#pragma unroll
+          for (int o = 0; o < 4; ++o) {
+            const float x = softcap_logit(l[jj][o], f.softcap);
+            l[jj][o] = ((allowed >> o) & 1u) == 0u || vq + o >= V || x == -INFINITY ? NAN : x;
+          }
+        }
         rp[jj].inv_temperature = row_inv_t[n];
         rp[jj].greedy = row_greedy[n] != 0;
         rp[jj].seed = row_seed[n];
@@ -278,6 +319,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
           if (c > thr_packed[jj]) atomicMax(&win_packed_s[nn[jj]], c);
         }
+      if constexpr (kFiltered) {
+#pragma unroll
+        for (int jj = 0; jj < kK; ++jj) {
+          const int n = nn[jj];
+          if (b0 + n < B)  // warp-uniform: one column per warp
+            filtered_column(f, b0 + n, vtile, vq, V, l[jj], rp[jj].inv_temperature, bs[jj], bk[jj], filt->row[n],
+                            filt->m[n], filt->z[n], filt->theta[n]);
+        }
+      }
     }
 
     // Flush when the next local item is another chunk, or there is none; otherwise publish.
@@ -305,6 +355,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #else
   __trap();  // sm_90a only
 #endif
+}
+
+template <class Cfg, bool kF16>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_split_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
+  wgmma_split_body<Cfg, kF16, Epi::kSampleOne>(a, &maps, FilterArgs{});
+}
+
+template <class Cfg, bool kF16>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_split_filtered_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps,
+                                const __grid_constant__ FilterArgs f) {
+  wgmma_split_body<Cfg, kF16, Epi::kSampleFiltered>(a, &maps, f);
 }
 
 }  // namespace detail

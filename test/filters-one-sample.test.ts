@@ -1,0 +1,205 @@
+// Filters with one sample per row (issue 16): on compute capability 9.0 the fused path decides these
+// rows in the GEMM's one pass over W (tile summaries and candidates gathered by the split kernel's
+// epilogue, then a per-row decision, then the extra pass for the rows it cannot decide). Each test
+// pools one sample from each of B identical rows with per-row seeds, over several offsets, and
+// checks the pooled counts against the float64 model (chi-square, ALPHA), the logprobs against
+// float64, the rows forced through the extra pass, and the independence of a row's token from its
+// batch slot.
+
+import type { SampleOptions } from '../lib/index';
+import { sampleFused, sampleReference } from '../lib/index';
+import {
+  type FilterSpec,
+  type Planted,
+  addInto,
+  agreement,
+  describeDevices,
+  dominantLogits,
+  flatLogits,
+  goodnessOfFit,
+  keptDistribution,
+  plantLogits,
+  scaled,
+  zipfLogits,
+} from './helpers';
+
+/** Per-row seeds 1000 + b and the filter options of `spec`, broadcast to every row. */
+function rowOptions(B: number, spec: FilterSpec, offset: number): SampleOptions {
+  const o: SampleOptions = {
+    seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b)),
+    offset,
+    temperature: spec.temperature ?? 1,
+  };
+  if (spec.topK !== undefined) o.topK = spec.topK;
+  if (spec.topP !== undefined) o.topP = spec.topP;
+  if (spec.minP !== undefined) o.minP = spec.minP;
+  return o;
+}
+
+/** Counts of one sample per row, pooled over rows and `calls` offsets. */
+async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: SampleOptions = {}) {
+  const counts = new Float64Array(p.V);
+  let fallbackRows = 0;
+  for (let c = 0; c < calls; c++) {
+    const res = await sampleFused(p.H, p.W, { ...rowOptions(p.B, spec, c), ...extra });
+    fallbackRows += res.fallbackRows ?? 0;
+    const one = new Float64Array(p.V);
+    for (const t of res.tokens) one[t] += 1;
+    addInto(counts, one);
+  }
+  return { counts, fallbackRows };
+}
+
+/** A top-p halfway between the prefix masses around p0, so fp32 rounding cannot move the boundary. */
+function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
+  const k = keptDistribution(logits, { ...f, topP: undefined, minP: undefined });
+  let cum = 0;
+  for (const v of k.order) {
+    const before = cum;
+    cum += k.probs[v];
+    if (cum >= p0) return Math.fround((before + cum) / 2);
+  }
+  return 1;
+}
+
+describeDevices((devName, dev) => {
+  // 2048 rows x 32 offsets = 65536 samples a spec: a 1 % bias on a token of probability 0.3 is
+  // ~3.5 sd, and the chi-square pools every cell.
+  const B = 2048;
+  const calls = scaled(32, 32);
+
+  describe('chi-square against float64, one sample per row', () => {
+    const V = 1000;
+    const base = zipfLogits(V, 1.1, 77);
+    const specs: [string, FilterSpec][] = [
+      ['top-k 5', { topK: 5, temperature: 1 }],
+      ['top-k 50, T 0.5', { topK: 50, temperature: 0.5 }],
+      ['top-p', { topP: safeTopP(base, { temperature: 1 }, 0.8), temperature: 1 }],
+      ['min-p 0.05, T 1.5', { minP: 0.05, temperature: 1.5 }],
+      ['Qwen3 default: T 0.6, top-k 20, top-p 0.95', { temperature: 0.6, topK: 20, topP: safeTopP(base, { temperature: 0.6, topK: 20 }, 0.95) }],
+      ['Gemma 3 default: top-k 64, top-p 0.95', { topK: 64, topP: safeTopP(base, { topK: 64 }, 0.95) }],
+      ['top-k 5 + min-p 0.2', { topK: 5, minP: 0.2 }],
+    ];
+    for (const [name, spec] of specs) {
+      test(`${name} (V=${V}, bf16)`, async () => {
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+        try {
+          const { counts } = await pooledCounts(p, spec, calls);
+          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+          expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    test('logprobs only and topLogprobs 5 (V=111, f16): plain draws, logprobs within 1e-4 of float64', async () => {
+      const l = zipfLogits(111, 0.9, 5);
+      const p = plantLogits(dev(), 'f16', Array.from({ length: B }, () => l), { D: 8 });
+      try {
+        const counts = new Float64Array(111);
+        const kept = keptDistribution(p.logits[0], { temperature: 0.8 });
+        for (let c = 0; c < calls; c++) {
+          const res = await sampleFused(p.H, p.W, { ...rowOptions(B, { temperature: 0.8 }, c), logprobs: true, topLogprobs: 5 });
+          for (let i = 0; i < B; i++) {
+            const t = res.tokens[i];
+            counts[t] += 1;
+            expect(Math.abs(res.logprobs![i] - kept.logprob[t])).toBeLessThan(1e-4);
+          }
+          for (let r = 0; r < 5; r++) {
+            expect(res.topTokens![r]).toBe(kept.order[r]);
+            expect(Math.abs(res.topLogprobs![r] - kept.logprob[kept.order[r]])).toBeLessThan(1e-4);
+          }
+        }
+        const gof = goodnessOfFit(counts, kept.probs);
+        expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
+  describe('rows the candidates cannot decide', () => {
+    test('near-flat rows with top-p 0.99 (V=3000, T 4) go through the extra pass and stay exact', async () => {
+      const V = 3000;
+      const flat = flatLogits(V, 9, 8);
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: 256 }, () => flat), { D: 8 });
+      try {
+        const spec = { topP: 0.99, temperature: 4 };
+        const { counts, fallbackRows } = await pooledCounts(p, spec, scaled(64, 64));
+        // the 0.99 nucleus holds ~2900 tokens, more than a top-p row gathers (kTopPRank = 2048)
+        if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
+        const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+        expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+        const res = await sampleFused(p.H, p.W, { ...rowOptions(256, spec, 0), logprobs: true });
+        const kept = keptDistribution(p.logits[0], spec);
+        for (let i = 0; i < 256; i++) expect(Math.abs(res.logprobs![i] - kept.logprob[res.tokens[i]])).toBeLessThan(1e-4);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    test('flat and peaked rows mixed in one batch: each row exact, tokens equal reference(gumbel)', async () => {
+      const V = 3000;
+      const flat = flatLogits(V, 4, 0.05);
+      const peaked = dominantLogits(V, 5, 9);
+      const rows = Array.from({ length: 64 }, (_, b) => (b % 3 === 0 ? flat : peaked));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+      try {
+        const o = { ...rowOptions(64, { topP: 0.95, temperature: 1 }, 3) };
+        const f = await sampleFused(p.H, p.W, o);
+        const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+        expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
+  test('fused == reference(gumbel) under the model-card defaults at V = 128256 (B = 33, random-ish rows)', async () => {
+    const V = 128256;
+    const rows = Array.from({ length: 33 }, (_, b) => (b % 2 ? zipfLogits(V, 1.0, b) : dominantLogits(V, b, 14)));
+    const p = plantLogits(dev(), 'bf16', rows, { D: 40 });
+    try {
+      for (const spec of [
+        { temperature: 0.6, topP: 0.9 },
+        { temperature: 0.6, topK: 20, topP: 0.95 },
+        { topK: 64, topP: 0.95 },
+        { minP: 0.05 },
+      ] as FilterSpec[]) {
+        let same = 0;
+        for (let c = 0; c < 4; c++) {
+          const o = rowOptions(33, spec, c);
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          same += agreement(f.tokens, g.tokens);
+        }
+        expect(same / 4).toBeGreaterThanOrEqual(0.999);
+      }
+    } finally {
+      p.dispose();
+    }
+  });
+
+  test("a row's token does not depend on its batch slot or the batch size (per-row seeds)", async () => {
+    const V = 1000;
+    const shapes = Array.from({ length: 7 }, (_, i) => zipfLogits(V, 1.2, i));
+    const rows = Array.from({ length: 99 }, (_, b) => shapes[b % 7]);
+    const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+    const alone = plantLogits(dev(), 'bf16', [rows[42]], { D: 8 });
+    try {
+      const spec = { topK: 20, topP: 0.9, temperature: 0.7 };
+      const all = await sampleFused(p.H, p.W, { ...rowOptions(99, spec, 5), logprobs: true });
+      const one = await sampleFused(alone.H, alone.W, {
+        ...rowOptions(1, spec, 5),
+        seed: BigUint64Array.of(BigInt(1000 + 42)),
+        logprobs: true,
+      });
+      expect(one.tokens[0]).toBe(all.tokens[42]);
+      expect(Math.abs(one.logprobs![0] - all.logprobs![42])).toBeLessThan(1e-6);
+    } finally {
+      p.dispose();
+      alone.dispose();
+    }
+  });
+});
