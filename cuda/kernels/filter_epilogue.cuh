@@ -225,7 +225,8 @@ __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, 
   if (fr.mode == kThetaNone) return;
 
   // this CTA's running statistics of the row, then the threshold (every lane computes the same
-  // values; lane 0 stores them, and the __syncwarp orders that before the column's next tile)
+  // values; lane 0 stores them between two __syncwarps: after every lane's reads, before the
+  // column's next tile)
   float m = run_m, z = run_z;
   if (tmax != -INFINITY) {
     if (tmax > m) {
@@ -253,6 +254,7 @@ __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, 
     for (int o = 0; o < 4; ++o) n += x[o] == x[o] && x[o] != INFINITY && x[o] >= theta ? 1u : 0u;
     if (fr.mode != kThetaMinP && __reduce_add_sync(kAll, n) > 16u) theta = hist_rank_bound(f, b, fr.k, theta);
   }
+  __syncwarp();  // every lane has read run_m / run_z / run_theta before lane 0 overwrites them
   if (lane == 0) {
     if (theta > theta_before) atomicMax(f.theta_used + b, ordered_bits(theta));
     run_m = m;
