@@ -19,6 +19,7 @@ import {
   goodnessOfFit,
   keptDistribution,
   plantLogits,
+  safeTopP,
   scaled,
   zipfLogits,
 } from './helpers';
@@ -48,18 +49,6 @@ async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: 
     addInto(counts, one);
   }
   return { counts, fallbackRows };
-}
-
-/** A top-p halfway between the prefix masses around p0, so fp32 rounding cannot move the boundary. */
-function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
-  const k = keptDistribution(logits, { ...f, topP: undefined, minP: undefined });
-  let cum = 0;
-  for (const v of k.order) {
-    const before = cum;
-    cum += k.probs[v];
-    if (cum >= p0) return Math.fround((before + cum) / 2);
-  }
-  return 1;
 }
 
 describeDevices((devName, dev) => {

@@ -26,24 +26,13 @@ import {
   maskAllows,
   plantLogits,
   rowCounts,
+  safeTopP,
   scaled,
   zipfLogits,
   typedKind,
 } from './helpers';
 
 
-/** A top-p value halfway between the prefix masses around p0 (so fp32 vs float64 rounding of the
- *  cumulative sum cannot move the boundary). */
-function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
-  const k = keptDistribution(logits, { ...f, topP: undefined, minP: undefined });
-  let cum = 0;
-  for (const v of k.order) {
-    const before = cum;
-    cum += k.probs[v];
-    if (cum >= p0) return Math.fround((before + cum) / 2);
-  }
-  return 1;
-}
 /** A min-p value whose threshold lies halfway (in logit/T) between two distinct logits below the max. */
 function safeMinP(logits: ArrayLike<number>, T: number, rank: number): number {
   const ls = Array.from(new Set(Array.from(logits).filter(Number.isFinite))).sort((a, b) => b - a);

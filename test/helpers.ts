@@ -569,6 +569,19 @@ export function keptDistribution(logits0: ArrayLike<number>, f: FilterSpec = {})
 }
 
 /** Bitmask [B * ceil(V/32)] from per-row predicates. */
+/** A top-p value halfway between the prefix masses around p0 (so fp32 vs float64 rounding of the
+ *  cumulative sum cannot move the boundary). */
+export function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
+  const k = keptDistribution(logits, { ...f, topP: undefined, minP: undefined });
+  let cum = 0;
+  for (const v of k.order) {
+    const before = cum;
+    cum += k.probs[v];
+    if (cum >= p0) return Math.fround((before + cum) / 2);
+  }
+  return 1;
+}
+
 export function makeMask(B: number, V: number, allowed: (b: number, v: number) => boolean): Uint32Array {
   const words = Math.ceil(V / 32);
   const m = new Uint32Array(B * words);
