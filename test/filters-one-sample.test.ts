@@ -108,6 +108,30 @@ describeDevices((devName, dev) => {
     });
   });
 
+  // The llama3-8b vocabulary: 1024 rows x 16 offsets = 16384 samples a spec. CUDA only: the CPU
+  // backend would take minutes for 16 calls of 1024 x 128256 logits.
+  (devName === 'cuda' ? describe : describe.skip)('chi-square at V = 128256 (CUDA)', () => {
+    const V = 128256;
+    const base = zipfLogits(V, 1.1, 91);
+    const specs: [string, FilterSpec][] = [
+      ['top-k 50', { topK: 50, temperature: 1 }],
+      ['Llama 3 default: T 0.6, top-p', { temperature: 0.6, topP: safeTopP(base, { temperature: 0.6 }, 0.9) }],
+      ['min-p 0.02', { minP: 0.02, temperature: 1 }],
+    ];
+    for (const [name, spec] of specs) {
+      test(`${name} (bf16)`, async () => {
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: 1024 }, () => base), { D: 8 });
+        try {
+          const { counts } = await pooledCounts(p, spec, scaled(16, 16));
+          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+          expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+  });
+
   describe('rows the candidates cannot decide', () => {
     test('near-flat rows with top-p 0.99 (V=3000, T 4) go through the extra pass and stay exact', async () => {
       const V = 3000;
