@@ -21,7 +21,8 @@ import * as fs from 'fs';
 export const HEADER_INTS = 7;
 export const HEADER_BYTES = HEADER_INTS * 4;
 
-export interface Config {
+/** The seven header values of a checkpoint (vocab_size's sign as sharedClassifier). */
+export interface Shape {
   dim: number;
   hiddenDim: number;
   nLayers: number;
@@ -31,6 +32,9 @@ export interface Config {
   seqLen: number;
   /** The classifier is the token embedding table (vocab_size was positive in the file). */
   sharedClassifier: boolean;
+}
+
+export interface Config extends Shape {
   headSize: number;
   kvDim: number;
 }

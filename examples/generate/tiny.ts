@@ -14,30 +14,10 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
-import { layout, type Config } from './checkpoint';
+import { mulberry32 } from '../../bench/inputs';
+import { layout, type Config, type Shape } from './checkpoint';
 
-/** mulberry32: a small seeded generator of floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-export interface Shape {
-  dim: number;
-  hiddenDim: number;
-  nLayers: number;
-  nHeads: number;
-  nKvHeads: number;
-  vocabSize: number;
-  seqLen: number;
-  sharedClassifier: boolean;
-}
+export type { Shape };
 
 export const TINY_SHAPES: Record<string, Shape> = {
   tiny: { dim: 64, hiddenDim: 172, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 512, seqLen: 256, sharedClassifier: false },
