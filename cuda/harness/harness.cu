@@ -6,13 +6,8 @@
 // (timings only; the wgmma tiles only; NAME's kernel alone at batch B, for ncu, PROFILE_GREEDY=1 for
 // greedy rows; whether a device answers). Exits on a CUDA error outside the tile launches.
 //
-// Only what production dispatches lives in cuda/kernels; the experiments that chose it are in git
-// history, their results in bench/TUNING.md. Removed with the variants d16debe took out of the
-// kernels (harness and kernel code at 4fd07bc): the v-numbered sections on wgmma_tile_kernel
-// (WgTile*), cooperative ping-pong tiles (kCoop), unrolled and VMAJOR = false epilogues, stage and
-// L2-promotion sweeps, balanced against classic mma.sync ranges; the cycle probe (WsProbe,
-// FLASHSAMPLE_WS_PROBE, kSerialEpilogue, kProbe; v19/v21/v29/v31); HARNESS_QUICK. Older experiments
-// (v14 ... v37) name their own commits in 4fd07bc's harness.cu.
+// Only what production dispatches lives in cuda/kernels; a variant being tried lives here as a config
+// of its own. The variants tried before, and the harness sections that measured them, are at 4fd07bc.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

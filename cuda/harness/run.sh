@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 B=cuda/harness/build
 LOG=$B/ptxas.log
 mkdir -p "$B"
-FLAGS="-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
+FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -I cuda -Xptxas -v -cudart static"
 SRCS="cuda/fused_sample.cu cuda/reference.cu cuda/filters.cu cuda/read_bandwidth.cu cuda/harness/harness.cu"
 build() {
   echo "building harness ($(nvcc --version | tail -1))"
