@@ -845,36 +845,381 @@ __device__ int64_t compact_prefix(float* val, uint32_t* idx, int64_t n, float le
   return s_base;
 }
 
-// One block per row. The row's log-sum-exp from the tile summaries (each thread's tiles in order,
-// then a fixed reduction tree: the same sums whatever the schedule), its winner and the winner's
+// ---- the one-pass decision in shared memory ------------------------------------------------------
+// The complete prefix goes into shared memory as order keys; a histogram of it over value buckets
+// (counts and fixed-point masses, integer atomics: exact and independent of the schedule) finds the
+// bucket where top-k, top-p or topLogprobs cut, and only that bucket's elements are ranked. A row
+// whose prefix or cut bucket does not fit takes the generic path (compact_prefix + decide_row).
+constexpr int kPrefixCap = 16384;  // prefix keys held (128 KB): a top-p row's θ stalls where tiles
+                                   // stop appending > 16 values, ~3x rank 2048 on Gaussian rows
+constexpr int kCutBuckets = 2048;  // value buckets spread over [prefix min, row max]
+constexpr int kCutCap = 1024;      // elements of one cut bucket (or topLogprobs' head) ranked
+constexpr double kMassScale = 0x1p42;  // fixed-point weight unit: weights <= 1 and fewer than 2^21
+                                       // elements keep every sum below 2^63
+
+static_assert(kThreads * 4 == kCutBuckets, "decide_prefix scans 4 buckets a thread");
+
+struct PrefixShared {
+  uint64_t key[kPrefixCap];
+  uint32_t count[kCutBuckets];            // per bucket, then inclusive from the top bucket
+  unsigned long long mass[kCutBuckets];   // the same for the fixed-point masses
+  uint64_t cut_key[kCutCap];              // one bucket's keys, then sorted descending
+  unsigned long long cut_mass[kCutCap];   // their masses in sorted order, then inclusive
+  int n;
+  int cut_n;
+  int bucket;
+  unsigned long long found;
+};
+
+__device__ __forceinline__ float key_value(uint64_t key) {
+  return detail::from_ordered_bits(static_cast<uint32_t>(key >> 32));
+}
+__device__ __forceinline__ uint32_t key_index(uint64_t key) {
+  return 0xffffffffu - static_cast<uint32_t>(key);
+}
+
+// Exclusive prefix of x over the block's threads in thread order, and the total.
+template <typename T>
+__device__ T block_exclusive_scan(T x, T& total) {
+  __shared__ T warp_sum[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  __syncthreads();  // warp_sum may still be read by the previous call
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  T before = 0, all = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    if (w < warp) before += warp_sum[w];
+    all += warp_sum[w];
+  }
+  total = all;
+  return before + incl - x;
+}
+
+struct PrefixRow {
+  int n;          // prefix keys in s.key
+  float m;        // the row's max
+  double z;       // the row's sum of exp((l - m) / T) (tile summaries)
+  long long valid;
+  bool incomplete;  // valid values below the prefix exist
+  float lo;       // the prefix's smallest value
+  int32_t winner_token;
+  float winner_logit;
+};
+
+enum PrefixDecision { kDecided = 0, kNeedsExtraPass = 1, kGenericPath = 2 };
+
+// The value bucket of l: (m - l) scaled so that [lo, m] spans the buckets (monotone in l: equal
+// values share a bucket and a larger value never lands in a later one).
+struct CutBuckets {
+  float m, scale;
+  __device__ int of(float l) const {
+    const float t = (m - l) * scale;
+    return t < static_cast<float>(kCutBuckets - 1) ? static_cast<int>(t) : kCutBuckets - 1;
+  }
+};
+
+// The bucket where the inclusive counts (or masses) first reach `target` (kCutBuckets: never).
+template <typename T>
+__device__ int first_bucket_reaching(const T* incl, double target, int last) {
+  __shared__ int s_at;
+  __syncthreads();  // every thread has read the previous call's s_at
+  if (threadIdx.x == 0) s_at = kCutBuckets;
+  __syncthreads();
+  for (int i = threadIdx.x; i <= last; i += blockDim.x) {
+    const bool here = static_cast<double>(incl[i]) >= target;
+    const bool before = i > 0 && static_cast<double>(incl[i - 1]) >= target;
+    if (here && !before) s_at = i;
+  }
+  __syncthreads();
+  return s_at;
+}
+
+// Gathers the keys of buckets [first, last] that are >= floor_key into s.cut_key, sorted descending
+// (ranks by counting), with their fixed-point masses, inclusive, in s.cut_mass when `masses`.
+// False when they do not fit.
+__device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, int last, uint64_t floor_key,
+                              bool masses, double md, double inv_t) {
+  __syncthreads();  // every thread is done with the previous gather
+  if (threadIdx.x == 0) s.cut_n = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < s.n; i += blockDim.x) {
+    const uint64_t key = s.key[i];
+    const int bk = cb.of(key_value(key));
+    if (bk >= first && bk <= last && key >= floor_key) {
+      const int at = atomicAdd(&s.cut_n, 1);
+      if (at < kCutCap) s.cut_mass[at] = key;  // staged here, ranked into cut_key below
+    }
+  }
+  __syncthreads();
+  const int c = s.cut_n;
+  if (c > kCutCap) return false;
+  for (int i = threadIdx.x; i < c; i += blockDim.x) {
+    const uint64_t key = s.cut_mass[i];
+    int rank = 0;
+    for (int j = 0; j < c; ++j) rank += s.cut_mass[j] > key ? 1 : 0;
+    s.cut_key[rank] = key;
+  }
+  __syncthreads();
+  if (masses) {
+    // inclusive scan of the sorted masses, kCutCap <= 2 per thread
+    const int per = (kCutCap + blockDim.x - 1) / blockDim.x;
+    unsigned long long mine[4];
+    unsigned long long sum = 0;
+    for (int o = 0; o < per; ++o) {
+      const int i = threadIdx.x * per + o;
+      mine[o] = i < c ? __double2ull_rn(exp((static_cast<double>(key_value(s.cut_key[i])) - md) * inv_t) * kMassScale)
+                      : 0ull;
+      sum += mine[o];
+    }
+    unsigned long long total;
+    unsigned long long run = block_exclusive_scan(sum, total);
+    for (int o = 0; o < per; ++o) {
+      const int i = threadIdx.x * per + o;
+      run += mine[o];
+      if (i < c) s.cut_mass[i] = run;
+    }
+    __syncthreads();
+  }
+  return true;
+}
+
+// Decides a filtered row from its complete prefix in s.key (decide_row's rules: top-k by order key,
+// then top-p by mass within top-k, then min-p; topLogprobs of the kept set). Writes nothing unless
+// it returns kDecided.
+__device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl& c, PrefixShared& s,
+                                        const PrefixRow& r) {
+  const int64_t b = c.b;
+  const int n = r.n;
+  const double md = static_cast<double>(r.m);
+  const double inv_t = 1.0 / static_cast<double>(c.temperature);
+  const bool k_on = c.top_k > 0 && c.top_k < r.valid;
+  const bool p_on = c.top_p < 1.0f;
+  const bool minp_on = c.min_p > 0.0f;
+  const bool filtered = k_on || p_on || minp_on;
+  const int n_top = p.top_logprobs;
+  auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
+  auto fixed = [=](float l) { return __double2ull_rn(weight(l) * kMassScale); };
+
+  if (k_on && r.incomplete && c.top_k > n) return kNeedsExtraPass;
+  if (!filtered && n_top > 0 && r.incomplete && n < n_top) return kNeedsExtraPass;
+  if (r.incomplete && minp_on && !k_on && !p_on && weight(r.lo) >= static_cast<double>(c.min_p))
+    return kNeedsExtraPass;
+
+  // histogram of the prefix over its value range
+  float scale = r.m > r.lo ? static_cast<float>(kCutBuckets - 1) / (r.m - r.lo) : 0.0f;
+  if (!(scale < INFINITY)) scale = 0.0f;
+  const CutBuckets cb{r.m, scale};
+  for (int i = threadIdx.x; i < kCutBuckets; i += blockDim.x) {
+    s.count[i] = 0u;
+    s.mass[i] = 0ull;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float l = key_value(s.key[i]);
+    const int bk = cb.of(l);
+    atomicAdd(&s.count[bk], 1u);
+    if (p_on) atomicAdd(&s.mass[bk], fixed(l));
+  }
+  __syncthreads();
+  {  // inclusive prefixes from the top bucket: 4 consecutive buckets a thread (blockDim.x = 512)
+    uint32_t cnt[4];
+    unsigned long long ms[4];
+    uint32_t cs = 0;
+    unsigned long long mss = 0;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      cnt[o] = s.count[4 * threadIdx.x + o];
+      ms[o] = s.mass[4 * threadIdx.x + o];
+      cs += cnt[o];
+      mss += ms[o];
+    }
+    uint32_t ctot;
+    unsigned long long mtot;
+    uint32_t crun = block_exclusive_scan(cs, ctot);
+    unsigned long long mrun = block_exclusive_scan(mss, mtot);
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      crun += cnt[o];
+      mrun += ms[o];
+      s.count[4 * threadIdx.x + o] = crun;
+      s.mass[4 * threadIdx.x + o] = mrun;
+    }
+    __syncthreads();
+  }
+
+  // top-k: the k-th largest key, from the bucket where the counts reach k
+  uint64_t k_thr = 0;
+  int k_bucket = kCutBuckets;
+  unsigned long long k_mass = 0ull;  // the fixed-point mass of the top-k (p_on)
+  if (k_on) {
+    k_bucket = first_bucket_reaching(s.count, static_cast<double>(c.top_k), kCutBuckets - 1);
+    const uint32_t before = k_bucket > 0 ? s.count[k_bucket - 1] : 0u;
+    if (!gather_sorted(s, cb, k_bucket, k_bucket, 0ull, p_on, md, inv_t)) return kGenericPath;
+    const int at = c.top_k - static_cast<int>(before) - 1;
+    k_thr = s.cut_key[at];
+    if (p_on) k_mass = (k_bucket > 0 ? s.mass[k_bucket - 1] : 0ull) + s.cut_mass[at];
+  }
+
+  // top-p: the largest key whose prefix (within top-k) reaches top_p of the top-k mass
+  uint64_t p_thr = 0;
+  if (p_on) {
+    const double z_top_k = k_on ? static_cast<double>(k_mass) / kMassScale : r.z;
+    const double target = static_cast<double>(c.top_p) * z_top_k * kMassScale;
+    const unsigned long long avail = k_on ? k_mass : s.mass[kCutBuckets - 1];
+    if (static_cast<double>(avail) >= target) {
+      int bp;
+      unsigned long long before;
+      if (k_on && target > static_cast<double>(k_bucket > 0 ? s.mass[k_bucket - 1] : 0ull)) {
+        bp = k_bucket;  // the cut lies in the top-k bucket: its sorted elements are gathered
+        before = k_bucket > 0 ? s.mass[k_bucket - 1] : 0ull;
+      } else {
+        bp = first_bucket_reaching(s.mass, target, k_on ? k_bucket - 1 : kCutBuckets - 1);
+        before = bp > 0 ? s.mass[bp - 1] : 0ull;
+        if (!gather_sorted(s, cb, bp, bp, 0ull, true, md, inv_t)) return kGenericPath;
+      }
+      if (threadIdx.x == 0) s.found = 0ull;
+      __syncthreads();
+      const int cn = s.cut_n;
+      for (int i = threadIdx.x; i < cn; i += blockDim.x) {
+        const bool reaches = static_cast<double>(before + s.cut_mass[i]) >= target;
+        const bool earlier = i > 0 && static_cast<double>(before + s.cut_mass[i - 1]) >= target;
+        if (reaches && !earlier && s.cut_key[i] >= k_thr) s.found = s.cut_key[i];
+      }
+      __syncthreads();
+      p_thr = s.found;
+    } else if (r.incomplete && !k_on) {
+      return kNeedsExtraPass;  // the nucleus reaches past the prefix
+    }  // else: rounding with p ~ 1: keep all of top-k
+  }
+  const uint64_t thr = k_thr > p_thr ? k_thr : p_thr;
+  const double min_w = minp_on ? static_cast<double>(c.min_p) : 0.0;
+
+  // the kept set (a prefix of the order), its mass and the Gumbel draw among it
+  Pick best{-INFINITY, kNoToken, 0.0f};
+  double zk = 0.0;
+  long long kc = 0;
+  const float inv_tf = 1.0f / c.temperature;
+  if (filtered) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint64_t key = s.key[i];
+      if (key < thr) continue;
+      const float l = key_value(key);
+      const double w = weight(l);
+      if (min_w != 0.0 && w < min_w) continue;
+      zk += w;
+      ++kc;
+      const uint32_t v = key_index(key);
+      const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
+      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+    }
+    best = block_best(best);
+  }
+  const double z_kept = filtered ? block_reduce(zk, Sum(), 0.0) : r.z;
+  const long long kept_count = filtered ? block_reduce(kc, Sum(), 0ll) : r.valid;
+  const double log_z = log(z_kept);
+
+  // topLogprobs: the head of the kept set is the head of the prefix
+  const int take = static_cast<int>(kept_count < n_top ? kept_count : n_top);
+  if (take > 0) {
+    const int bt = first_bucket_reaching(s.count, static_cast<double>(take), kCutBuckets - 1);
+    if (bt == kCutBuckets || !gather_sorted(s, cb, 0, bt, 0ull, false, md, inv_t)) return kGenericPath;
+  }
+
+  if (threadIdx.x == 0) {
+    const uint32_t key = filtered ? best.key : (r.winner_token < 0 ? kNoToken : static_cast<uint32_t>(r.winner_token));
+    const float logit = filtered ? best.logit : r.winner_logit;
+    p.tokens[b] = key == kNoToken ? -1 : static_cast<int32_t>(key & 0x7fffffffu);
+    if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
+    if (p.row_status) p.row_status[b] = kRowOk;
+  }
+  for (int i = threadIdx.x; i < n_top; i += blockDim.x) {
+    const bool in = i < take;
+    const uint64_t key = in ? s.cut_key[i] : 0ull;
+    p.top_tokens[b * n_top + i] = in ? static_cast<int32_t>(key_index(key)) : -1;
+    p.top_token_logprobs[b * n_top + i] =
+        in ? static_cast<float>((static_cast<double>(key_value(key)) - md) * inv_t - log_z) : -INFINITY;
+  }
+  return kDecided;
+}
+
+// The row's statistics from its tile summaries: the max and counts first, then the sum of each
+// tile's sum rescaled to the row's max (each thread's tiles in order, then a fixed reduction tree:
+// the same sums whatever the schedule).
+struct RowSummary {
+  float m;
+  double z;
+  long long valid, posinf;
+};
+
+__device__ RowSummary block_summary(const detail::TileSummary* ts, int64_t num_vtiles, double inv_t) {
+  __shared__ float s_max[32];
+  __shared__ long long s_valid[32], s_inf[32];
+  float mx = -INFINITY;
+  long long valid = 0, inf = 0;
+  for (int64_t t = threadIdx.x; t < num_vtiles; t += blockDim.x) {
+    mx = fmaxf(mx, ts[t].max_logit);
+    valid += ts[t].valid;
+    inf += ts[t].posinf;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    valid += __shfl_xor_sync(0xffffffffu, valid, o);
+    inf += __shfl_xor_sync(0xffffffffu, inf, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    s_max[threadIdx.x >> 5] = mx;
+    s_valid[threadIdx.x >> 5] = valid;
+    s_inf[threadIdx.x >> 5] = inf;
+  }
+  __syncthreads();
+  RowSummary r{-INFINITY, 0.0, 0, 0};
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    r.m = fmaxf(r.m, s_max[w]);
+    r.valid += s_valid[w];
+    r.posinf += s_inf[w];
+  }
+  double z = 0.0;
+  if (inv_t != 0.0 && r.m != -INFINITY)
+    for (int64_t t = threadIdx.x; t < num_vtiles; t += blockDim.x)
+      if (ts[t].max_logit != -INFINITY)
+        z += static_cast<double>(ts[t].sum_exp) * exp((static_cast<double>(ts[t].max_logit) - r.m) * inv_t);
+  r.z = block_reduce(z, Sum(), 0.0);
+  return r;
+}
+
+// One block per row: the row's statistics from the tile summaries, its winner and the winner's
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
-// the largest threshold used and above the largest dropped value). decide_row decides from them or
-// says the row needs the extra pass.
+// the largest threshold used and above the largest dropped value), decided in shared memory
+// (decide_prefix) or, when that does not fit, by decide_row over the compacted candidates.
 __global__ void __launch_bounds__(kThreads)
     decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
                            int32_t* fallback) {
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  PrefixShared& s = *reinterpret_cast<PrefixShared*>(dyn_smem);
   const int64_t b = blockIdx.x;
   const RowControl c = load_control(p, b);
   const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
   const bool greedy = c.temperature == 0.0f;
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
+  auto flag = [&]() {
+    if (threadIdx.x == 0) {
+      fallback[b] = 1;
+      atomicAdd(p.fallback_rows, 1);
+    }
+  };
 
-  float local_max = -INFINITY;
-  long long local_valid = 0, local_inf = 0;
-  for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x) {
-    local_max = fmaxf(local_max, ts[t].max_logit);
-    local_valid += ts[t].valid;
-    local_inf += ts[t].posinf;
-  }
-  const float m = block_reduce(local_max, Max(), -INFINITY);
-  const long long valid = block_reduce(local_valid, Sum(), 0ll);
-  const long long posinf = block_reduce(local_inf, Sum(), 0ll);
-  double local_z = 0.0;
-  if (!greedy && m != -INFINITY)
-    for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x)
-      if (ts[t].max_logit != -INFINITY)
-        local_z += static_cast<double>(ts[t].sum_exp) * exp((static_cast<double>(ts[t].max_logit) - m) * inv_t);
-  const double z = block_reduce(local_z, Sum(), 0.0);
+  const RowSummary sum = block_summary(ts, f.num_vtiles, inv_t);
+  const float m = sum.m;
+  const long long valid = sum.valid, posinf = sum.posinf;
+  const double z = greedy ? 0.0 : sum.z;
 
   if (threadIdx.x == 0) fallback[b] = 0;
   if (valid == 0) {
@@ -886,10 +1231,7 @@ __global__ void __launch_bounds__(kThreads)
     // +Inf logits share the mass uniformly and no filter applies: the winner (drawn among them by
     // the noise alone) is the token. topLogprobs lists them: the materialized row does that.
     if (p.top_logprobs > 0) {
-      if (threadIdx.x == 0) {
-        fallback[b] = 1;
-        atomicAdd(p.fallback_rows, 1);
-      }
+      flag();
       return;
     }
     if (threadIdx.x == 0) {
@@ -916,41 +1258,105 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
+  const bool filtered = c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f;
+  if (!filtered && p.top_logprobs == 0) {  // logprobs alone: the winner over the whole row
+    if (threadIdx.x == 0) {
+      p.tokens[b] = token;
+      if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(winner_logit) - m) * inv_t - log(z));
+      if (p.row_status) p.row_status[b] = kRowOk;
+    }
+    return;
+  }
 
   // The complete prefix: every value >= level above `dropped` was appended and kept.
   const uint32_t cap = static_cast<uint32_t>(f.cap);
   const uint32_t appended = f.cand_count[b];
   const int64_t n = appended < cap ? appended : cap;
   float* val = f.cand_val + b * cap;
+  uint32_t* idx = f.cand_idx + b * cap;
   const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
   float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
   if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
-  const int64_t kept = compact_prefix(val, f.cand_idx + b * cap, n, level, dropped);
+
+  if (threadIdx.x == 0) s.n = 0;
+  __syncthreads();
+  float local_lo = INFINITY;
+  const int lane = threadIdx.x & 31;
+  // four values a thread a round, the next round's loads issued before this round's appends
+  auto load4 = [&](int64_t i0, float (&x)[4]) {
+    if (i0 + 3 < n) {
+      const float4 q = *reinterpret_cast<const float4*>(val + i0);  // rows start 16-byte aligned
+      x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+    } else {
+#pragma unroll
+      for (int o = 0; o < 4; ++o) x[o] = i0 + o < n ? val[i0 + o] : -INFINITY;
+    }
+  };
+  const int64_t step = 4 * static_cast<int64_t>(blockDim.x);
+  float next[4];
+  load4(4 * threadIdx.x, next);
+  for (int64_t base = 0; base < n; base += step) {
+    const int64_t i0 = base + 4 * threadIdx.x;
+    float x[4];
+#pragma unroll
+    for (int o = 0; o < 4; ++o) x[o] = next[o];
+    if (base + step < n) load4(i0 + step, next);
+    uint32_t keep = 0u;
+#pragma unroll
+    for (int o = 0; o < 4; ++o)
+      if (i0 + o < n && x[o] >= level && detail::ordered_bits(x[o]) > dropped) keep |= 1u << o;
+    const uint32_t mine = __popc(keep);
+    uint32_t incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int at = 0;
+    if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
+    at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
+#pragma unroll
+    for (int o = 0; o < 4; ++o)
+      if ((keep >> o) & 1u) {
+        if (at < kPrefixCap) s.key[at] = order_key(x[o], idx[i0 + o]);
+        local_lo = fminf(local_lo, x[o]);
+        ++at;
+      }
+  }
+  const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
+  const int kept = s.n;
+
   // Incomplete prefix: valid tokens below `level` exist. A min-p-only row is still decided when no
   // token below the level can pass min-p (its weight is below exp((level - m) / T) <= minP).
   bool incomplete = kept < valid;
-  const float min_p = p.min_p ? p.min_p[b] : 0.0f;
-  const bool minp_alone = (p.top_k == nullptr || p.top_k[b] <= 0 || p.top_k[b] >= valid) &&
-                          (p.top_p == nullptr || p.top_p[b] >= 1.0f) && min_p > 0.0f;
-  if (incomplete && minp_alone && exp((static_cast<double>(level) - m) * inv_t) < static_cast<double>(min_p))
+  const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
+  if (incomplete && minp_alone && exp((static_cast<double>(level) - m) * inv_t) < static_cast<double>(c.min_p))
     incomplete = false;
+
+  if (kept <= kPrefixCap) {
+    const PrefixRow r{kept, m, z, valid, incomplete, lo, token, winner_logit};
+    const PrefixDecision d = decide_prefix(p, c, s, r);
+    if (d == kNeedsExtraPass) flag();
+    if (d != kGenericPath) return;
+    __syncthreads();
+  }
+
+  // generic path: the prefix compacted in global memory, decided by decide_row
+  const int64_t count = compact_prefix(val, idx, n, level, dropped);
   RowStats stats;
   stats.max_logit = m;
   stats.overflow = incomplete ? 1 : 0;
   stats.z = z;
   stats.valid = valid;
   stats.posinf = 0;
-  stats.count = static_cast<int32_t>(kept);
+  stats.count = static_cast<int32_t>(count);
   stats.pad = 0;
   stats.floor_key = 0ull;
   const float score = detail::packed_score(winners[b]);
   const uint32_t key = token < 0 ? kNoToken : static_cast<uint32_t>(token);
   const RowWinners w{&score, &key, &winner_logit};
-  const Elems e{val, f.cand_idx + b * cap, kept};
-  if (!decide_row(p, e, c, &stats, &w, false) && threadIdx.x == 0) {
-    fallback[b] = 1;
-    atomicAdd(p.fallback_rows, 1);
-  }
+  const Elems e{val, idx, count};
+  if (!decide_row(p, e, c, &stats, &w, false)) flag();
 }
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -1065,8 +1471,13 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     }
   }
   if (err == cudaSuccess) {
-    decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, 0, stream>>>(p, f, winners, fallback);
-    err = cudaGetLastError();
+    constexpr size_t kSmem = sizeof(PrefixShared);
+    err = cudaFuncSetAttribute(decide_one_pass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kSmem));
+    if (err == cudaSuccess) {
+      decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(p, f, winners, fallback);
+      err = cudaGetLastError();
+    }
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
   // when none was), on a [B, V] fp32 reservation written for those rows only. Only filters and

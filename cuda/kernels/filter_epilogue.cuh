@@ -167,8 +167,8 @@ __device__ __forceinline__ float hist_rank_bound(const FilterArgs& f, int64_t b,
 // (run_theta), and appends the values at or above the threshold to the row's candidates.
 __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, int64_t vtile, int64_t vq, int64_t V,
                                                 const float (&x)[4], float inv_t, float bs, uint32_t bk,
-                                                const FilterRow& fr, float& run_m, float& run_z,
-                                                float& run_theta) {
+                                                const FilterRow& fr, float shared_theta, float& run_m,
+                                                float& run_z, float& run_theta) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   const bool greedy = inv_t == 0.0f;
@@ -236,8 +236,9 @@ __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, 
       z += sum * expf((tmax - m) * inv_t);
     }
   }
-  const float theta_before = run_theta;
-  float theta = theta_before;
+  // the grid's largest θ so far (prefetched at the item's start) lifts this CTA's own
+  float theta = fmaxf(run_theta, shared_theta);
+  const float theta_before = theta;
   if (tmax >= theta) {  // only a tile that can append refreshes the bound (global loads)
     if (m != -INFINITY && fr.mode != kThetaTopK) {
       // top-p: every value below m + T ln((1 - p) Z_seen / V) has less than (1 - p) Z / V of the
@@ -246,13 +247,17 @@ __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, 
                                                 : m + fr.param / inv_t;
       theta = fmaxf(theta, bound);
     }
-    if (fr.mode == kThetaTopK && fr.k <= 128 && nvalid >= static_cast<uint32_t>(fr.k))
-      theta = fmaxf(theta, warp_kth_largest(x, fr.k));
-    // the histogram bound costs dependent global loads: only for a tile that would append many
+    // the tile's own k-th largest only before any bound exists: later it is far below θ
+    if (theta == -INFINITY && fr.mode == kThetaTopK && fr.k <= 128 && nvalid >= static_cast<uint32_t>(fr.k))
+      theta = warp_kth_largest(x, fr.k);
+    // the histogram bound (dependent global loads, one per 32 buckets scanned): for a top-k, any
+    // tile that would append, so θ keeps rising with the grid's appends after the first wave; for
+    // top-p (rank 2048: a longer scan) only a tile that would append many
     uint32_t n = 0;
 #pragma unroll
     for (int o = 0; o < 4; ++o) n += x[o] == x[o] && x[o] != INFINITY && x[o] >= theta ? 1u : 0u;
-    if (fr.mode != kThetaMinP && __reduce_add_sync(kAll, n) > 16u) theta = hist_rank_bound(f, b, fr.k, theta);
+    const uint32_t refresh_above = fr.mode == kThetaTopK ? 0u : 16u;
+    if (fr.mode != kThetaMinP && __reduce_add_sync(kAll, n) > refresh_above) theta = hist_rank_bound(f, b, fr.k, theta);
   }
   __syncwarp();  // every lane has read run_m / run_z / run_theta before lane 0 overwrites them
   if (lane == 0) {

@@ -250,6 +250,12 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     // The grid's best candidate of column et so far: a valid threshold wherever it was found.
     unsigned long long grid_best = 0ull;
     if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
+    // the grid's largest θ of each of this warp's columns (lane i: column ew + 8 i)
+    uint32_t theta_pref = 0u;
+    if constexpr (kFiltered) {
+      const int64_t b = b0 + ew + 8 * lane;
+      if (lane < kNB / 8 && b < B) theta_pref = *reinterpret_cast<volatile const uint32_t*>(f.theta_used + b);
+    }
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
     if (chunk != params_chunk) {  // uniform over the epilogue threads
@@ -323,9 +329,10 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 #pragma unroll
         for (int jj = 0; jj < kK; ++jj) {
           const int n = nn[jj];
+          const uint32_t g = __shfl_sync(0xffffffffu, theta_pref, kK * trip + jj);
           if (b0 + n < B)  // warp-uniform: one column per warp
             filtered_column(f, b0 + n, vtile, vq, V, l[jj], rp[jj].inv_temperature, bs[jj], bk[jj], filt->row[n],
-                            filt->m[n], filt->z[n], filt->theta[n]);
+                            g == 0u ? -INFINITY : from_ordered_bits(g), filt->m[n], filt->z[n], filt->theta[n]);
         }
       }
     }
