@@ -1283,24 +1283,34 @@ __global__ void __launch_bounds__(kThreads)
   float local_lo = INFINITY;
   const int lane = threadIdx.x & 31;
   // four values a thread a round, the next round's loads issued before this round's appends
-  auto load4 = [&](int64_t i0, float (&x)[4]) {
-    if (i0 + 3 < n) {
-      const float4 q = *reinterpret_cast<const float4*>(val + i0);  // rows start 16-byte aligned
+  auto load4 = [&](int64_t i0, float (&x)[4], uint32_t (&v)[4]) {
+    if (i0 + 3 < n) {  // rows start 16-byte aligned
+      const float4 q = *reinterpret_cast<const float4*>(val + i0);
+      const uint4 w = *reinterpret_cast<const uint4*>(idx + i0);
       x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+      v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
     } else {
 #pragma unroll
-      for (int o = 0; o < 4; ++o) x[o] = i0 + o < n ? val[i0 + o] : -INFINITY;
+      for (int o = 0; o < 4; ++o) {
+        x[o] = i0 + o < n ? val[i0 + o] : -INFINITY;
+        v[o] = i0 + o < n ? idx[i0 + o] : 0u;
+      }
     }
   };
   const int64_t step = 4 * static_cast<int64_t>(blockDim.x);
   float next[4];
-  load4(4 * threadIdx.x, next);
+  uint32_t next_v[4];
+  load4(4 * threadIdx.x, next, next_v);
   for (int64_t base = 0; base < n; base += step) {
     const int64_t i0 = base + 4 * threadIdx.x;
     float x[4];
+    uint32_t xv[4];
 #pragma unroll
-    for (int o = 0; o < 4; ++o) x[o] = next[o];
-    if (base + step < n) load4(i0 + step, next);
+    for (int o = 0; o < 4; ++o) {
+      x[o] = next[o];
+      xv[o] = next_v[o];
+    }
+    if (base + step < n) load4(i0 + step, next, next_v);
     uint32_t keep = 0u;
 #pragma unroll
     for (int o = 0; o < 4; ++o)
@@ -1318,7 +1328,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int o = 0; o < 4; ++o)
       if ((keep >> o) & 1u) {
-        if (at < kPrefixCap) s.key[at] = order_key(x[o], idx[i0 + o]);
+        if (at < kPrefixCap) s.key[at] = order_key(x[o], xv[o]);
         local_lo = fminf(local_lo, x[o]);
         ++at;
       }

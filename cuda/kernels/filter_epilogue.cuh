@@ -86,6 +86,9 @@ struct FilterRow {
 // A top-p row keeps gathering the largest values up to this rank: its nucleus is decided from the
 // candidates when it lies within them, like a top-k of this size (the extra pass otherwise).
 constexpr int32_t kTopPRank = 2048;
+// A top-p row's first tile in a CTA appends its 32 largest values (a heuristic like every θ: a
+// nucleus with more than 32 tokens in one tile of 128 sends the row to the extra pass, still exact).
+constexpr int kTopPFirstRank = 32;
 
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
@@ -247,9 +250,12 @@ __device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, 
                                                 : m + fr.param / inv_t;
       theta = fmaxf(theta, bound);
     }
-    // the tile's own k-th largest only before any bound exists: later it is far below θ
-    if (theta == -INFINITY && fr.mode == kThetaTopK && fr.k <= 128 && nvalid >= static_cast<uint32_t>(fr.k))
-      theta = warp_kth_largest(x, fr.k);
+    // the tile's own k-th largest only before any bound exists (later it is far below θ). A top-p
+    // row takes its tile's kTopPFirstRank-th: otherwise its first wave appends whole tiles
+    if (theta_before == -INFINITY) {
+      const int k = fr.mode == kThetaTopK ? fr.k : fr.mode == kThetaTopP ? kTopPFirstRank : 0;
+      if (k > 0 && k <= 128 && nvalid >= static_cast<uint32_t>(k)) theta = fmaxf(theta, warp_kth_largest(x, k));
+    }
     // the histogram bound (dependent global loads, one per 32 buckets scanned): for a top-k, any
     // tile that would append, so θ keeps rising with the grid's appends after the first wave; for
     // top-p (rank 2048: a longer scan) only a tile that would append many
