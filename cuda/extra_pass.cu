@@ -84,12 +84,15 @@ struct Work {
   RowPlan* plans;                // [B]
   uint32_t* hist_count;          // [B, kBuckets]
   unsigned long long* hist_mass; // [B, kBuckets]
-  uint32_t* hist_done;           // [B]: blocks done with the row's histogram
   uint32_t* draw_done;           // [B]: blocks done with the row's draw
   double* part_z;                // [B, kRowBlocks]
   unsigned long long* part_kept; // [B, kRowBlocks]
   unsigned long long* part_best; // [B, kRowBlocks]: packed candidates
-  unsigned long long* top_keys;  // [B, kMaxTopLogprobs]
+  unsigned long long* top_keys;  // [B, max(topLogprobs, 1)]
+  struct RowShape* shapes;       // [B]: the row's statistics, from the histogram's block 0
+  unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
+  uint32_t* gather_count;        // [B]
+  uint32_t* cut_done;            // [B]: blocks done gathering
 };
 
 // ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
@@ -216,8 +219,9 @@ __device__ void clear_row_state(const Work& w, int F) {
     w.hist_mass[i] = 0ull;
   }
   for (int64_t i = first; i < F; i += stride) {
-    w.hist_done[i] = 0u;
     w.draw_done[i] = 0u;
+    w.gather_count[i] = 0u;
+    w.cut_done[i] = 0u;
   }
 }
 
@@ -701,9 +705,88 @@ __device__ unsigned long long mass_cut(const unsigned long long* keys, int lo, i
 }
 
 
-// One row's decision up to the draw (the row's last histogram block): see the file comment.
+// The histogram's cumulative counts and masses and the buckets where the cuts known before any
+// value is read fall: topLogprobs' (every bucket up to the one holding the n-th largest value),
+// top-k's, and top-p's when top-k is off. Every block of cut_kernel computes the same.
+struct CutSearch {
+  uint32_t cnt[kBucketsPerThread];
+  unsigned long long mass[kBucketsPerThread];
+  unsigned long long cnt_excl, mass_excl, total_mass;
+  long long want_top;
+  bool k_on, p_on;
+  Found top, kcut, pcut;
+  __device__ bool any() const { return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets); }
+  __device__ bool take(int k) const { return k <= top.bucket || k == kcut.bucket || k == pcut.bucket; }
+};
+
+__device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const RowControl& c, const RowShape& s,
+                          CutSearch& q) {
+  q.k_on = c.top_k > 0 && c.top_k < s.valid;
+  q.p_on = c.top_p < 1.0f;
+  unsigned long long my_cnt = 0ull, my_mass = 0ull;
+  const int64_t h0 = static_cast<int64_t>(slot) * kBuckets + threadIdx.x * kBucketsPerThread;
+#pragma unroll
+  for (int i = 0; i < kBucketsPerThread; ++i) {
+    q.cnt[i] = __ldcg(w.hist_count + h0 + i);
+    q.mass[i] = __ldcg(w.hist_mass + h0 + i);
+    my_cnt += q.cnt[i];
+    my_mass += q.mass[i];
+  }
+  unsigned long long total_cnt;
+  q.cnt_excl = block_exclusive_scan(my_cnt, total_cnt);
+  q.mass_excl = block_exclusive_scan(my_mass, q.total_mass);
+  q.want_top = p.top_logprobs < s.valid ? p.top_logprobs : s.valid;
+  const Found none{-1, 0ull};
+  q.top = q.want_top > 0 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.want_top, 0.0, 0) : none;
+  q.kcut = q.k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, c.top_k, 0.0, 0) : none;
+  q.pcut = none;
+  if (q.p_on && !q.k_on)
+    q.pcut = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull,
+                                  static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift);
+}
+
+// This block's slice of the row: the order keys of the values in the buckets q takes, appended to
+// the row's gathered keys (positions past kGatherCap are counted, not written).
+__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int64_t b, const float* row,
+                             const RowShape& s, const CutSearch& q) {
+  const int lane = threadIdx.x & 31;
+  const int64_t V = p.vocab;
+  const int64_t per = (V + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
+  unsigned long long* out = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
+  for (int64_t base = lo; base < hi; base += step) {
+    float raw[kScanUnroll];
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      raw[j] = v < hi ? row[v] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      bool sel = false;
+      unsigned long long key = 0ull;
+      if (v < hi) {
+        const float l = candidate_value(p, b, v, raw[j]);
+        if (l == l) {
+          sel = q.take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
+          key = order_key(l, static_cast<uint32_t>(v));
+        }
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+      if (ballot == 0u) continue;
+      uint32_t at = 0;
+      if (lane == __ffs(ballot) - 1) at = atomicAdd(w.gather_count + slot, static_cast<uint32_t>(__popc(ballot)));
+      at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
+      if (sel && at < kGatherCap) out[at] = key;
+    }
+  }
+}
+
+// One row's decision up to the draw (the row's last cut_kernel block): see the file comment.
 __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int64_t b, const float* row,
-                            const RowControl& c, const RowShape& s, unsigned long long* keys) {
+                            const RowControl& c, const RowShape& s, const CutSearch& q, unsigned long long* keys) {
   __shared__ int s_n;
   RowPlan plan;
   plan.threshold = 0ull;
@@ -755,45 +838,23 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     return;
   }
 
-  const bool k_on = c.top_k > 0 && c.top_k < s.valid;
-  const bool p_on = c.top_p < 1.0f;
+  const bool k_on = q.k_on, p_on = q.p_on;
   plan.min_w = c.min_p > 0.0f ? static_cast<double>(c.min_p) : 0.0;
-
-  uint32_t cnt[kBucketsPerThread];
-  unsigned long long mass[kBucketsPerThread];
-  unsigned long long my_cnt = 0ull, my_mass = 0ull;
-  const int64_t h0 = static_cast<int64_t>(slot) * kBuckets + threadIdx.x * kBucketsPerThread;
-#pragma unroll
-  for (int i = 0; i < kBucketsPerThread; ++i) {
-    cnt[i] = __ldcg(w.hist_count + h0 + i);
-    mass[i] = __ldcg(w.hist_mass + h0 + i);
-    my_cnt += cnt[i];
-    my_mass += mass[i];
-  }
-  unsigned long long total_cnt, total_mass;
-  const unsigned long long cnt_excl = block_exclusive_scan(my_cnt, total_cnt);
-  const unsigned long long mass_excl = block_exclusive_scan(my_mass, total_mass);
-
-  // The buckets to gather: topLogprobs' (every bucket up to the one holding the n-th largest
-  // value), top-k's cut bucket, and top-p's when it is known before top-k is resolved.
-  const long long want_top = n_top < s.valid ? n_top : s.valid;
-  const Found none{-1, 0ull};
-  const Found top = want_top > 0 ? search_buckets<false>(cnt, cnt_excl, kBuckets, want_top, 0.0, 0) : none;
-  const Found kcut = k_on ? search_buckets<false>(cnt, cnt_excl, kBuckets, c.top_k, 0.0, 0) : none;
-  Found pcut = none;
-  double z_top_k = from_fixed(total_mass, s.shift);
-  if (p_on && !k_on)
-    pcut = search_buckets<true>(mass, mass_excl, kBuckets, 0ull, static_cast<double>(c.top_p) * z_top_k, s.shift);
-  if (threadIdx.x == 0) s_n = 0;
-  __syncthreads();
-  if (top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets))
-    gather(p, b, row, s, keys, &s_n, [&](int k) { return k <= top.bucket || k == kcut.bucket || k == pcut.bucket; });
-  int n = s_n;
+  const Found top = q.top, kcut = q.kcut;
+  Found pcut = q.pcut;
+  double z_top_k = from_fixed(q.total_mass, s.shift);
+  const long long want_top = q.want_top;
+  const unsigned long long(&mass)[kBucketsPerThread] = q.mass;
+  const unsigned long long mass_excl = q.mass_excl;
+  int n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
   if (n > kGatherCap) {
     plan.mode = kPlanWholeRow;
     finish(plan);
     return;
   }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
+  if (threadIdx.x == 0) s_n = n;
+  __syncthreads();
   sort_desc(keys, n);
 
   // top-k: the (k - before)-th key of its cut bucket; the top-k mass, exact in float64 inside it
@@ -843,19 +904,17 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   finish(plan);
 }
 
-// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary; the row's last
-// block to finish its histogram resolves the row.
+// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary.
 __global__ void __launch_bounds__(kDecideThreads)
     histogram_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = *count;
   if (F == 0) return;
-  extern __shared__ unsigned long long s_keys[];
-  __shared__ bool s_last;
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
     const RowShape s = row_shape(w, slot, c, V);
+    if (blockIdx.x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
     const float* row = row_logits + b * V;
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {
       uint32_t* hc = w.hist_count + static_cast<int64_t>(slot) * kBuckets;
@@ -889,13 +948,36 @@ __global__ void __launch_bounds__(kDecideThreads)
         }
       }
     }
+    __syncthreads();
+  }
+}
+
+// grid (kRowBlocks, slots): every block finds the row's cut buckets from the histogram and gathers
+// its slice's values in them; the row's last block sorts them and resolves the row.
+__global__ void __launch_bounds__(kDecideThreads)
+    cut_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
+  const int F = *count;
+  if (F == 0) return;
+  extern __shared__ unsigned long long s_keys[];
+  __shared__ bool s_last;
+  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+    const int64_t b = w.list[slot];
+    const RowControl c = load_control(p, b);
+    const RowShape s = w.shapes[slot];
+    const float* row = row_logits + b * p.vocab;
+    CutSearch q;
+    q.top = q.kcut = q.pcut = Found{-1, 0ull};
+    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
+      find_cuts(p, w, slot, c, s, q);
+      if (q.any()) gather_slice(p, w, slot, b, row, s, q);
+    }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(w.hist_done + slot, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == gridDim.x - 1;
     __syncthreads();
     if (s_last) {
       __threadfence();
-      resolve_row(p, w, slot, b, row, c, s, s_keys);
+      resolve_row(p, w, slot, b, row, c, s, q, s_keys);
     }
     __syncthreads();
   }
@@ -1064,7 +1146,10 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   const size_t o_plans = take(B * sizeof(RowPlan));
   const size_t o_hc = take(B * kBuckets * sizeof(uint32_t));
   const size_t o_hm = take(B * kBuckets * sizeof(unsigned long long));
-  const size_t o_hd = take(B * sizeof(uint32_t));
+  const size_t o_shapes = take(B * sizeof(RowShape));
+  const size_t o_gathered = take(B * kGatherCap * sizeof(unsigned long long));
+  const size_t o_gc = take(B * sizeof(uint32_t));
+  const size_t o_cd = take(B * sizeof(uint32_t));
   const size_t o_dd = take(B * sizeof(uint32_t));
   const size_t o_pz = take(B * kRowBlocks * sizeof(double));
   const size_t o_pk = take(B * kRowBlocks * sizeof(unsigned long long));
@@ -1080,7 +1165,10 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   w.plans = reinterpret_cast<RowPlan*>(ws + o_plans);
   w.hist_count = reinterpret_cast<uint32_t*>(ws + o_hc);
   w.hist_mass = reinterpret_cast<unsigned long long*>(ws + o_hm);
-  w.hist_done = reinterpret_cast<uint32_t*>(ws + o_hd);
+  w.shapes = reinterpret_cast<RowShape*>(ws + o_shapes);
+  w.gathered = reinterpret_cast<unsigned long long*>(ws + o_gathered);
+  w.gather_count = reinterpret_cast<uint32_t*>(ws + o_gc);
+  w.cut_done = reinterpret_cast<uint32_t*>(ws + o_cd);
   w.draw_done = reinterpret_cast<uint32_t*>(ws + o_dd);
   w.part_z = reinterpret_cast<double*>(ws + o_pz);
   w.part_kept = reinterpret_cast<unsigned long long*>(ws + o_pk);
@@ -1095,11 +1183,14 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   }
   const dim3 rows_grid(kRowBlocks, static_cast<unsigned>(B < kMaxSlotsInFlight ? B : kMaxSlotsInFlight));
   const size_t gather_bytes = kGatherCap * sizeof(unsigned long long);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(histogram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(gather_bytes));
   if (err == cudaSuccess) {
-    histogram_kernel<<<rows_grid, kDecideThreads, gather_bytes, stream>>>(p, flagged_count, row_logits, w);
+    histogram_kernel<<<rows_grid, kDecideThreads, 0, stream>>>(p, flagged_count, row_logits, w);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(cut_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(gather_bytes));
+  if (err == cudaSuccess) {
+    cut_kernel<<<rows_grid, kDecideThreads, gather_bytes, stream>>>(p, flagged_count, row_logits, w);
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) {
