@@ -1422,6 +1422,12 @@ cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod met
   return err != cudaSuccess ? err : freed;
 }
 
+cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
+                              cudaStream_t stream) {
+  whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(logits, p, only_rows, false);
+  return cudaGetLastError();
+}
+
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
 // decision, then the extra pass for the rows it could not decide. cudaErrorNotSupported, with
 // nothing enqueued, where the shape's tensor maps cannot be encoded.
@@ -1498,11 +1504,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     const size_t bytes = B * static_cast<size_t>(p.vocab) * sizeof(float);
     err = cudaMallocAsync(reinterpret_cast<void**>(&row_logits), bytes, stream);
     if (err == cudaSuccess) {
-      err = launch_flagged_logits_any(p, fallback, p.fallback_rows, row_logits, stream);
-      if (err == cudaSuccess) {
-        whole_rows_kernel<<<static_cast<unsigned>(B), kThreads, 0, stream>>>(row_logits, p, fallback, false);
-        err = cudaGetLastError();
-      }
+      err = launch_extra_pass(p, fallback, p.fallback_rows, row_logits, stream);
       const cudaError_t freed = cudaFreeAsync(row_logits, stream);
       if (err == cudaSuccess) err = freed;
     }

@@ -31,6 +31,19 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
 // selection; rows whose candidates cannot prove the kept set fall back to a materialized row.
 cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream);
 
+// The extra pass of the one-pass path (extra_pass.cu): the rows flagged in `flags` ([batch],
+// nonzero = flagged; *flagged_count of them, on the device) decided exactly from their whole rows,
+// with the decision and the noise of whole_rows_kernel, logits written for those rows only into
+// `row_logits` ([batch, vocab] fp32). One sample per row. Fixed grids from B, V and D; the kernels
+// return at once when no row is flagged, so the call can be captured in a CUDA graph.
+cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
+                              float* row_logits, cudaStream_t stream);
+
+// whole_rows_kernel (filters.cu) over the rows set in `only_rows` ([batch]): raw logits (bias
+// included) in `logits` ([batch, vocab]), decided in place, one block per row, Gumbel draws.
+cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
+                              cudaStream_t stream);
+
 // Reference: materializes [B, V] and applies the semantics to each whole row.
 cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
                                       cudaStream_t stream);

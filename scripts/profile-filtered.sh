@@ -20,11 +20,11 @@ for opt in $options; do
     name="$opt-b$b"
     # every launch of the matching kernels in a warm-up and a timed call; per-kernel min / max / avg
     timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-      --kernel-name regex:'wgmma_split|decide_one_pass|whole_rows|flagged_rows|clear_winners|finalize' \
+      --kernel-name regex:'wgmma_split|decide_one_pass|whole_rows|flagged_rows|flagged_logits|histogram_kernel|cut_kernel|sample_kernel|clear_winners|finalize' \
       node dist/bench/cli.js --preset "${PRESET:-llama3-8b}" --logits "$logits" --batch "$b" --iters 1 --warmup 1 \
       --options "$opt" --samplers fused --no-baselines --read-bw 4.5 --matrix-rate 770 \
       > "$out/$name.txt" 2>&1
     echo "== $name"
-    grep -E 'wgmma_split|decide_one_pass|whole_rows|flagged_rows|gpu__time_duration' "$out/$name.txt" | head -24
+    grep -E 'wgmma_split|decide_one_pass|whole_rows|flagged_rows|flagged_logits|histogram_kernel|cut_kernel|sample_kernel|gpu__time_duration' "$out/$name.txt" | head -40
   done
 done

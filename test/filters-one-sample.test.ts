@@ -18,6 +18,7 @@ import {
   flatLogits,
   goodnessOfFit,
   keptDistribution,
+  makeTensor,
   plantLogits,
   safeTopP,
   scaled,
@@ -165,6 +166,98 @@ describeDevices((devName, dev) => {
         expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
       } finally {
         p.dispose();
+      }
+    });
+  });
+
+  // Many rows through the extra pass at once, each with its own filters: the multi-block decision
+  // must make whole_rows_kernel's decision (tokens, logprobs, topLogprobs) row by row.
+  (devName === 'cuda' ? describe : describe.skip)('the extra pass decides many rows exactly (CUDA)', () => {
+    const specs: FilterSpec[] = [
+      { topP: 0.9, temperature: 1 },
+      { minP: 0.05, temperature: 0.7 },
+      { topK: 3000, temperature: 1.3 },
+      { topK: 4000, topP: 0.95, temperature: 1 },
+      { topP: 0.8, minP: 0.02, temperature: 0.6 },
+      { topK: 50, temperature: 1 },
+      { temperature: 0.9 },
+    ];
+    function mixOptions(B: number, offset: number): SampleOptions {
+      const temperature = new Float32Array(B);
+      const topK = new Int32Array(B);
+      const topP = new Float32Array(B).fill(1);
+      const minP = new Float32Array(B);
+      for (let b = 0; b < B; b++) {
+        const s = specs[b % specs.length];
+        temperature[b] = s.temperature ?? 1;
+        topK[b] = s.topK ?? 0;
+        topP[b] = s.topP ?? 1;
+        minP[b] = s.minP ?? 0;
+      }
+      const seed = BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b));
+      return { seed, offset, temperature, topK, topP, minP, logprobs: true, topLogprobs: 5 };
+    }
+    /** Tokens, logprobs and topLogprobs of fused against reference(gumbel); the rows the extra pass took. */
+    async function compare(p: { H: import('../lib/index').Tensor; W: import('../lib/index').Tensor }, B: number, calls: number) {
+      let same = 0;
+      let fallbackRows = 0;
+      for (let c = 0; c < calls; c++) {
+        const o = mixOptions(B, c);
+        const f = await sampleFused(p.H, p.W, o);
+        const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+        fallbackRows += f.fallbackRows;
+        same += agreement(f.tokens, g.tokens) * B;
+        for (let i = 0; i < B; i++) {
+          if (f.tokens[i] === g.tokens[i]) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+        }
+        expect(Array.from(f.topTokens!)).toEqual(Array.from(g.topTokens!));
+        for (let i = 0; i < g.topLogprobs!.length; i++) {
+          const want = g.topLogprobs![i];
+          if (want === -Infinity) expect(f.topLogprobs![i]).toBe(-Infinity);
+          else expect(Math.abs(f.topLogprobs![i] - want)).toBeLessThan(1e-5);
+        }
+      }
+      expect(same / (B * calls)).toBeGreaterThanOrEqual(0.999);
+      return fallbackRows;
+    }
+
+    test('V = 128256: 40 of 99 near-flat rows under a top-k / top-p / min-p mix, topLogprobs 5', async () => {
+      const V = 128256;
+      const flats = [flatLogits(V, 3, 4), flatLogits(V, 4, 2), flatLogits(V, 5, 6)];
+      const others = [zipfLogits(V, 1.0, 6), dominantLogits(V, 7, 14)];
+      const rows = Array.from({ length: 99 }, (_, b) => (b % 5 < 2 ? flats[b % 3] : others[b % 2]));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+      try {
+        const fallbackRows = await compare(p, 99, 3);
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 25);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    test('V = 1000: 40 of 99 rows with +Inf logits and topLogprobs (the +Inf mode), the rest with NaN there', async () => {
+      const V = 1000;
+      const D = 8;
+      const infTokens = [3, 141, 142, 500, 998];
+      const h = new Float64Array(99 * D);
+      const w = new Float64Array(V * D);
+      const shapes = [zipfLogits(V, 1.1, 8), flatLogits(V, 9, 3), dominantLogits(V, 10, 9)];
+      for (let v = 0; v < V; v++) {
+        for (let u = 0; u < 3; u++) w[v * D + u] = shapes[u][v];
+        w[v * D + 3] = infTokens.includes(v) ? Infinity : 0;
+      }
+      for (let b = 0; b < 99; b++) {
+        h[b * D + (b % 3)] = 1;
+        if (b % 5 < 2) h[b * D + 3] = 1; // +Inf on infTokens; the other rows get 0 * Inf = NaN there
+      }
+      const H = makeTensor(dev(), 'bf16', h, [99, D]);
+      const W = makeTensor(dev(), 'bf16', w, [V, D]);
+      try {
+        const fallbackRows = await compare({ H, W }, 99, 3);
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 40);
+      } finally {
+        H.dispose();
+        W.dispose();
       }
     });
   });

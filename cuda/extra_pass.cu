@@ -1,0 +1,1206 @@
+// The extra pass of the one-pass filtered path: the rows decide_one_pass_kernel could not decide
+// from its candidates (flagged), decided exactly from their whole materialized row, with the
+// decision whole_rows_kernel(logits, p, flags, false) makes (filters.cu: decide_row) and the same
+// noise, but spread over many blocks per row.
+//
+//   1. flagged_logits_*: the flagged rows' logits only, kGroup rows per read of W (tensor-core
+//      mma.sync for 16-byte aligned f16/bf16 operands, scalar SIMT otherwise), raw (bias included)
+//      into the [B, V] reservation, plus per-block statistics of each row's candidate values.
+//   2. histogram_kernel: per row, a histogram of counts and fixed-point masses over kBuckets
+//      buckets of (max - l) / T; the last block of a row finds the buckets where top-k, top-p and
+//      topLogprobs cut, gathers only those buckets' values (sorted by order key) and resolves each
+//      cut exactly: the row's plan (a key threshold plus min-p), or its whole output (greedy, no
+//      candidate), or "too many values in a cut bucket" (ties): those rows go to whole_rows_kernel.
+//   3. sample_kernel: the Gumbel argmax of the kept set, its count and float64 mass, per block
+//      then merged by the row's last block in block order, which writes token, logprob and
+//      topLogprobs.
+// Fixed grids from B, V, D only; every kernel returns at once when no row is flagged (*count).
+//
+// Masses: the histogram holds round(w 2^shift) per value (w = exp((l - max) / T) in float64 as
+// decide_row computes it; shift = 63 - ceil(log2 V), so a row's sum fits 64 bits). Integer atomics
+// are exact and order independent; the per-value rounding (<= 2^-(shift+1)) only moves a top-p cut
+// whose cumulative mass lies within ~V 2^-shift (1e-9 at V = 128256) of the target.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "internal_launchers.h"
+#include "kernels/common.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace {
+
+constexpr int kGroup = 8;             // flagged rows per read of W: the n of mma.m16n8k16
+constexpr int kTileRows = 32;         // vocabulary rows per block task (two m16 tiles)
+constexpr int kLogitWarps = 8;        // split D; one warp per row of the group in the epilogue
+constexpr int kLogitThreads = kLogitWarps * 32;
+constexpr int kBuckets = 8192;        // histogram buckets per row
+constexpr int kBucketsPerThread = 16;
+constexpr int kDecideThreads = kBuckets / kBucketsPerThread;  // 512
+constexpr int kGatherCap = 8192;      // values of the cut buckets a row's resolution sorts (64 KB)
+constexpr double kMaxSpan = 128.0;    // (max - l) / T beyond this shares the last bucket (w < 1e-55)
+constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the draw
+constexpr int kSampleThreads = 256;
+constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
+constexpr int kMaxTopLogprobs = 1024;
+constexpr int kScanUnroll = 8;        // loads in flight per thread in the one-block row scans
+
+static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
+static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
+static_assert(kRowBlocks == 32, "a row's draw partials are merged by one warp");
+
+enum PlanMode : int32_t { kPlanSample = 0, kPlanDone = 1, kPlanWholeRow = 2 };
+
+// Statistics of a row's candidate values over one logits block's vocabulary rows.
+struct RowPart {
+  float max_finite;            // -Inf when none
+  float min_finite;            // +Inf when none
+  uint32_t valid;              // finite or +Inf
+  uint32_t posinf;
+  unsigned long long best_key; // largest order key (the greedy token), 0 when none
+};
+
+// What the draw needs to know about a row: kept = order key >= threshold and, with min-p,
+// exp((l - max) / T) >= min_w; in +Inf mode kept = +Inf.
+struct RowPlan {
+  unsigned long long threshold;
+  double md, inv_t, min_w;
+  int32_t mode;       // PlanMode
+  int32_t inf_mode;
+  int32_t top_avail;  // the row's largest keys held in top_keys (>= topLogprobs' take)
+  int32_t pad;
+};
+
+struct Work {
+  int32_t* list;                 // [B]: slot -> batch row, in batch order
+  int32_t* whole_row;            // [B]: rows left to whole_rows_kernel (zeroed by the launcher)
+  RowPart* parts;                // [B, logit_blocks]
+  int32_t logit_blocks;
+  RowPlan* plans;                // [B]
+  uint32_t* hist_count;          // [B, kBuckets]
+  unsigned long long* hist_mass; // [B, kBuckets]
+  uint32_t* draw_done;           // [B]: blocks done with the row's draw
+  double* part_z;                // [B, kRowBlocks]
+  unsigned long long* part_kept; // [B, kRowBlocks]
+  unsigned long long* part_best; // [B, kRowBlocks]: packed candidates
+  unsigned long long* top_keys;  // [B, max(topLogprobs, 1)]
+  struct RowShape* shapes;       // [B]: the row's statistics, from the histogram's block 0
+  unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
+  uint32_t* gather_count;        // [B]
+  uint32_t* cut_done;            // [B]: blocks done gathering
+};
+
+// ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
+// 64-bit key whose unsigned order is (value descending, index ascending).
+__device__ __forceinline__ unsigned long long order_key(float l, uint32_t v) {
+  if (l == 0.0f) l = 0.0f;
+  uint32_t b = __float_as_uint(l);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(b) << 32) | static_cast<unsigned long long>(0xffffffffu - v);
+}
+__device__ __forceinline__ float key_value(unsigned long long key) {
+  const uint32_t b = static_cast<uint32_t>(key >> 32);
+  return __uint_as_float((b & 0x80000000u) ? (b & 0x7fffffffu) : ~b);
+}
+__device__ __forceinline__ int32_t key_index(unsigned long long key) {
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+// softcap, then the mask and the non-finite rules; NaN = not a candidate.
+__device__ __forceinline__ float candidate_value(const SampleParams& p, int64_t b, int64_t v, float raw) {
+  const float l = softcap_logit(raw, p.softcap);
+  const bool allowed =
+      p.allowed == nullptr || ((p.allowed[b * ((p.vocab + 31) / 32) + (v >> 5)] >> (v & 31)) & 1u) != 0;
+  if (!allowed || l != l || l == -INFINITY) return NAN;
+  return l;
+}
+
+// ---- block helpers ------------------------------------------------------------------------------
+template <typename T, typename Op>
+__device__ T block_all_reduce(T v, Op op) {
+  __shared__ T partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = partial[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
+  return r;
+}
+struct Add {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Maximum {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct Minimum {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+};
+
+// Exclusive prefix of x over the block's threads (thread order), and the total; fixed order, so
+// float64 sums do not depend on timing.
+template <typename T>
+__device__ T block_exclusive_scan(T x, T& total) {
+  __shared__ T warp_sums[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  T inc = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  T excl = __shfl_up_sync(0xffffffffu, inc, 1);
+  if (lane == 0) excl = T(0);
+  __syncthreads();
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    T s = lane < warps ? warp_sums[lane] : T(0);
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const T y = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += y;
+    }
+    __syncwarp();
+    if (lane < warps) warp_sums[lane] = s;
+  }
+  __syncthreads();
+  total = warp_sums[warps - 1];
+  return (warp > 0 ? warp_sums[warp - 1] : T(0)) + excl;
+}
+
+// The batch rows of slots [first, first + kGroup) into rows[] (-1 past the last flagged row).
+// Slots number the flagged rows in batch order; with `list`, every slot's row goes there too.
+__device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int32_t* list) {
+  __shared__ int warp_count[32];
+  __shared__ int base;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x < kGroup) rows[threadIdx.x] = -1;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int64_t start = 0; start < B; start += blockDim.x) {
+    const int64_t b = start + threadIdx.x;
+    const bool f = b < B && flags[b] != 0;
+    const unsigned ballot = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int slot = base;
+    for (int w = 0; w < warp; ++w) slot += warp_count[w];
+    slot += __popc(ballot & ((1u << lane) - 1u));
+    if (f) {
+      if (slot >= first && slot < first + kGroup) rows[slot - first] = static_cast<int>(b);
+      if (list != nullptr) list[slot] = static_cast<int32_t>(b);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) base += warp_count[w];
+    __syncthreads();
+    if (list == nullptr && base >= first + kGroup) break;  // block-uniform
+  }
+  __syncthreads();
+}
+
+// ---- 1. the flagged rows' logits ----------------------------------------------------------------
+// Zeroes what the later kernels accumulate into, for the F flagged rows (before any of them runs).
+__device__ void clear_row_state(const Work& w, int F) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < static_cast<int64_t>(F) * kBuckets; i += stride) {
+    w.hist_count[i] = 0u;
+    w.hist_mass[i] = 0ull;
+  }
+  for (int64_t i = first; i < F; i += stride) {
+    w.draw_done[i] = 0u;
+    w.gather_count[i] = 0u;
+    w.cut_done[i] = 0u;
+  }
+}
+
+struct PartAcc {
+  float mx = -INFINITY, mn = INFINITY;
+  uint32_t valid = 0, posinf = 0;
+  unsigned long long best = 0ull;
+};
+
+// Sums of the task (s_sum[vrow][slot]) -> raw logits of the flagged rows, plus the statistics of
+// their candidate values: thread (warp n, lane r) takes row n of the group, vocabulary row r.
+__device__ __forceinline__ void store_task(const SampleParams& p, const float (*s_sum)[kGroup + 1],
+                                           const int* rows, int64_t v0, float* row_logits, PartAcc& acc) {
+  const int n = threadIdx.x >> 5, r = threadIdx.x & 31;
+  const int b = rows[n];
+  const int64_t v = v0 + r;
+  if (b < 0 || v >= p.vocab) return;
+  float raw = s_sum[r][n];
+  if (p.bias != nullptr) {
+    switch (p.dtype) {
+      case DType::kF32: raw += detail::load_float<float>(p.bias, v); break;
+      case DType::kF16: raw += detail::load_float<__half>(p.bias, v); break;
+      case DType::kBF16: raw += detail::load_float<__nv_bfloat16>(p.bias, v); break;
+    }
+  }
+  row_logits[static_cast<int64_t>(b) * p.vocab + v] = raw;
+  const float l = candidate_value(p, b, v, raw);
+  if (l != l) return;
+  ++acc.valid;
+  if (l == INFINITY) ++acc.posinf;
+  else {
+    acc.mx = fmaxf(acc.mx, l);
+    acc.mn = fminf(acc.mn, l);
+  }
+  const unsigned long long key = order_key(l, static_cast<uint32_t>(v));
+  acc.best = key > acc.best ? key : acc.best;
+}
+
+__device__ __forceinline__ void write_part(const Work& w, int slot, PartAcc a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a.mx = fmaxf(a.mx, __shfl_xor_sync(0xffffffffu, a.mx, o));
+    a.mn = fminf(a.mn, __shfl_xor_sync(0xffffffffu, a.mn, o));
+    a.valid += __shfl_xor_sync(0xffffffffu, a.valid, o);
+    a.posinf += __shfl_xor_sync(0xffffffffu, a.posinf, o);
+    const unsigned long long k = __shfl_xor_sync(0xffffffffu, a.best, o);
+    a.best = k > a.best ? k : a.best;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    RowPart part;
+    part.max_finite = a.mx;
+    part.min_finite = a.mn;
+    part.valid = a.valid;
+    part.posinf = a.posinf;
+    part.best_key = a.best;
+    w.parts[static_cast<int64_t>(slot) * w.logit_blocks + blockIdx.x] = part;
+  }
+}
+
+// 16 bytes of W, streamed past L1 (read once).
+__device__ __forceinline__ uint4 load_stream16(const void* ptr) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr));
+  return r;
+}
+
+// f16/bf16, D % 8 == 0, 16-byte aligned H and W. A block task is 32 vocabulary rows (two m16
+// tiles, A = W) times the group's 8 rows (n8, B = H) over all of D; warp w takes the 64-wide
+// chunks w, w + 8, ... of D. Within a chunk, lane (g, t) loads 16 bytes of vocabulary rows g and
+// g + 8 of each tile and of the group's row g at offsets 8t and 32 + 8t: the k order inside an mma
+// is a permutation of D, the same for A and B, so the dot products are unchanged. The 8 warps'
+// partial sums are added in warp order (deterministic).
+template <bool kF16>
+__global__ void __launch_bounds__(kLogitThreads)
+    flagged_logits_mma_kernel(SampleParams p, const int32_t* flags, const int32_t* count, Work w,
+                              float* row_logits) {
+  const int F = *count;
+  if (F == 0) return;
+  __shared__ float s_part[kLogitWarps][kTileRows][kGroup + 1];
+  __shared__ float s_sum[kTileRows][kGroup + 1];
+  __shared__ int s_rows[kGroup];
+  clear_row_state(w, F);
+  using T = typename std::conditional<kF16, __half, __nv_bfloat16>::type;
+  const T* W = static_cast<const T*>(p.weight);
+  const T* H = static_cast<const T*>(p.hidden);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t D = p.dim, V = p.vocab;
+  const int64_t tasks = (V + kTileRows - 1) / kTileRows;
+  const int64_t chunks = (D + 63) / 64;
+  for (int first = 0; first < F; first += kGroup) {
+    find_flagged(flags, p.batch, first, s_rows, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
+    const int hrow = s_rows[g];
+    const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
+    PartAcc acc;
+    for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+      const int64_t v0 = task * kTileRows;
+      const T* w_row[2][2];
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t v = v0 + tile * 16 + half * 8 + g;
+          w_row[tile][half] = v < V ? W + v * D : nullptr;
+        }
+      float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll 2
+      for (int64_t chunk = warp; chunk < chunks; chunk += kLogitWarps) {
+        uint4 a[2][2][2], hb[2];  // [tile][half (row g / g + 8)][offset], [offset]
+#pragma unroll
+        for (int off = 0; off < 2; ++off) {
+          const int64_t k = chunk * 64 + off * 32 + t * 8;
+          const bool in = k < D;
+#pragma unroll
+          for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+              a[tile][half][off] = in && w_row[tile][half] ? load_stream16(w_row[tile][half] + k)
+                                                           : make_uint4(0u, 0u, 0u, 0u);
+          hb[off] = in && h_row ? __ldg(reinterpret_cast<const uint4*>(h_row + k)) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int off = 0; off < 2; ++off)
+#pragma unroll
+          for (int tile = 0; tile < 2; ++tile) {
+            const uint32_t a0[4] = {a[tile][0][off].x, a[tile][1][off].x, a[tile][0][off].y, a[tile][1][off].y};
+            detail::mma_16816<kF16>(c[tile], a0, hb[off].x, hb[off].y);
+            const uint32_t a1[4] = {a[tile][0][off].z, a[tile][1][off].z, a[tile][0][off].w, a[tile][1][off].w};
+            detail::mma_16816<kF16>(c[tile], a1, hb[off].z, hb[off].w);
+          }
+      }
+      // c[tile]: (vocabulary row tile*16 + g, group row 2t, 2t+1), (row + 8, same)
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile) {
+        s_part[warp][tile * 16 + g][2 * t] = c[tile][0];
+        s_part[warp][tile * 16 + g][2 * t + 1] = c[tile][1];
+        s_part[warp][tile * 16 + g + 8][2 * t] = c[tile][2];
+        s_part[warp][tile * 16 + g + 8][2 * t + 1] = c[tile][3];
+      }
+      __syncthreads();
+      {
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kLogitWarps; ++k) s += s_part[k][lane][warp];
+        s_sum[lane][warp] = s;
+      }
+      __syncthreads();
+      store_task(p, s_sum, s_rows, v0, row_logits, acc);
+    }
+    if (first + warp < F) write_part(w, first + warp, acc);
+    __syncthreads();  // s_rows is rewritten by the next group
+  }
+}
+
+// Any dtype and alignment: warp w computes vocabulary rows 4w .. 4w + 3 of the task for the
+// group's 8 rows, one element per lane at a time, then a butterfly per dot product.
+template <typename T>
+__global__ void __launch_bounds__(kLogitThreads)
+    flagged_logits_simt_kernel(SampleParams p, const int32_t* flags, const int32_t* count, Work w,
+                               float* row_logits) {
+  const int F = *count;
+  if (F == 0) return;
+  __shared__ float s_sum[kTileRows][kGroup + 1];
+  __shared__ int s_rows[kGroup];
+  clear_row_state(w, F);
+  const T* W = static_cast<const T*>(p.weight);
+  const T* H = static_cast<const T*>(p.hidden);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t D = p.dim, V = p.vocab;
+  const int64_t tasks = (V + kTileRows - 1) / kTileRows;
+  constexpr int kRowsPerWarp = kTileRows / kLogitWarps;
+  for (int first = 0; first < F; first += kGroup) {
+    find_flagged(flags, p.batch, first, s_rows, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
+    PartAcc acc;
+    for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+      const int64_t v0 = task * kTileRows + warp * kRowsPerWarp;
+      float sum[kRowsPerWarp][kGroup];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+        for (int n = 0; n < kGroup; ++n) sum[i][n] = 0.0f;
+      for (int64_t d = lane; d < D; d += 32) {
+        float wv[kRowsPerWarp];
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i)
+          wv[i] = v0 + i < V ? detail::to_float(W[(v0 + i) * D + d]) : 0.0f;
+#pragma unroll
+        for (int n = 0; n < kGroup; ++n) {
+          if (s_rows[n] < 0) continue;
+          const float h = detail::to_float(H[static_cast<int64_t>(s_rows[n]) * D + d]);
+#pragma unroll
+          for (int i = 0; i < kRowsPerWarp; ++i) sum[i][n] = fmaf(h, wv[i], sum[i][n]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+        for (int n = 0; n < kGroup; ++n) {
+          float s = sum[i][n];
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+          if (lane == 0) s_sum[warp * kRowsPerWarp + i][n] = s;
+        }
+      __syncthreads();
+      store_task(p, s_sum, s_rows, task * kTileRows, row_logits, acc);
+      __syncthreads();
+    }
+    if (first + warp < F) write_part(w, first + warp, acc);
+    __syncthreads();
+  }
+}
+
+// ---- 2. histograms and the resolution of the cuts -----------------------------------------------
+struct RowControl {
+  float temperature;
+  int32_t top_k;
+  float top_p, min_p;
+};
+
+__device__ RowControl load_control(const SampleParams& p, int64_t b) {
+  RowControl c;
+  c.temperature = p.temperature[b];
+  c.top_k = p.top_k ? p.top_k[b] : 0;
+  c.top_p = p.top_p ? p.top_p[b] : 1.0f;
+  c.min_p = p.min_p ? p.min_p[b] : 0.0f;
+  return c;
+}
+
+// The row's statistics and the bucket map, the same in every block (integer and min/max merges).
+struct RowShape {
+  float m;                      // largest finite candidate value
+  long long valid, posinf;
+  unsigned long long best_key;
+  double md, inv_t;
+  double span, scale;           // buckets cover (max - l) / T in [0, span): scale = kBuckets / span
+  int shift;                    // fixed-point masses: round(w 2^shift)
+};
+
+__device__ RowShape row_shape(const Work& w, int slot, const RowControl& c, int64_t V) {
+  PartAcc a;
+  const RowPart* parts = w.parts + static_cast<int64_t>(slot) * w.logit_blocks;
+  for (int i = threadIdx.x; i < w.logit_blocks; i += blockDim.x) {
+    const RowPart q = parts[i];
+    a.mx = fmaxf(a.mx, q.max_finite);
+    a.mn = fminf(a.mn, q.min_finite);
+    a.valid += q.valid;
+    a.posinf += q.posinf;
+    a.best = q.best_key > a.best ? q.best_key : a.best;
+  }
+  RowShape s;
+  s.m = block_all_reduce(a.mx, Maximum());
+  const float mn = block_all_reduce(a.mn, Minimum());
+  s.valid = block_all_reduce(static_cast<long long>(a.valid), Add());
+  s.posinf = block_all_reduce(static_cast<long long>(a.posinf), Add());
+  s.best_key = block_all_reduce(a.best, Maximum());
+  s.md = static_cast<double>(s.m);
+  s.inv_t = c.temperature == 0.0f ? 0.0 : 1.0 / static_cast<double>(c.temperature);
+  s.span = 0.0;
+  if (s.m != -INFINITY) s.span = fmin((s.md - static_cast<double>(mn)) * s.inv_t, kMaxSpan);
+  s.scale = s.span > 0.0 ? kBuckets / s.span : 0.0;
+  const int bits = V > 1 ? 64 - __clzll(static_cast<unsigned long long>(V - 1)) : 0;
+  s.shift = 63 - bits;
+  return s;
+}
+
+// The bucket of a finite value: monotone in l (larger values, lower buckets).
+__device__ __forceinline__ int bucket_of(double d /* (l - max) / T <= 0 */, const RowShape& s) {
+  const double x = -d;
+  if (!(x < s.span)) return kBuckets - 1;
+  const int k = static_cast<int>(x * s.scale);
+  return k < kBuckets - 1 ? k : kBuckets - 1;
+}
+
+__device__ __forceinline__ double from_fixed(unsigned long long x, int shift) {
+  return ldexp(static_cast<double>(x), -shift);
+}
+
+__device__ void write_no_candidate(const SampleParams& p, int64_t b) {
+  if (threadIdx.x == 0) {
+    p.tokens[b] = -1;
+    if (p.logprobs) p.logprobs[b] = -INFINITY;
+    if (p.row_status) p.row_status[b] = kRowNoCandidate;
+  }
+  for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
+    p.top_tokens[b * p.top_logprobs + i] = -1;
+    p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
+  }
+}
+
+// Descending bitonic sort of keys[0, n) (n <= kGatherCap; padded with 0, below every key).
+__device__ void sort_desc(unsigned long long* keys, int n) {
+  int np = 1;
+  while (np < n) np <<= 1;
+  for (int i = n + threadIdx.x; i < np; i += blockDim.x) keys[i] = 0ull;
+  __syncthreads();
+  for (int size = 2; size <= np; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < np / 2; i += blockDim.x) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const unsigned long long x = keys[lo], y = keys[hi];
+        if ((x < y) == desc) {
+          keys[lo] = y;
+          keys[hi] = x;
+        }
+      }
+      __syncthreads();
+    }
+}
+
+// The histogram search: the first bucket whose inclusive cumulative (counts, or masses against a
+// float64 target) reaches `target`, over buckets < limit; kBuckets when none does. `before`: the
+// cumulative up to that bucket, exclusive.
+struct Found {
+  int bucket;
+  unsigned long long before;
+};
+
+template <bool kMass, typename X>
+__device__ Found search_buckets(const X (&x)[kBucketsPerThread], unsigned long long excl,
+                                int limit, unsigned long long count_target, double mass_target, int shift) {
+  __shared__ int s_bucket;
+  __shared__ unsigned long long s_before;
+  if (threadIdx.x == 0) s_bucket = kBuckets;
+  __syncthreads();
+  unsigned long long cum = excl, at_found = 0ull;
+  int found = kBuckets;
+  const int b0 = threadIdx.x * kBucketsPerThread;
+#pragma unroll
+  for (int i = 0; i < kBucketsPerThread; ++i) {
+    const unsigned long long next = cum + x[i];
+    const bool reached = kMass ? from_fixed(next, shift) >= mass_target : next >= count_target;
+    if (found == kBuckets && b0 + i < limit && reached) {
+      found = b0 + i;
+      at_found = cum;
+    }
+    cum = next;
+  }
+  if (found < kBuckets) atomicMin(&s_bucket, found);
+  __syncthreads();
+  Found f;
+  f.bucket = s_bucket;
+  if (found < kBuckets && found == f.bucket) s_before = at_found;
+  __syncthreads();
+  f.before = f.bucket < kBuckets ? s_before : 0ull;
+  __syncthreads();
+  return f;
+}
+
+// The cumulative of x over the buckets below `bucket`.
+template <typename X>
+__device__ unsigned long long prefix_at(const X (&x)[kBucketsPerThread], unsigned long long excl,
+                                        int bucket) {
+  __shared__ unsigned long long s_prefix;
+  const int b0 = threadIdx.x * kBucketsPerThread;
+  if (bucket >= b0 && bucket < b0 + kBucketsPerThread) {
+    unsigned long long c = excl;
+#pragma unroll
+    for (int i = 0; i < kBucketsPerThread; ++i)
+      if (b0 + i < bucket) c += x[i];
+    s_prefix = c;
+  }
+  __syncthreads();
+  const unsigned long long r = s_prefix;
+  __syncthreads();
+  return r;
+}
+
+// Appends to keys[] (count in *n) the row's candidate values whose bucket passes `take`. One block
+// scans the whole row: kScanUnroll loads per thread are issued before any is used (a load and its
+// ballot per trip would leave the scan bound by L2 latency).
+template <class Take>
+__device__ void gather(const SampleParams& p, int64_t b, const float* row, const RowShape& s,
+                       unsigned long long* keys, int* n, Take take) {
+  const int lane = threadIdx.x & 31;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
+  for (int64_t base = 0; base < p.vocab; base += step) {
+    float raw[kScanUnroll];
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      raw[j] = v < p.vocab ? row[v] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      bool sel = false;
+      unsigned long long key = 0ull;
+      if (v < p.vocab) {
+        const float l = candidate_value(p, b, v, raw[j]);
+        if (l == l && l != INFINITY) {
+          sel = take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
+          key = order_key(l, static_cast<uint32_t>(v));
+        }
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+      if (ballot == 0u) continue;
+      int at = 0;
+      if (lane == __ffs(ballot) - 1) at = atomicAdd(n, __popc(ballot));
+      at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
+      if (sel && at < kGatherCap) keys[at] = key;
+    }
+  }
+  __syncthreads();
+}
+
+// The first `want` +Inf values in index order (the row's largest keys in +Inf mode).
+__device__ int gather_first_inf(const SampleParams& p, int64_t b, const float* row, unsigned long long* keys,
+                                int want) {
+  __shared__ int warp_count[32];
+  __shared__ int base;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
+  for (int64_t start = 0; start < p.vocab; start += step) {
+    float raw[kScanUnroll];
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = start + j * blockDim.x + threadIdx.x;
+      raw[j] = v < p.vocab ? row[v] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = start + j * blockDim.x + threadIdx.x;
+      const bool inf = v < p.vocab && candidate_value(p, b, v, raw[j]) == INFINITY;
+      const unsigned ballot = __ballot_sync(0xffffffffu, inf);
+      if (lane == 0) warp_count[warp] = __popc(ballot);
+      __syncthreads();
+      int at = base;
+      for (int w = 0; w < warp; ++w) at += warp_count[w];
+      at += __popc(ballot & ((1u << lane) - 1u));
+      if (inf && at < want) keys[at] = order_key(INFINITY, static_cast<uint32_t>(v));
+      __syncthreads();
+      if (threadIdx.x == 0)
+        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) base += warp_count[w];
+      __syncthreads();
+    }
+    if (base >= want) break;  // block-uniform
+  }
+  const int got = base < want ? base : want;
+  __syncthreads();
+  return got;
+}
+
+// How many of the sorted keys[0, n) lie in buckets < limit (they come first).
+__device__ int count_below(const unsigned long long* keys, int n, const RowShape& s, int limit) {
+  int c = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    c += bucket_of((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t, s) < limit;
+  return block_all_reduce(c, Add());
+}
+
+// The top-p cut inside the sorted keys[lo, hi): the first key at which `above` plus the float64
+// weights from lo reach `target` (the last key when rounding leaves them short).
+__device__ unsigned long long mass_cut(const unsigned long long* keys, int lo, int hi, double above,
+                                       double target, const RowShape& s) {
+  __shared__ int s_at;
+  const int len = hi - lo;
+  const int per = (len + blockDim.x - 1) / blockDim.x;
+  const int a = lo + threadIdx.x * per, e = min(hi, a + per);
+  double mine = 0.0;
+  for (int i = a; i < e; ++i) mine += exp((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t);
+  double total;
+  double cum = above + block_exclusive_scan(mine, total);
+  if (threadIdx.x == 0) s_at = hi - 1;
+  __syncthreads();
+  for (int i = a; i < e; ++i) {
+    cum += exp((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t);
+    if (cum >= target) {
+      atomicMin(&s_at, i);
+      break;
+    }
+  }
+  __syncthreads();
+  const unsigned long long k = keys[s_at];
+  __syncthreads();
+  return k;
+}
+
+
+// The histogram's cumulative counts and masses and the buckets where the cuts known before any
+// value is read fall: topLogprobs' (every bucket up to the one holding the n-th largest value),
+// top-k's, and top-p's when top-k is off. Every block of cut_kernel computes the same.
+struct CutSearch {
+  uint32_t cnt[kBucketsPerThread];
+  unsigned long long mass[kBucketsPerThread];
+  unsigned long long cnt_excl, mass_excl, total_mass;
+  long long want_top;
+  bool k_on, p_on;
+  Found top, kcut, pcut;
+  __device__ bool any() const { return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets); }
+  __device__ bool take(int k) const { return k <= top.bucket || k == kcut.bucket || k == pcut.bucket; }
+};
+
+__device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const RowControl& c, const RowShape& s,
+                          CutSearch& q) {
+  q.k_on = c.top_k > 0 && c.top_k < s.valid;
+  q.p_on = c.top_p < 1.0f;
+  unsigned long long my_cnt = 0ull, my_mass = 0ull;
+  const int64_t h0 = static_cast<int64_t>(slot) * kBuckets + threadIdx.x * kBucketsPerThread;
+#pragma unroll
+  for (int i = 0; i < kBucketsPerThread; ++i) {
+    q.cnt[i] = __ldcg(w.hist_count + h0 + i);
+    q.mass[i] = __ldcg(w.hist_mass + h0 + i);
+    my_cnt += q.cnt[i];
+    my_mass += q.mass[i];
+  }
+  unsigned long long total_cnt;
+  q.cnt_excl = block_exclusive_scan(my_cnt, total_cnt);
+  q.mass_excl = block_exclusive_scan(my_mass, q.total_mass);
+  q.want_top = p.top_logprobs < s.valid ? p.top_logprobs : s.valid;
+  const Found none{-1, 0ull};
+  q.top = q.want_top > 0 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.want_top, 0.0, 0) : none;
+  q.kcut = q.k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, c.top_k, 0.0, 0) : none;
+  q.pcut = none;
+  if (q.p_on && !q.k_on)
+    q.pcut = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull,
+                                  static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift);
+}
+
+// This block's slice of the row: the order keys of the values in the buckets q takes, appended to
+// the row's gathered keys (positions past kGatherCap are counted, not written).
+__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int64_t b, const float* row,
+                             const RowShape& s, const CutSearch& q) {
+  const int lane = threadIdx.x & 31;
+  const int64_t V = p.vocab;
+  const int64_t per = (V + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
+  unsigned long long* out = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
+  for (int64_t base = lo; base < hi; base += step) {
+    float raw[kScanUnroll];
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      raw[j] = v < hi ? row[v] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kScanUnroll; ++j) {
+      const int64_t v = base + j * blockDim.x + threadIdx.x;
+      bool sel = false;
+      unsigned long long key = 0ull;
+      if (v < hi) {
+        const float l = candidate_value(p, b, v, raw[j]);
+        if (l == l) {
+          sel = q.take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
+          key = order_key(l, static_cast<uint32_t>(v));
+        }
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+      if (ballot == 0u) continue;
+      uint32_t at = 0;
+      if (lane == __ffs(ballot) - 1) at = atomicAdd(w.gather_count + slot, static_cast<uint32_t>(__popc(ballot)));
+      at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
+      if (sel && at < kGatherCap) out[at] = key;
+    }
+  }
+}
+
+// One row's decision up to the draw (the row's last cut_kernel block): see the file comment.
+__device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int64_t b, const float* row,
+                            const RowControl& c, const RowShape& s, const CutSearch& q, unsigned long long* keys) {
+  __shared__ int s_n;
+  RowPlan plan;
+  plan.threshold = 0ull;
+  plan.md = s.md;
+  plan.inv_t = s.inv_t;
+  plan.min_w = 0.0;
+  plan.mode = kPlanSample;
+  plan.inf_mode = 0;
+  plan.top_avail = 0;
+  plan.pad = 0;
+  const int n_top = p.top_logprobs;
+  unsigned long long* top_keys = w.top_keys + static_cast<int64_t>(slot) * (n_top > 0 ? n_top : 1);
+  auto finish = [&](const RowPlan& pl) {
+    if (threadIdx.x == 0) {
+      w.plans[slot] = pl;
+      if (pl.mode == kPlanWholeRow) w.whole_row[b] = 1;
+    }
+  };
+
+  if (s.valid == 0) {
+    write_no_candidate(p, b);
+    plan.mode = kPlanDone;
+    finish(plan);
+    return;
+  }
+  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowOk;
+  if (c.temperature == 0.0f) {  // greedy: the largest key, logprob 0
+    const int32_t token = key_index(s.best_key);
+    if (threadIdx.x == 0) {
+      p.tokens[b] = token;
+      if (p.logprobs) p.logprobs[b] = 0.0f;
+    }
+    for (int i = threadIdx.x; i < n_top; i += blockDim.x) {
+      p.top_tokens[b * n_top + i] = i == 0 ? token : -1;
+      p.top_token_logprobs[b * n_top + i] = i == 0 ? 0.0f : -INFINITY;
+    }
+    plan.mode = kPlanDone;
+    finish(plan);
+    return;
+  }
+  if (s.posinf > 0) {  // +Inf mode: the +Inf values share the mass, no filter applies
+    plan.inf_mode = 1;
+    if (n_top > 0) {
+      const int want = static_cast<int>(s.posinf < n_top ? s.posinf : n_top);
+      plan.top_avail = gather_first_inf(p, b, row, keys, want);
+      for (int i = threadIdx.x; i < plan.top_avail; i += blockDim.x) top_keys[i] = keys[i];
+    }
+    finish(plan);
+    return;
+  }
+
+  const bool k_on = q.k_on, p_on = q.p_on;
+  plan.min_w = c.min_p > 0.0f ? static_cast<double>(c.min_p) : 0.0;
+  const Found top = q.top, kcut = q.kcut;
+  Found pcut = q.pcut;
+  double z_top_k = from_fixed(q.total_mass, s.shift);
+  const long long want_top = q.want_top;
+  const unsigned long long(&mass)[kBucketsPerThread] = q.mass;
+  const unsigned long long mass_excl = q.mass_excl;
+  int n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
+  if (n > kGatherCap) {
+    plan.mode = kPlanWholeRow;
+    finish(plan);
+    return;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
+  if (threadIdx.x == 0) s_n = n;
+  __syncthreads();
+  sort_desc(keys, n);
+
+  // top-k: the (k - before)-th key of its cut bucket; the top-k mass, exact in float64 inside it
+  unsigned long long k_threshold = 0ull;
+  int k_end = 0;
+  if (k_on) {
+    const int lo = count_below(keys, n, s, kcut.bucket);
+    k_end = lo + static_cast<int>(static_cast<unsigned long long>(c.top_k) - kcut.before);
+    k_threshold = keys[k_end - 1];
+    double mine = 0.0;
+    for (int i = lo + threadIdx.x; i < k_end; i += blockDim.x)
+      mine += exp((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t);
+    double inside;
+    block_exclusive_scan(mine, inside);
+    z_top_k = from_fixed(prefix_at(mass, mass_excl, kcut.bucket), s.shift) + inside;
+  }
+  // top-p: the smallest prefix of the top-k set whose mass reaches top_p times the top-k mass
+  unsigned long long p_threshold = 0ull;
+  if (p_on) {
+    const double target = static_cast<double>(c.top_p) * z_top_k;
+    if (k_on) {
+      pcut = search_buckets<true>(mass, mass_excl, kcut.bucket, 0ull, target, s.shift);
+      if (pcut.bucket == kBuckets) pcut = Found{kcut.bucket, prefix_at(mass, mass_excl, kcut.bucket)};
+      if (pcut.bucket != kcut.bucket && pcut.bucket > top.bucket) {
+        const int cut = pcut.bucket;
+        gather(p, b, row, s, keys, &s_n, [cut](int k) { return k == cut; });
+        n = s_n;
+        if (n > kGatherCap) {
+          plan.mode = kPlanWholeRow;
+          finish(plan);
+          return;
+        }
+        sort_desc(keys, n);
+      }
+    }
+    if (pcut.bucket < kBuckets) {  // else rounding with top_p ~ 1: the whole top-k set
+      const int lo = count_below(keys, n, s, pcut.bucket);
+      const int hi = k_on && pcut.bucket == kcut.bucket ? k_end : count_below(keys, n, s, pcut.bucket + 1);
+      p_threshold = mass_cut(keys, lo, hi, from_fixed(pcut.before, s.shift), target, s);
+    }
+  }
+  plan.threshold = k_threshold > p_threshold ? k_threshold : p_threshold;
+  if (want_top > 0) {
+    plan.top_avail = static_cast<int32_t>(want_top);
+    for (int i = threadIdx.x; i < want_top; i += blockDim.x) top_keys[i] = keys[i];
+  }
+  finish(plan);
+}
+
+// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary.
+__global__ void __launch_bounds__(kDecideThreads)
+    histogram_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
+  const int F = *count;
+  if (F == 0) return;
+  const int64_t V = p.vocab;
+  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+    const int64_t b = w.list[slot];
+    const RowControl c = load_control(p, b);
+    const RowShape s = row_shape(w, slot, c, V);
+    if (blockIdx.x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
+    const float* row = row_logits + b * V;
+    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {
+      uint32_t* hc = w.hist_count + static_cast<int64_t>(slot) * kBuckets;
+      unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
+      const int64_t per = (V + gridDim.x - 1) / gridDim.x;
+      const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
+      const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
+      for (int64_t base = lo; base < hi; base += step) {  // warp-uniform trip count
+        float raw[kScanUnroll];
+#pragma unroll
+        for (int j = 0; j < kScanUnroll; ++j) {
+          const int64_t v = base + j * blockDim.x + threadIdx.x;
+          raw[j] = v < hi ? row[v] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kScanUnroll; ++j) {
+          const int64_t v = base + j * blockDim.x + threadIdx.x;
+          int k = -1;
+          unsigned long long wf = 0ull;
+          if (v < hi) {
+            const float l = candidate_value(p, b, v, raw[j]);
+            if (l == l) {
+              const double d = (static_cast<double>(l) - s.md) * s.inv_t;
+              k = bucket_of(d, s);
+              wf = __double2ull_rn(ldexp(exp(d), s.shift));
+            }
+          }
+          const unsigned same = __match_any_sync(0xffffffffu, k);
+          if (k >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(hc + k, static_cast<uint32_t>(__popc(same)));
+          if (wf != 0ull) atomicAdd(hm + k, wf);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// grid (kRowBlocks, slots): every block finds the row's cut buckets from the histogram and gathers
+// its slice's values in them; the row's last block sorts them and resolves the row.
+__global__ void __launch_bounds__(kDecideThreads)
+    cut_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
+  const int F = *count;
+  if (F == 0) return;
+  extern __shared__ unsigned long long s_keys[];
+  __shared__ bool s_last;
+  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+    const int64_t b = w.list[slot];
+    const RowControl c = load_control(p, b);
+    const RowShape s = w.shapes[slot];
+    const float* row = row_logits + b * p.vocab;
+    CutSearch q;
+    q.top = q.kcut = q.pcut = Found{-1, 0ull};
+    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
+      find_cuts(p, w, slot, c, s, q);
+      if (q.any()) gather_slice(p, w, slot, b, row, s, q);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (s_last) {
+      __threadfence();
+      resolve_row(p, w, slot, b, row, c, s, q, s_keys);
+    }
+    __syncthreads();
+  }
+}
+
+// ---- 3. the draw ----------------------------------------------------------------------------------
+// grid (kRowBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
+// quad with a kept value), with its kept count and float64 mass; the row's last block merges the
+// blocks in block order and writes the row.
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
+  const int F = *count;
+  if (F == 0) return;
+  __shared__ bool s_last;
+  const int64_t V = p.vocab;
+  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+    const RowPlan plan = w.plans[slot];
+    if (plan.mode != kPlanSample) continue;  // block-uniform
+    const int64_t b = w.list[slot];
+    const float T = p.temperature[b];
+    const float inv_tf = 1.0f / T;
+    const uint64_t seed = p.seed[b], offset = p.offset[b];
+    const uint32_t stream = p.per_row_seed ? 0u : static_cast<uint32_t>(b);
+    const float* row = row_logits + b * V;
+    auto kept_weight = [&](float l, int64_t v) -> double {  // < 0: not kept
+      if (l != l) return -1.0;
+      if (plan.inf_mode) return l == INFINITY ? 1.0 : -1.0;
+      if (order_key(l, static_cast<uint32_t>(v)) < plan.threshold) return -1.0;
+      const double x = exp((static_cast<double>(l) - plan.md) * plan.inv_t);
+      return plan.min_w == 0.0 || x >= plan.min_w ? x : -1.0;
+    };
+    const int64_t quads = (V + 3) / 4;
+    const int64_t per = (quads + gridDim.x - 1) / gridDim.x;
+    const int64_t q_lo = blockIdx.x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
+    double z = 0.0;
+    unsigned long long kept = 0ull, best = 0ull;
+    for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
+      float l[4];
+      bool keep[4];
+      bool any = false;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        const int64_t v = 4 * q + o;
+        l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
+        const double x = kept_weight(l[o], v);
+        keep[o] = x >= 0.0;
+        if (keep[o]) {
+          z += x;
+          ++kept;
+          any = true;
+        }
+      }
+      if (!any) continue;
+      const Philox4 r = noise_block(seed, offset, stream, 0u, static_cast<uint32_t>(q));
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        if (!keep[o]) continue;
+        const Candidate cand =
+            make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
+        const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+        best = packed > best ? packed : best;
+      }
+    }
+    z = block_all_reduce(z, Add());
+    kept = block_all_reduce(kept, Add());
+    best = block_all_reduce(best, Maximum());
+    const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
+    if (threadIdx.x == 0) {
+      w.part_z[at] = z;
+      w.part_kept[at] = kept;
+      w.part_best[at] = best;
+      __threadfence();
+      s_last = atomicAdd(w.draw_done + slot, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!s_last) continue;
+    __threadfence();
+    __shared__ double s_log_z;
+    __shared__ unsigned long long s_kept;
+    if (threadIdx.x < 32) {  // kRowBlocks == 32 partials, merged by a fixed butterfly
+      const int64_t j = static_cast<int64_t>(slot) * kRowBlocks + threadIdx.x;
+      double zr = __ldcg(w.part_z + j);
+      unsigned long long kr = __ldcg(w.part_kept + j), br = __ldcg(w.part_best + j);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        zr += __shfl_xor_sync(0xffffffffu, zr, o);
+        kr += __shfl_xor_sync(0xffffffffu, kr, o);
+        const unsigned long long bo = __shfl_xor_sync(0xffffffffu, br, o);
+        br = bo > br ? bo : br;
+      }
+      const double log_z = log(zr);
+      const int32_t token = detail::packed_token(br);
+      if (threadIdx.x == 0) p.tokens[b] = token;
+      if (threadIdx.x == 0 && p.logprobs) {
+        float lp = -INFINITY;
+        if (token >= 0) {
+          const float l = candidate_value(p, b, token, row[token]);
+          lp = static_cast<float>(plan.inf_mode ? -log_z : (static_cast<double>(l) - plan.md) * plan.inv_t - log_z);
+        }
+        p.logprobs[b] = lp;
+      }
+      if (threadIdx.x == 0) {
+        s_log_z = log_z;
+        s_kept = kr;
+      }
+    }
+    __syncthreads();
+    const int n_top = p.top_logprobs;
+    const unsigned long long* top_keys = w.top_keys + static_cast<int64_t>(slot) * (n_top > 0 ? n_top : 1);
+    const long long take = min(static_cast<long long>(plan.top_avail), static_cast<long long>(s_kept));
+    for (int i = threadIdx.x; i < n_top; i += blockDim.x) {
+      int32_t token = -1;
+      float lp = -INFINITY;
+      if (i < take) {
+        const unsigned long long key = top_keys[i];
+        token = key_index(key);
+        lp = static_cast<float>(plan.inf_mode ? -s_log_z
+                                              : (static_cast<double>(key_value(key)) - plan.md) * plan.inv_t - s_log_z);
+      }
+      p.top_tokens[b * n_top + i] = token;
+      p.top_token_logprobs[b * n_top + i] = lp;
+    }
+    __syncthreads();
+  }
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+}  // namespace
+
+cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
+                              float* row_logits, cudaStream_t stream) {
+  if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr || p.num_samples != 1 ||
+      p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    return cudaErrorInvalidValue;
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  const size_t B = static_cast<size_t>(p.batch);
+  // Logits kernel: one resident wave (a second, partial wave would leave SMs idle at the end).
+  const bool tensor_cores = p.dtype != DType::kF32 && p.dim % 8 == 0 &&
+                            reinterpret_cast<uintptr_t>(p.hidden) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
+  void (*logits_kernel)(SampleParams, const int32_t*, const int32_t*, Work, float*) =
+      tensor_cores ? (p.dtype == DType::kF16 ? flagged_logits_mma_kernel<true> : flagged_logits_mma_kernel<false>)
+      : p.dtype == DType::kF32 ? flagged_logits_simt_kernel<float>
+      : p.dtype == DType::kF16 ? flagged_logits_simt_kernel<__half>
+                               : flagged_logits_simt_kernel<__nv_bfloat16>;
+  int per_sm = 0;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, logits_kernel, kLogitThreads, 0)) != cudaSuccess)
+    return err;
+  const int64_t tasks = (p.vocab + kTileRows - 1) / kTileRows;
+  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const int logit_blocks = static_cast<int>(tasks < resident ? tasks : resident);
+  const size_t n_top = p.top_logprobs > 0 ? static_cast<size_t>(p.top_logprobs) : 1;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t start = at;
+    at = align256(at + bytes);
+    return start;
+  };
+  const size_t o_list = take(B * sizeof(int32_t));
+  const size_t o_whole = take(B * sizeof(int32_t));
+  const size_t o_parts = take(B * logit_blocks * sizeof(RowPart));
+  const size_t o_plans = take(B * sizeof(RowPlan));
+  const size_t o_hc = take(B * kBuckets * sizeof(uint32_t));
+  const size_t o_hm = take(B * kBuckets * sizeof(unsigned long long));
+  const size_t o_shapes = take(B * sizeof(RowShape));
+  const size_t o_gathered = take(B * kGatherCap * sizeof(unsigned long long));
+  const size_t o_gc = take(B * sizeof(uint32_t));
+  const size_t o_cd = take(B * sizeof(uint32_t));
+  const size_t o_dd = take(B * sizeof(uint32_t));
+  const size_t o_pz = take(B * kRowBlocks * sizeof(double));
+  const size_t o_pk = take(B * kRowBlocks * sizeof(unsigned long long));
+  const size_t o_pb = take(B * kRowBlocks * sizeof(unsigned long long));
+  const size_t o_top = take(B * n_top * sizeof(unsigned long long));
+  uint8_t* ws = nullptr;
+  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream)) != cudaSuccess) return err;
+  Work w;
+  w.list = reinterpret_cast<int32_t*>(ws + o_list);
+  w.whole_row = reinterpret_cast<int32_t*>(ws + o_whole);
+  w.parts = reinterpret_cast<RowPart*>(ws + o_parts);
+  w.logit_blocks = logit_blocks;
+  w.plans = reinterpret_cast<RowPlan*>(ws + o_plans);
+  w.hist_count = reinterpret_cast<uint32_t*>(ws + o_hc);
+  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + o_hm);
+  w.shapes = reinterpret_cast<RowShape*>(ws + o_shapes);
+  w.gathered = reinterpret_cast<unsigned long long*>(ws + o_gathered);
+  w.gather_count = reinterpret_cast<uint32_t*>(ws + o_gc);
+  w.cut_done = reinterpret_cast<uint32_t*>(ws + o_cd);
+  w.draw_done = reinterpret_cast<uint32_t*>(ws + o_dd);
+  w.part_z = reinterpret_cast<double*>(ws + o_pz);
+  w.part_kept = reinterpret_cast<unsigned long long*>(ws + o_pk);
+  w.part_best = reinterpret_cast<unsigned long long*>(ws + o_pb);
+  w.top_keys = reinterpret_cast<unsigned long long*>(ws + o_top);
+
+  err = cudaMemsetAsync(w.whole_row, 0, B * sizeof(int32_t), stream);
+  if (err == cudaSuccess) {
+    logits_kernel<<<static_cast<unsigned>(logit_blocks), kLogitThreads, 0, stream>>>(p, flags, flagged_count, w,
+                                                                                   row_logits);
+    err = cudaGetLastError();
+  }
+  const dim3 rows_grid(kRowBlocks, static_cast<unsigned>(B < kMaxSlotsInFlight ? B : kMaxSlotsInFlight));
+  const size_t gather_bytes = kGatherCap * sizeof(unsigned long long);
+  if (err == cudaSuccess) {
+    histogram_kernel<<<rows_grid, kDecideThreads, 0, stream>>>(p, flagged_count, row_logits, w);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(cut_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(gather_bytes));
+  if (err == cudaSuccess) {
+    cut_kernel<<<rows_grid, kDecideThreads, gather_bytes, stream>>>(p, flagged_count, row_logits, w);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) {
+    sample_kernel<<<rows_grid, kSampleThreads, 0, stream>>>(p, flagged_count, row_logits, w);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, stream);
+  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  return err != cudaSuccess ? err : freed;
+}
+
+}  // namespace cuda
+}  // namespace flashsample
