@@ -59,28 +59,33 @@ describeDevices((devName, dev) => {
   const calls = scaled(32, 32);
 
   describe('chi-square against float64, one sample per row', () => {
-    const V = 1000;
-    const base = zipfLogits(V, 1.1, 77);
-    const specs: [string, FilterSpec][] = [
-      ['top-k 5', { topK: 5, temperature: 1 }],
-      ['top-k 50, T 0.5', { topK: 50, temperature: 0.5 }],
-      ['top-p', { topP: safeTopP(base, { temperature: 1 }, 0.8), temperature: 1 }],
-      ['min-p 0.05, T 1.5', { minP: 0.05, temperature: 1.5 }],
-      ['Qwen3 default: T 0.6, top-k 20, top-p 0.95', { temperature: 0.6, topK: 20, topP: safeTopP(base, { temperature: 0.6, topK: 20 }, 0.95) }],
-      ['Gemma 3 default: top-k 64, top-p 0.95', { topK: 64, topP: safeTopP(base, { topK: 64 }, 0.95) }],
-      ['top-k 5 + min-p 0.2', { topK: 5, minP: 0.2 }],
-    ];
-    for (const [name, spec] of specs) {
-      test(`${name} (V=${V}, bf16)`, async () => {
-        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
-        try {
-          const { counts } = await pooledCounts(p, spec, calls);
-          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
-          expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
-        } finally {
-          p.dispose();
-        }
-      });
+    // V = 1000 (eight vocabulary tiles of 128 on the GPU) and V = 111 (one partial tile)
+    for (const [V, dtype] of [
+      [1000, 'bf16'],
+      [111, 'f16'],
+    ] as const) {
+      const base = zipfLogits(V, 1.1, 77);
+      const specs: [string, FilterSpec][] = [
+        ['top-k 5', { topK: 5, temperature: 1 }],
+        ['top-k 50, T 0.5', { topK: 50, temperature: 0.5 }],
+        ['top-p', { topP: safeTopP(base, { temperature: 1 }, 0.8), temperature: 1 }],
+        ['min-p 0.05, T 1.5', { minP: 0.05, temperature: 1.5 }],
+        ['Qwen3 default: T 0.6, top-k 20, top-p 0.95', { temperature: 0.6, topK: 20, topP: safeTopP(base, { temperature: 0.6, topK: 20 }, 0.95) }],
+        ['Gemma 3 default: top-k 64, top-p 0.95', { topK: 64, topP: safeTopP(base, { topK: 64 }, 0.95) }],
+        ['top-k 5 + min-p 0.2', { topK: 5, minP: 0.2 }],
+      ];
+      for (const [name, spec] of specs) {
+        test(`${name} (V=${V}, ${dtype})`, async () => {
+          const p = plantLogits(dev(), dtype, Array.from({ length: B }, () => base), { D: 8 });
+          try {
+            const { counts } = await pooledCounts(p, spec, calls);
+            const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+            expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+          } finally {
+            p.dispose();
+          }
+        });
+      }
     }
 
     test('logprobs only and topLogprobs 5 (V=111, f16): plain draws, logprobs within 1e-4 of float64', async () => {
