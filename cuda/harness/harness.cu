@@ -7,7 +7,7 @@
 // greedy rows; whether a device answers). Exits on a CUDA error outside the tile launches.
 //
 // Only what production dispatches lives in cuda/kernels; a variant being tried lives here as a config
-// of its own. The variants tried before, and the harness sections that measured them, are at 4fd07bc.
+// of its own. Variants that lost are one line each in bench/TUNING.md ("Tried and did not work").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
