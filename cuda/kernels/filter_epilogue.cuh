@@ -21,7 +21,7 @@ namespace flashsample {
 namespace cuda {
 namespace detail {
 
-struct TileSummary {
+struct alignas(8) TileSummary {
   float max_logit;     // largest finite value of the tile (-Inf when none)
   float sum_exp;       // sum of exp((l - max_logit) / T) over the finite values (0 for greedy rows)
   uint32_t valid;      // values that can be drawn (finite or +Inf)
@@ -116,25 +116,6 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   return r;
 }
 
-// The k-th largest of the warp's 128 values (NaN: none), as a value lower bound: the largest key
-// prefix (20 bits: sign, exponent, 11 mantissa bits) that at least k values reach. -Inf when fewer
-// than k values are valid.
-__device__ __forceinline__ float warp_kth_largest(const float (&x)[4], int k) {
-  uint32_t key[4];
-#pragma unroll
-  for (int o = 0; o < 4; ++o) key[o] = x[o] == x[o] ? ordered_bits(x[o]) : 0u;
-  uint32_t res = 0u;
-#pragma unroll 1
-  for (int bit = 31; bit >= 12; --bit) {
-    const uint32_t cand = res | (1u << bit);
-    uint32_t n = 0;
-#pragma unroll
-    for (int o = 0; o < 4; ++o) n += key[o] >= cand ? 1u : 0u;
-    if (__reduce_add_sync(0xffffffffu, n) >= static_cast<uint32_t>(k)) res = cand;
-  }
-  return res == 0u ? -INFINITY : from_ordered_bits(res);
-}
-
 // The histogram bound for rank k: the lower edge of the highest bucket at which the appended
 // values counted from the top reach k; `floor` when they do not (or when it is not higher).
 // Scans down from the highest non-empty bucket, 32 buckets a step, never below floor's bucket.
@@ -163,160 +144,277 @@ __device__ __forceinline__ float hist_rank_bound(const FilterArgs& f, int64_t b,
   return floor;
 }
 
-// One column's share of a tile in the filtered epilogue (row b, vocabulary tile vtile), by the warp
-// that owns the column: lane holds the values x[0..3] of vocabulary vq .. vq + 3 (NaN: cannot be
-// drawn) and (bs, bk), its best Gumbel candidate that beat the running threshold. Writes the tile
-// summary, updates this CTA's running max / sum of the row (run_m, run_z) and its threshold
-// (run_theta), and appends the values at or above the threshold to the row's candidates.
-__device__ __forceinline__ void filtered_column(const FilterArgs& f, int64_t b, int64_t vtile, int64_t vq, int64_t V,
-                                                const float (&x)[4], float inv_t, float bs, uint32_t bk,
-                                                const FilterRow& fr, float shared_theta, float& run_m,
-                                                float& run_z, float& run_theta) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const int lane = threadIdx.x & 31;
-  const bool greedy = inv_t == 0.0f;
-  uint32_t nvalid = 0, ninf = 0;
-  float mx = -INFINITY;
-#pragma unroll
-  for (int o = 0; o < 4; ++o)
-    if (x[o] == x[o]) {
-      ++nvalid;
-      if (x[o] == INFINITY) ++ninf;
-      else mx = fmaxf(mx, x[o]);
-    }
-  nvalid = __reduce_add_sync(kAll, nvalid);
-  ninf = __reduce_add_sync(kAll, ninf);
-  const float tmax = from_ordered_bits(__reduce_max_sync(kAll, ordered_bits(mx)));
-  float sum = 0.0f;
-  if (!greedy && tmax != -INFINITY) {
-#pragma unroll
-    for (int o = 0; o < 4; ++o)
-      if (x[o] == x[o] && x[o] != INFINITY) sum += expf((x[o] - tmax) * inv_t);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kAll, sum, o);  // fixed tree: deterministic
+// The per-column state of the filtered epilogue, in the filtered kernel's static shared memory: the
+// row's threshold mode and this CTA's running max / sum of the row and its threshold. The column's
+// warp alone reads and writes it between parameter reloads.
+struct alignas(16) ColumnState {
+  float m, z, theta;
+};
 
-  // the tile's best surviving candidate and its logit
-  float bl = 0.0f;
-  if (bk != kNoToken) {
-    const int o = static_cast<int>(static_cast<int64_t>(bk & 0x7fffffffu) - vq);
-    bl = o == 0 ? x[0] : o == 1 ? x[1] : o == 2 ? x[2] : x[3];
-  }
-  if (__any_sync(kAll, bk != kNoToken)) {
+// The k[jj]-th largest of the warp's 128 values of each column with active[jj] (warp-uniform; NaN:
+// none), as a value lower bound: the largest key prefix (20 bits: sign, exponent, 11 mantissa bits)
+// that at least k values reach; -Inf when fewer than k values are valid, or for an inactive column.
+// The columns bisect in lockstep, so that their warp reductions overlap.
+template <int K>
+__device__ __forceinline__ void warp_kth_largest_columns(const float (&x)[K][4], const int (&k)[K],
+                                                         const bool (&active)[K], float (&out)[K]) {
+  uint32_t key[K][4], res[K];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float qs = __shfl_xor_sync(kAll, bs, o);
-      const uint32_t qk = __shfl_xor_sync(kAll, bk, o);
-      const float ql = __shfl_xor_sync(kAll, bl, o);
-      if (candidate_better(qs, qk, bs, bk)) {
-        bs = qs;
-        bk = qk;
-        bl = ql;
+  for (int jj = 0; jj < K; ++jj) {
+    res[jj] = 0u;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) key[jj][o] = x[jj][o] == x[jj][o] ? ordered_bits(x[jj][o]) : 0u;
+  }
+#pragma unroll 1
+  for (int bit = 31; bit >= 12; --bit) {
+#pragma unroll
+    for (int jj = 0; jj < K; ++jj) {
+      const uint32_t cand = res[jj] | (1u << bit);
+      uint32_t n = 0;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) n += key[jj][o] >= cand ? 1u : 0u;
+      if (__reduce_add_sync(0xffffffffu, n) >= static_cast<uint32_t>(k[jj])) res[jj] = cand;
+    }
+  }
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) out[jj] = !active[jj] || res[jj] == 0u ? -INFINITY : from_ordered_bits(res[jj]);
+}
+
+// One trip's K columns of a tile in the filtered epilogue (rows b[jj] of vocabulary tile vtile), by
+// the warp that owns them; live[jj] (warp-uniform): the row exists. Lane holds the values x[jj][0..3]
+// of vocabulary vq .. vq + 3 (NaN: cannot be drawn) and (bs, bk), its best Gumbel candidate that
+// beat the running threshold. Writes the tile summaries, updates this CTA's running max / sum of
+// each row and its threshold (state[jj]), and appends the values at or above the threshold to the
+// row's candidates. The columns go through each step together, so that their dependent chains of
+// warp reductions overlap; a tile that cannot append (its max below the threshold: most tiles
+// after the first waves) ends after the summaries and the statistics.
+template <int K>
+__device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int64_t (&b)[K], const bool (&live)[K],
+                                                 int64_t vtile, int64_t vq, int64_t V, const float (&x)[K][4],
+                                                 const float (&inv_t)[K], const float (&bs_lane)[K],
+                                                 const uint32_t (&bk_lane)[K], const FilterRow (&fr)[K],
+                                                 const float (&shared_theta)[K], ColumnState* const (&state)[K]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = threadIdx.x & 31;
+
+  // the tile summaries: valid / +Inf counts in one word, the max, then the sums of exponentials
+  // (exp2 of a prescaled difference: within 2 ulp + the argument's rounding, which the 1e-6 bound
+  // of docs/SEMANTICS.md covers)
+  uint32_t counts[K];
+  float tmax[K], sum[K];
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) {
+    uint32_t c = 0u;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float v = x[jj][o];
+      c += v == v ? (v == INFINITY ? 0x10001u : 1u) : 0u;
+      mx = fmaxf(mx, v < INFINITY ? v : -INFINITY);  // finite values only (NaN < Inf is false)
+    }
+    counts[jj] = __reduce_add_sync(kAll, c);
+    tmax[jj] = from_ordered_bits(__reduce_max_sync(kAll, ordered_bits(mx)));
+  }
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) {
+    const float c2 = inv_t[jj] * kLog2e;
+    float s = 0.0f;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float e = exp2f((x[jj][o] - tmax[jj]) * c2);
+      s += x[jj][o] < INFINITY ? e : 0.0f;
+    }
+    sum[jj] = s;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)  // fixed tree: deterministic
+#pragma unroll
+    for (int jj = 0; jj < K; ++jj) sum[jj] += __shfl_xor_sync(kAll, sum[jj], o);
+
+  // each tile's best surviving candidate and its logit
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) {
+    if (inv_t[jj] == 0.0f) sum[jj] = 0.0f;  // greedy rows have no masses
+    float bs = bs_lane[jj], bl = 0.0f;
+    uint32_t bk = bk_lane[jj];
+    if (bk != kNoToken) {
+      const int o = static_cast<int>(static_cast<int64_t>(bk & 0x7fffffffu) - vq);
+      bl = o == 0 ? x[jj][0] : o == 1 ? x[jj][1] : o == 2 ? x[jj][2] : x[jj][3];
+    }
+    if (__any_sync(kAll, bk != kNoToken)) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float qs = __shfl_xor_sync(kAll, bs, o);
+        const uint32_t qk = __shfl_xor_sync(kAll, bk, o);
+        const float ql = __shfl_xor_sync(kAll, bl, o);
+        if (candidate_better(qs, qk, bs, bk)) {
+          bs = qs;
+          bk = qk;
+          bl = ql;
+        }
       }
     }
+    if (lane == 0 && live[jj]) {
+      static_assert(sizeof(TileSummary) == 24 && alignof(TileSummary) == 8, "three 8-byte stores");
+      uint2* const t = reinterpret_cast<uint2*>(f.tiles + b[jj] * f.num_vtiles + vtile);
+      t[0] = make_uint2(__float_as_uint(tmax[jj]), __float_as_uint(sum[jj]));
+      t[1] = make_uint2(counts[jj] & 0xffffu, counts[jj] >> 16);
+      t[2] = make_uint2(bk, __float_as_uint(bl));
+    }
   }
-  if (lane == 0) {
-    TileSummary t;
-    t.max_logit = tmax;
-    t.sum_exp = sum;
-    t.valid = nvalid;
-    t.posinf = ninf;
-    t.best_key = bk;
-    t.best_logit = bl;
-    f.tiles[b * f.num_vtiles + vtile] = t;
-  }
-  if (fr.mode == kThetaNone) return;
 
-  // this CTA's running statistics of the row, then the threshold (every lane computes the same
+  // this CTA's running statistics of each row, then the threshold (every lane computes the same
   // values; lane 0 stores them between two __syncwarps: after every lane's reads, before the
-  // column's next tile)
-  float m = run_m, z = run_z;
-  if (tmax != -INFINITY) {
-    if (tmax > m) {
-      z = z * expf((m - tmax) * inv_t) + sum;
-      m = tmax;
-    } else {
-      z += sum * expf((tmax - m) * inv_t);
+  // column's next tile). The exponentials and logarithms below only steer θ, a heuristic.
+  bool filtered[K], need[K];
+  float m[K], z[K], theta[K], theta_before[K];
+  bool any_need = false;
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) {
+    filtered[jj] = live[jj] && fr[jj].mode != kThetaNone;
+    need[jj] = false;
+    m[jj] = -INFINITY;
+    z[jj] = 0.0f;
+    theta[jj] = theta_before[jj] = INFINITY;
+    if (!filtered[jj]) continue;
+    const ColumnState s = *state[jj];
+    m[jj] = s.m;
+    z[jj] = s.z;
+    if (tmax[jj] != -INFINITY) {
+      if (tmax[jj] > m[jj]) {
+        z[jj] = z[jj] * __expf((m[jj] - tmax[jj]) * inv_t[jj]) + sum[jj];
+        m[jj] = tmax[jj];
+      } else {
+        z[jj] += sum[jj] * __expf((tmax[jj] - m[jj]) * inv_t[jj]);
+      }
     }
+    // the grid's largest θ so far (prefetched at the item's start) lifts this CTA's own
+    theta[jj] = theta_before[jj] = fmaxf(s.theta, shared_theta[jj]);
+    need[jj] = tmax[jj] != -INFINITY && tmax[jj] >= theta[jj];  // some finite value can append
+    any_need |= need[jj];
   }
-  // the grid's largest θ so far (prefetched at the item's start) lifts this CTA's own
-  float theta = fmaxf(run_theta, shared_theta);
-  const float theta_before = theta;
-  if (tmax >= theta) {  // only a tile that can append refreshes the bound (global loads)
-    if (m != -INFINITY && fr.mode != kThetaTopK) {
-      // top-p: every value below m + T ln((1 - p) Z_seen / V) has less than (1 - p) Z / V of the
-      // mass, so all of them together stay in the tail the nucleus leaves out. min-p: m + T ln(minP).
-      const float bound = fr.mode == kThetaTopP ? m + (logf((1.0f - fr.param) * z) - logf(static_cast<float>(V))) / inv_t
-                                                : m + fr.param / inv_t;
-      theta = fmaxf(theta, bound);
+
+  if (any_need) {
+    // only a tile that can append refreshes the bound
+    int kth_rank[K];
+    bool kth[K], any_kth = false;
+#pragma unroll
+    for (int jj = 0; jj < K; ++jj) {
+      kth[jj] = false;
+      kth_rank[jj] = 0;
+      if (!need[jj]) continue;
+      if (m[jj] != -INFINITY && fr[jj].mode != kThetaTopK) {
+        // top-p: every value below m + T ln((1 - p) Z_seen / V) has less than (1 - p) Z / V of the
+        // mass, so all of them together stay in the tail the nucleus leaves out. min-p: m + T ln(minP).
+        const float bound = fr[jj].mode == kThetaTopP
+                                ? m[jj] + (__logf((1.0f - fr[jj].param) * z[jj]) - __logf(static_cast<float>(V))) / inv_t[jj]
+                                : m[jj] + fr[jj].param / inv_t[jj];
+        theta[jj] = fmaxf(theta[jj], bound);
+      }
+      // the tile's own k-th largest only before any bound exists (later it is far below θ). A
+      // top-p row takes its tile's kTopPFirstRank-th: otherwise its first wave appends whole tiles
+      if (theta_before[jj] == -INFINITY) {
+        const int k = fr[jj].mode == kThetaTopK ? fr[jj].k : fr[jj].mode == kThetaTopP ? kTopPFirstRank : 0;
+        kth[jj] = k > 0 && k <= 128 && (counts[jj] & 0xffffu) >= static_cast<uint32_t>(k);
+        kth_rank[jj] = k;
+        any_kth |= kth[jj];
+      }
     }
-    // the tile's own k-th largest only before any bound exists (later it is far below θ). A top-p
-    // row takes its tile's kTopPFirstRank-th: otherwise its first wave appends whole tiles
-    if (theta_before == -INFINITY) {
-      const int k = fr.mode == kThetaTopK ? fr.k : fr.mode == kThetaTopP ? kTopPFirstRank : 0;
-      if (k > 0 && k <= 128 && nvalid >= static_cast<uint32_t>(k)) theta = fmaxf(theta, warp_kth_largest(x, k));
+    if (any_kth) {
+      float kv[K];
+      warp_kth_largest_columns<K>(x, kth_rank, kth, kv);
+#pragma unroll
+      for (int jj = 0; jj < K; ++jj) theta[jj] = fmaxf(theta[jj], kv[jj]);
     }
     // the histogram bound (dependent global loads, one per 32 buckets scanned): for a top-k, any
     // tile that would append, so θ keeps rising with the grid's appends after the first wave; for
     // top-p (rank 2048: a longer scan) only a tile that would append many
-    uint32_t n = 0;
 #pragma unroll
-    for (int o = 0; o < 4; ++o) n += x[o] == x[o] && x[o] != INFINITY && x[o] >= theta ? 1u : 0u;
-    const uint32_t refresh_above = fr.mode == kThetaTopK ? 0u : 16u;
-    if (fr.mode != kThetaMinP && __reduce_add_sync(kAll, n) > refresh_above) theta = hist_rank_bound(f, b, fr.k, theta);
+    for (int jj = 0; jj < K; ++jj) {
+      if (!need[jj] || fr[jj].mode == kThetaMinP) continue;
+      uint32_t n = 0;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) n += x[jj][o] < INFINITY && x[jj][o] >= theta[jj] ? 1u : 0u;
+      const uint32_t refresh_above = fr[jj].mode == kThetaTopK ? 0u : 16u;
+      if (__reduce_add_sync(kAll, n) > refresh_above) theta[jj] = hist_rank_bound(f, b[jj], fr[jj].k, theta[jj]);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int jj = 0; jj < K; ++jj)
+        if (need[jj] && theta[jj] > theta_before[jj]) atomicMax(f.theta_used + b[jj], ordered_bits(theta[jj]));
+    }
   }
-  __syncwarp();  // every lane has read run_m / run_z / run_theta before lane 0 overwrites them
+  __syncwarp();  // every lane has read the states before lane 0 overwrites them
   if (lane == 0) {
-    if (theta > theta_before) atomicMax(f.theta_used + b, ordered_bits(theta));
-    run_m = m;
-    run_z = z;
-    run_theta = theta;
+#pragma unroll
+    for (int jj = 0; jj < K; ++jj)
+      if (filtered[jj]) {
+        state[jj]->m = m[jj];
+        state[jj]->z = z[jj];
+        state[jj]->theta = theta[jj];
+      }
   }
   __syncwarp();
+  if (!any_need) return;
 
-  // appends: a warp-aggregated slot range, then each value at its slot (or dropped when full)
-  uint32_t want = 0u;
+  // appends: a warp-aggregated slot range per column, then each value at its slot (or dropped when
+  // full); the columns' slot reservations are in flight together
+  uint32_t want[K], incl[K], total[K], base[K];
 #pragma unroll
-  for (int o = 0; o < 4; ++o)
-    if (x[o] == x[o] && x[o] != INFINITY && x[o] >= theta) want |= 1u << o;
-  const uint32_t mine = __popc(want);
-  uint32_t incl = mine;
+  for (int jj = 0; jj < K; ++jj) {
+    want[jj] = 0u;
+    if (need[jj]) {
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(kAll, incl, o);
-    if (lane >= o) incl += y;
+      for (int o = 0; o < 4; ++o)
+        if (x[jj][o] < INFINITY && x[jj][o] >= theta[jj]) want[jj] |= 1u << o;
+    }
+    incl[jj] = __popc(want[jj]);
   }
-  const uint32_t total = __shfl_sync(kAll, incl, 31);
-  if (total == 0u) return;
-  uint32_t base = 0u;
-  if (lane == 0) base = atomicAdd(f.cand_count + b, total);
-  base = __shfl_sync(kAll, base, 0);
-  uint32_t at = base + incl - mine;
-  uint32_t dropped = 0u;
-  int top = -1;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1)
+#pragma unroll
+    for (int jj = 0; jj < K; ++jj) {
+      const uint32_t y = __shfl_up_sync(kAll, incl[jj], o);
+      if (lane >= o) incl[jj] += y;
+    }
+#pragma unroll
+  for (int jj = 0; jj < K; ++jj) {
+    total[jj] = __shfl_sync(kAll, incl[jj], 31);
+    base[jj] = 0u;
+    if (lane == 0 && total[jj] != 0u) base[jj] = atomicAdd(f.cand_count + b[jj], total[jj]);
+  }
   const uint32_t cap = static_cast<uint32_t>(f.cap);
 #pragma unroll
-  for (int o = 0; o < 4; ++o)
-    if ((want >> o) & 1u) {
-      if (at < cap) {
-        f.cand_val[b * cap + at] = x[o];
-        f.cand_idx[b * cap + at] = static_cast<uint32_t>(vq + o);
-        if (fr.mode != kThetaMinP) {  // the rank bounds' histogram
-          const int bucket = hist_bucket(x[o]);
-          atomicAdd(f.hist + b * kHistBuckets + bucket, 1u);
-          top = bucket > top ? bucket : top;
+  for (int jj = 0; jj < K; ++jj) {
+    if (total[jj] == 0u) continue;  // warp-uniform
+    uint32_t at = __shfl_sync(kAll, base[jj], 0) + incl[jj] - __popc(want[jj]);
+    uint32_t dropped = 0u;
+    int top = -1;
+    const int64_t row = b[jj];
+#pragma unroll
+    for (int o = 0; o < 4; ++o)
+      if ((want[jj] >> o) & 1u) {
+        if (at < cap) {
+          f.cand_val[row * cap + at] = x[jj][o];
+          f.cand_idx[row * cap + at] = static_cast<uint32_t>(vq + o);
+          if (fr[jj].mode != kThetaMinP) {  // the rank bounds' histogram
+            const int bucket = hist_bucket(x[jj][o]);
+            atomicAdd(f.hist + row * kHistBuckets + bucket, 1u);
+            top = bucket > top ? bucket : top;
+          }
+        } else {
+          const uint32_t ob = ordered_bits(x[jj][o]);
+          dropped = ob > dropped ? ob : dropped;
         }
-      } else {
-        const uint32_t ob = ordered_bits(x[o]);
-        dropped = ob > dropped ? ob : dropped;
+        ++at;
       }
-      ++at;
+    const uint32_t top_all = __reduce_max_sync(kAll, static_cast<uint32_t>(top + 1));
+    const uint32_t dropped_all = __reduce_max_sync(kAll, dropped);
+    if (lane == 0) {
+      if (top_all != 0u) atomicMax(f.top_bucket + row, top_all);
+      if (dropped_all != 0u) atomicMax(f.max_dropped + row, dropped_all);
     }
-  const uint32_t top_all = __reduce_max_sync(kAll, static_cast<uint32_t>(top + 1));
-  const uint32_t dropped_all = __reduce_max_sync(kAll, dropped);
-  if (lane == 0) {
-    if (top_all != 0u) atomicMax(f.top_bucket + b, top_all);
-    if (dropped_all != 0u) atomicMax(f.max_dropped + b, dropped_all);
   }
 }
 

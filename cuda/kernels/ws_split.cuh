@@ -117,8 +117,8 @@ constexpr int kSplitEpilogueBarrier = 1;
 // The filtered epilogue's per-column state, in static shared memory of the filtered kernels only.
 template <int N>
 struct FilterColumns {
+  ColumnState state[N];
   FilterRow row[N];
-  float m[N], z[N], theta[N];
 };
 template <int N>
 __device__ __forceinline__ FilterColumns<N>* filter_columns_smem() {
@@ -265,9 +265,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
           filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f};
-          filt->m[n] = -INFINITY;
-          filt->z[n] = 0.0f;
-          filt->theta[n] = -INFINITY;
+          filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
         }
       }
       named_bar_sync(kSplitEpilogueBarrier, 256);
@@ -326,14 +324,23 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           if (c > thr_packed[jj]) atomicMax(&win_packed_s[nn[jj]], c);
         }
       if constexpr (kFiltered) {
+        int64_t rows[kK];
+        bool live[kK];
+        float inv_t[kK], grid_theta[kK];
+        FilterRow fr[kK];
+        ColumnState* st[kK];
 #pragma unroll
         for (int jj = 0; jj < kK; ++jj) {
           const int n = nn[jj];
           const uint32_t g = __shfl_sync(0xffffffffu, theta_pref, kK * trip + jj);
-          if (b0 + n < B)  // warp-uniform: one column per warp
-            filtered_column(f, b0 + n, vtile, vq, V, l[jj], rp[jj].inv_temperature, bs[jj], bk[jj], filt->row[n],
-                            g == 0u ? -INFINITY : from_ordered_bits(g), filt->m[n], filt->z[n], filt->theta[n]);
+          rows[jj] = b0 + n;
+          live[jj] = b0 + n < B;  // warp-uniform: one column per warp
+          inv_t[jj] = rp[jj].inv_temperature;
+          grid_theta[jj] = g == 0u ? -INFINITY : from_ordered_bits(g);
+          fr[jj] = filt->row[n];
+          st[jj] = &filt->state[n];
         }
+        filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, st);
       }
     }
 
