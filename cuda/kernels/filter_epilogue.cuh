@@ -117,29 +117,44 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
 }
 
 // The histogram bound for rank k: the lower edge of the highest bucket at which the appended
-// values counted from the top reach k; `floor` when they do not (or when it is not higher).
-// Scans down from the highest non-empty bucket, 32 buckets a step, never below floor's bucket.
-__device__ __forceinline__ float hist_rank_bound(const FilterArgs& f, int64_t b, int k, float floor) {
+// values counted from the top reach k; `floor` when they do not (or when it is not higher). Counts
+// down from bucket `top` (the row's highest non-empty bucket as prefetched at the item's start: a
+// stale one only counts fewer values, a lower bound), 128 buckets per dependent load (a 16-byte
+// load of 4 buckets per lane), never below floor's bucket.
+__device__ __forceinline__ float hist_rank_bound(const FilterArgs& f, int64_t b, int k, float floor, int top) {
   const int lane = threadIdx.x & 31;
   const uint32_t* h = f.hist + b * kHistBuckets;
-  int top = static_cast<int>(*reinterpret_cast<volatile const uint32_t*>(f.top_bucket + b)) - 1;
   const int stop = floor == -INFINITY ? 0 : hist_bucket(floor);
   uint32_t above = 0;
-  for (; top >= stop; top -= 32) {
-    const int bucket = top - lane;
-    uint32_t c = bucket >= stop ? *reinterpret_cast<volatile const uint32_t*>(h + bucket) : 0u;
+  for (int quad = top >> 2; 4 * quad + 3 >= stop; quad -= 32) {
+    const int q = quad - lane;  // this lane's buckets 4q .. 4q + 3
+    uint4 c = make_uint4(0u, 0u, 0u, 0u);
+    if (q >= 0 && 4 * q + 3 >= stop) c = __ldcg(reinterpret_cast<const uint4*>(h + 4 * q));  // L2: the grid's appends
+    if (4 * q + 0 < stop) c.x = 0u;
+    if (4 * q + 1 < stop) c.y = 0u;
+    if (4 * q + 2 < stop) c.z = 0u;
+    const uint32_t mine = c.x + c.y + c.z + c.w;
+    uint32_t incl = mine;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {  // inclusive prefix from the top bucket down
-      const uint32_t y = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += y;
+    for (int o = 1; o < 32; o <<= 1) {  // inclusive prefix from the top quad down
+      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
     }
-    const unsigned reached = __ballot_sync(0xffffffffu, above + c >= static_cast<uint32_t>(k));
+    const unsigned reached = __ballot_sync(0xffffffffu, above + incl >= static_cast<uint32_t>(k));
     if (reached != 0u) {
-      const int at = top - (__ffs(reached) - 1);
+      const int src = __ffs(reached) - 1;
+      int at = 0;
+      if (lane == src) {  // the bucket of this quad at which the count from the top reaches k
+        uint32_t n = above + incl - mine + c.w;
+        at = n >= static_cast<uint32_t>(k) ? 4 * q + 3 : (n += c.z) >= static_cast<uint32_t>(k) ? 4 * q + 2
+             : (n += c.y) >= static_cast<uint32_t>(k)                                  ? 4 * q + 1
+                                                                                        : 4 * q;
+      }
+      at = __shfl_sync(0xffffffffu, at, src);
       const float edge = hist_lower_edge(at);
       return edge > floor ? edge : floor;
     }
-    above += __shfl_sync(0xffffffffu, c, 31);
+    above += __shfl_sync(0xffffffffu, incl, 31);
   }
   return floor;
 }
@@ -193,7 +208,8 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
                                                  int64_t vtile, int64_t vq, int64_t V, const float (&x)[K][4],
                                                  const float (&inv_t)[K], const float (&bs_lane)[K],
                                                  const uint32_t (&bk_lane)[K], const FilterRow (&fr)[K],
-                                                 const float (&shared_theta)[K], ColumnState* const (&state)[K]) {
+                                                 const float (&shared_theta)[K], const int (&shared_top)[K],
+                                                 ColumnState* const (&state)[K]) {
   constexpr unsigned kAll = 0xffffffffu;
   constexpr float kLog2e = 1.4426950408889634f;
   const int lane = threadIdx.x & 31;
@@ -327,17 +343,19 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
 #pragma unroll
       for (int jj = 0; jj < K; ++jj) theta[jj] = fmaxf(theta[jj], kv[jj]);
     }
-    // the histogram bound (dependent global loads, one per 32 buckets scanned): for a top-k, any
-    // tile that would append, so θ keeps rising with the grid's appends after the first wave; for
-    // top-p (rank 2048: a longer scan) only a tile that would append many
+    // the histogram bound (a dependent global load per 128 buckets): for a top-k, any tile that
+    // would append, so θ keeps rising with the grid's appends after the first wave; for top-p (rank
+    // 2048: a longer scan) only a tile that would append many. Not on a CTA's first tile of the
+    // row: the grid's histogram is still empty then, and the tile's own k-th largest bounds it.
 #pragma unroll
     for (int jj = 0; jj < K; ++jj) {
-      if (!need[jj] || fr[jj].mode == kThetaMinP) continue;
+      if (!need[jj] || fr[jj].mode == kThetaMinP || theta_before[jj] == -INFINITY) continue;
       uint32_t n = 0;
 #pragma unroll
       for (int o = 0; o < 4; ++o) n += x[jj][o] < INFINITY && x[jj][o] >= theta[jj] ? 1u : 0u;
       const uint32_t refresh_above = fr[jj].mode == kThetaTopK ? 0u : 16u;
-      if (__reduce_add_sync(kAll, n) > refresh_above) theta[jj] = hist_rank_bound(f, b[jj], fr[jj].k, theta[jj]);
+      if (__reduce_add_sync(kAll, n) > refresh_above)
+        theta[jj] = hist_rank_bound(f, b[jj], fr[jj].k, theta[jj], shared_top[jj]);
     }
     if (lane == 0) {
 #pragma unroll

@@ -250,11 +250,15 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     // The grid's best candidate of column et so far: a valid threshold wherever it was found.
     unsigned long long grid_best = 0ull;
     if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
-    // the grid's largest θ of each of this warp's columns (lane i: column ew + 8 i)
-    uint32_t theta_pref = 0u;
+    // the grid's largest θ and highest histogram bucket of each of this warp's columns (lane i:
+    // column ew + 8 i), for the item's thresholds
+    uint32_t theta_pref = 0u, top_pref = 0u;
     if constexpr (kFiltered) {
       const int64_t b = b0 + ew + 8 * lane;
-      if (lane < kNB / 8 && b < B) theta_pref = *reinterpret_cast<volatile const uint32_t*>(f.theta_used + b);
+      if (lane < kNB / 8 && b < B) {
+        theta_pref = *reinterpret_cast<volatile const uint32_t*>(f.theta_used + b);
+        top_pref = *reinterpret_cast<volatile const uint32_t*>(f.top_bucket + b);
+      }
     }
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
@@ -327,6 +331,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         int64_t rows[kK];
         bool live[kK];
         float inv_t[kK], grid_theta[kK];
+        int grid_top[kK];
         FilterRow fr[kK];
         ColumnState* st[kK];
 #pragma unroll
@@ -337,10 +342,11 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           live[jj] = b0 + n < B;  // warp-uniform: one column per warp
           inv_t[jj] = rp[jj].inv_temperature;
           grid_theta[jj] = g == 0u ? -INFINITY : from_ordered_bits(g);
+          grid_top[jj] = static_cast<int>(__shfl_sync(0xffffffffu, top_pref, kK * trip + jj)) - 1;
           fr[jj] = filt->row[n];
           st[jj] = &filt->state[n];
         }
-        filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, st);
+        filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, st);
       }
     }
 
