@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the filtered split kernel spends its time at B >= 64 (bench/TUNING.md, "The filtered path":
-# the filtered epilogue is on the K loop's critical path there, and the append round trip and the
-# θ refresh policy are ruled out). For each option set, ncu samples the warps' program counters in
+# the filtered epilogue is on the K loop's critical path there). For each option set, ncu samples
+# the warps' program counters in
 # one launch of wgmma_split_filtered_kernel (SourceCounters, WarpStateStats) and this prints the
 # SASS instructions that hold most of the stall samples, with their stall reasons.
 # On the GPU machine, after the addon and dist/ are built (build with line info to see the CUDA
