@@ -30,6 +30,7 @@
 
 #include "internal_launchers.h"
 #include "kernels/common.cuh"
+#include "kernels/row_select.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -96,20 +97,12 @@ struct Work {
 };
 
 // ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
-// 64-bit key whose unsigned order is (value descending, index ascending).
-__device__ __forceinline__ unsigned long long order_key(float l, uint32_t v) {
-  if (l == 0.0f) l = 0.0f;
-  uint32_t b = __float_as_uint(l);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(b) << 32) | static_cast<unsigned long long>(0xffffffffu - v);
-}
-__device__ __forceinline__ float key_value(unsigned long long key) {
-  const uint32_t b = static_cast<uint32_t>(key >> 32);
-  return __uint_as_float((b & 0x80000000u) ? (b & 0x7fffffffu) : ~b);
-}
-__device__ __forceinline__ int32_t key_index(unsigned long long key) {
-  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
-}
+using detail::key_index;
+using detail::key_value;
+using detail::Max;
+using detail::Min;
+using detail::order_key;
+using detail::Sum;
 
 // softcap, then the mask and the non-finite rules; NaN = not a candidate.
 __device__ __forceinline__ float candidate_value(const SampleParams& p, int64_t b, int64_t v, float raw) {
@@ -133,18 +126,6 @@ __device__ T block_all_reduce(T v, Op op) {
   for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
   return r;
 }
-struct Add {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Maximum {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
-struct Minimum {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a < b ? a : b; }
-};
 
 // Exclusive prefix of x over the block's threads (thread order), and the total; fixed order, so
 // float64 sums do not depend on timing.
@@ -474,11 +455,11 @@ __device__ RowShape row_shape(const Work& w, int slot, const RowControl& c, int6
     a.best = q.best_key > a.best ? q.best_key : a.best;
   }
   RowShape s;
-  s.m = block_all_reduce(a.mx, Maximum());
-  const float mn = block_all_reduce(a.mn, Minimum());
-  s.valid = block_all_reduce(static_cast<long long>(a.valid), Add());
-  s.posinf = block_all_reduce(static_cast<long long>(a.posinf), Add());
-  s.best_key = block_all_reduce(a.best, Maximum());
+  s.m = block_all_reduce(a.mx, Max());
+  const float mn = block_all_reduce(a.mn, Min());
+  s.valid = block_all_reduce(static_cast<long long>(a.valid), Sum());
+  s.posinf = block_all_reduce(static_cast<long long>(a.posinf), Sum());
+  s.best_key = block_all_reduce(a.best, Max());
   s.md = static_cast<double>(s.m);
   s.inv_t = c.temperature == 0.0f ? 0.0 : 1.0 / static_cast<double>(c.temperature);
   s.span = 0.0;
@@ -674,7 +655,7 @@ __device__ int count_below(const unsigned long long* keys, int n, const RowShape
   int c = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     c += bucket_of((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t, s) < limit;
-  return block_all_reduce(c, Add());
+  return block_all_reduce(c, Sum());
 }
 
 // The top-p cut inside the sorted keys[lo, hi): the first key at which `above` plus the float64
@@ -1041,9 +1022,9 @@ __global__ void __launch_bounds__(kSampleThreads)
         best = packed > best ? packed : best;
       }
     }
-    z = block_all_reduce(z, Add());
-    kept = block_all_reduce(kept, Add());
-    best = block_all_reduce(best, Maximum());
+    z = block_all_reduce(z, Sum());
+    kept = block_all_reduce(kept, Sum());
+    best = block_all_reduce(best, Max());
     const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
     if (threadIdx.x == 0) {
       w.part_z[at] = z;

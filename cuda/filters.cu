@@ -20,6 +20,7 @@
 
 #include "check_params.h"
 #include "kernels/convert.cuh"
+#include "kernels/row_select.cuh"
 #include "internal_launchers.h"
 #include "include/launchers.h"
 #include "include/noise.h"
@@ -34,14 +35,11 @@ constexpr int kSubChunk = 4096;       // chunk entries one row block holds in sh
 constexpr int64_t kChunkVocab = 16384;  // [B, 16384] fp32 = 4 MB at B = 64: stays in the 60 MB L2
 constexpr int kMaxTopLogprobs = 1024;
 
-// ---- order keys ------------------------------------------------------------------------------------
-// 64-bit key whose unsigned order is (logit descending, index ascending): larger key = earlier.
-__device__ __forceinline__ uint64_t order_key(float l, uint32_t v) {
-  if (l == 0.0f) l = 0.0f;  // one encoding for -0 and +0
-  uint32_t b = __float_as_uint(l);
-  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<uint64_t>(b) << 32) | static_cast<uint64_t>(0xffffffffu - v);
-}
+using detail::key_index;
+using detail::key_value;
+using detail::Max;
+using detail::order_key;
+using detail::Sum;
 
 __device__ __forceinline__ bool allowed_bit(const uint32_t* allowed, int64_t words, int64_t b,
                                             int64_t v) {
@@ -69,15 +67,6 @@ __device__ T block_reduce(T v, Op op, T identity) {
   for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
   return r;
 }
-
-struct Sum {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
 
 // A Gumbel-max candidate carrying its logit (for logprobs).
 struct Pick {
@@ -870,13 +859,6 @@ struct PrefixShared {
   int bucket;
   unsigned long long found;
 };
-
-__device__ __forceinline__ float key_value(uint64_t key) {
-  return detail::from_ordered_bits(static_cast<uint32_t>(key >> 32));
-}
-__device__ __forceinline__ uint32_t key_index(uint64_t key) {
-  return 0xffffffffu - static_cast<uint32_t>(key);
-}
 
 // Exclusive prefix of x over the block's threads in thread order, and the total.
 template <typename T>
