@@ -22,6 +22,12 @@ export const PRESETS: readonly Shape[] = [
   { name: 'gemma3-12b', vocab: 262144, hidden: 3840, source: 'Google Gemma 3 12B' },
   { name: 'gemma3-27b', vocab: 262144, hidden: 5376, source: 'Google Gemma 3 27B' },
   { name: 'llama2-7b', vocab: 32000, hidden: 4096, source: 'Meta Llama 2 7B' },
+  // small heads (issue 23): small models at large batches, draft models in speculative decoding
+  { name: 'llama3.2-1b', vocab: 128256, hidden: 2048, source: 'Meta Llama 3.2 1B' },
+  { name: 'qwen3-0.6b', vocab: 151936, hidden: 1024, source: 'Qwen3 0.6B' },
+  { name: 'qwen3-4b', vocab: 151936, hidden: 2560, source: 'Qwen3 4B' },
+  { name: 'gemma3-1b', vocab: 262144, hidden: 1152, source: 'Google Gemma 3 1B' },
+  { name: 'gpt2', vocab: 50257, hidden: 768, source: 'GPT-2 (124M): a latency-bound head of 77 MB in bf16' },
 ];
 
 /** The GPU default: Llama 3 8B, the shape KERNEL-NOTES.md and bench/TUNING.md quote floors for. */

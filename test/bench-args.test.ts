@@ -16,6 +16,23 @@ function argError(fn: () => unknown): string {
   throw new Error('expected an ArgError');
 }
 
+describe('--preset', () => {
+  test('the small heads of issue 23 beside the tuned ones, and an unknown name lists them all', () => {
+    const args = parseArgs(['--preset', 'llama3.2-1b,qwen3-0.6b,qwen3-4b,gemma3-1b,gpt2']);
+    expect((args.shapes ?? []).map((s) => [s.name, s.vocab, s.hidden])).toEqual([
+      ['llama3.2-1b', 128256, 2048],
+      ['qwen3-0.6b', 151936, 1024],
+      ['qwen3-4b', 151936, 2560],
+      ['gemma3-1b', 262144, 1152],
+      ['gpt2', 50257, 768],
+    ]);
+    expect((parseArgs(['--preset', 'all']).shapes ?? []).map((s) => s.name)).toContain('gpt2');
+    expect(argError(() => parseArgs(['--preset', 'qwen3-0.5b']))).toMatch(
+      /^--preset: unknown model "qwen3-0\.5b" \(did you mean qwen3-0\.6b\?\); expected one of .*gemma3-1b, gpt2 or all$/,
+    );
+  });
+});
+
 describe('--options', () => {
   test('the three model-card presets', () => {
     expect(parseOptionSet('llama3')).toEqual({ label: 'llama3', temperature: 0.6, topP: 0.9 });
