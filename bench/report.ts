@@ -1,7 +1,7 @@
 // Turns a BenchReport into the terminal text, the SVG plot and the --json file.
 
 import type { BenchReport, MethodResult, ShapeResult } from './run';
-import { optionMethodId, torchOptionMethodId } from './run';
+import { BOUND_SLACK, optionMethodId, torchOptionMethodId } from './run';
 import { DASH, clip, fmtRatio, fmtRate, fmtUs, formatTable, Column } from './table';
 import { Panel, Series, renderPlot } from './plot';
 
@@ -53,6 +53,13 @@ export function describeRun(r: BenchReport): string {
     lines.push(`ceilings: read bandwidth ${fmtCeiling(c.readBandwidth.value, 'bw')} ${c.readBandwidth.note}`);
     lines.push(`          matrix rate ${fmtCeiling(c.matrixRate.value, 'rate')} ${c.matrixRate.note}`);
     lines.push('floor(B) = max(V·D·bytes / read bandwidth, 2·B·V·D / matrix rate)');
+    lines.push(
+      `launch: ${r.launchUs === null ? 'not measured' : `${fmtUs(r.launchUs)} µs`} (a plain fused call on a 128 × 64 head: the fixed costs of a call)`,
+    );
+    lines.push(
+      `bound: within ${BOUND_SLACK}× of floor + launch, the larger term (memory, matrix or launch); beyond it, ` +
+        'epilogue (the per-logit work and the pipeline), with fused / (floor + launch)',
+    );
   } else {
     lines.push('floor: not computed — the ceilings are GPU measurements; this is a CPU run');
   }
@@ -98,7 +105,7 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     if (k === 'fused') cols.push({ title: 'p10–p90' });
   }
   if (!cpu) cols.push({ title: 'floor µs' });
-  if (hasFused && !cpu) cols.push({ title: 'fused/floor' });
+  if (hasFused && !cpu) cols.push({ title: 'fused/floor' }, { title: 'bound' });
   if (hasFused) for (const k of samplers) if (SPEEDUP_TITLES[k]) cols.push({ title: SPEEDUP_TITLES[k] });
   if (hasFused) cols.push({ title: cpu ? 'GB/s' : 'TB/s' }, { title: cpu ? 'GFLOP/s' : 'TFLOP/s' });
   const baselineIds = !cpu && r.baselines.requested ? r.baselines.ids : [];
@@ -125,7 +132,11 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
       }
     }
     if (!cpu) row.push(fmtUs(br.floorUs));
-    if (hasFused && !cpu) row.push(fused !== null && br.floorUs ? fmtRatio(fused / br.floorUs) : DASH);
+    if (hasFused && !cpu) {
+      row.push(fused !== null && br.floorUs ? fmtRatio(fused / br.floorUs) : DASH);
+      const bd = br.bound ?? null;
+      row.push(bd === null ? DASH : bd.bound === 'epilogue' ? `epilogue ${fmtRatio(bd.ratio)}` : bd.bound);
+    }
     if (hasFused) {
       for (const k of samplers) {
         if (!SPEEDUP_TITLES[k]) continue;

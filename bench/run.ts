@@ -53,6 +53,8 @@ export interface BatchResult {
   floorUs: number | null;
   floorMemoryUs: number | null;
   floorComputeUs: number | null;
+  /** What bounds the plain fused call at this point (boundOf); null on the CPU or without it. */
+  bound?: BoundResult | null;
   /**
    * Keyed by method id: 'fused', 'reference-gumbel', 'reference-inverse-cdf', 'fused[topk50]' (an
    * option set), 'torch[topk50]' (its PyTorch pipeline), 'torch:matmul' (a core baseline), ...
@@ -99,6 +101,11 @@ export interface BenchReport {
     l2RotationBytes: number;
   };
   ceilings: { readBandwidth: Ceiling; matrixRate: Ceiling };
+  /**
+   * The fixed costs of one fused call (launches, synchronization): the median of a plain call on
+   * LAUNCH_PROBE_SHAPE at B = 1, whose W is too small to cost anything else; null if it failed.
+   */
+  launchUs: number | null;
   baselines: {
     requested: boolean;
     available: boolean;
@@ -174,6 +181,59 @@ export function floorOf(
   const computeUs = matrixRate ? ((2 * batch * shape.vocab * shape.hidden) / matrixRate) * 1e6 : null;
   const floorUs = memoryUs === null && computeUs === null ? null : Math.max(memoryUs ?? 0, computeUs ?? 0);
   return { floorUs, memoryUs, computeUs };
+}
+
+/** A head of 16 KB: a fused call on it costs its fixed costs alone (boundOf's launch term). */
+export const LAUNCH_PROBE_SHAPE: Shape = { name: 'launch-probe', vocab: 128, hidden: 64, source: 'the fixed costs of a call' };
+
+export type Bound = 'memory' | 'matrix' | 'launch' | 'epilogue';
+export interface BoundResult {
+  bound: Bound;
+  /** fused / (floor + launch): how far the point is from what the three terms explain. */
+  ratio: number;
+}
+/** Within this factor of floor + launch, a point is bound by the larger of the two terms. */
+export const BOUND_SLACK = 1.15;
+
+/**
+ * What bounds a plain fused call of `fusedUs`: the fixed costs and the floor add up (a call
+ * launches, then streams W or runs its MMAs). Within BOUND_SLACK of their sum, the larger term
+ * names the regime (memory or matrix: whichever sets the floor; launch: the fixed costs); beyond
+ * it, 'epilogue': the per-logit sampling work and the pipeline that the floors do not explain.
+ * Null without a measured call or a floor (the CPU).
+ */
+export function boundOf(
+  fusedUs: number | null,
+  memoryUs: number | null,
+  computeUs: number | null,
+  launchUs: number | null,
+): BoundResult | null {
+  if (fusedUs === null || memoryUs === null || computeUs === null) return null;
+  const floor = Math.max(memoryUs, computeUs);
+  const fixed = launchUs ?? 0;
+  const ratio = fusedUs / (floor + fixed);
+  if (ratio > BOUND_SLACK) return { bound: 'epilogue', ratio };
+  return { bound: fixed > floor ? 'launch' : memoryUs >= computeUs ? 'memory' : 'matrix', ratio };
+}
+
+/** The median µs of a plain fused call on LAUNCH_PROBE_SHAPE at B = 1; null if it fails. */
+async function measureLaunch(plan: RunPlan): Promise<number | null> {
+  const { device, dtype, iters, warmup } = plan;
+  const { vocab, hidden } = LAUNCH_PROBE_SHAPE;
+  const owned: Tensor[] = [];
+  try {
+    const host = logitsInputs('gaussian', vocab, hidden, dtype, 4, BENCH_W_SEED);
+    const W = device.tensor(host.w, [vocab, hidden], dtype);
+    owned.push(W);
+    const H = device.tensor(host.h(1, BENCH_H_SEED), [1, hidden], dtype);
+    owned.push(H);
+    const times = await timeSampler('fused', [{ H, W }], sampleOptionsFor(null, 1, vocab, device, owned), { warmup, iters });
+    return summarize(times).medianUs;
+  } catch {
+    return null;
+  } finally {
+    disposeAll(owned);
+  }
 }
 
 function sampleOptionsFor(
@@ -342,6 +402,7 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
       l2RotationBytes: 2 * L2_BYTES,
     },
     ceilings: await measureCeilings(plan, torch, torchSkip),
+    launchUs: null,
     baselines: {
       requested: args.baselines,
       available: Boolean(torch?.available) && ids.length + torchOptions.length > 0,
@@ -355,6 +416,8 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
     },
     shapes: [],
   };
+  progress.update('the fixed costs of a call (a plain fused call on a 128 × 64 head)');
+  report.launchUs = await measureLaunch(plan);
   plan.onCeilings?.(report);
 
   // 2. The library's samplers, shape by shape.
@@ -440,6 +503,8 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
             }
             br.methods[job.id] = r;
           }
+          const plain = br.methods.fused?.stats?.medianUs ?? null;
+          br.bound = boundOf(plain, br.floorMemoryUs, br.floorComputeUs, report.launchUs);
         } finally {
           disposeAll(owned);
         }

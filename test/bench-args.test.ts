@@ -4,6 +4,7 @@
 
 import { ArgError, OPTION_PRESETS, parseArgs, parseOptionSet } from '../bench/args';
 import { shapeTable } from '../bench/report';
+import { BOUND_SLACK, boundOf } from '../bench/run';
 import type { BenchReport, BatchResult } from '../bench/run';
 
 function argError(fn: () => unknown): string {
@@ -106,6 +107,26 @@ describe('--logits', () => {
   });
 });
 
+describe('what bounds a point (boundOf)', () => {
+  test('within the slack of floor + launch the larger term; beyond it the epilogue', () => {
+    // llama3-8b B = 1 on the H200: 241 µs against a 233.5 µs memory floor and ~8 µs of fixed costs
+    expect(boundOf(241, 233.5, 1.4, 8)).toEqual({ bound: 'memory', ratio: 241 / 241.5 });
+    // B = 256: a 349 µs matrix floor, 485 µs measured
+    expect(boundOf(485, 233.5, 349.3, 8)?.bound).toBe('epilogue');
+    expect(boundOf(390, 233.5, 349.3, 8)?.bound).toBe('matrix');
+    // a GPT-2-sized head at B = 1: 17 µs of floor, 26 µs measured; the fixed costs dominate only
+    // when they exceed the floor
+    expect(boundOf(26, 17, 0.1, 12)?.bound).toBe('memory');
+    expect(boundOf(22, 9, 0.1, 12)?.bound).toBe('launch');
+    expect(boundOf(26, 17, 0.1, 0)).toEqual({ bound: 'epilogue', ratio: 26 / 17 });
+    // the edge: exactly the slack is still the floor's regime
+    expect(boundOf(BOUND_SLACK * 100, 100, 1, 0)?.bound).toBe('memory');
+    // the CPU (no floors) or no measurement: nothing to say
+    expect(boundOf(100, null, null, 8)).toBeNull();
+    expect(boundOf(null, 100, 1, 8)).toBeNull();
+  });
+});
+
 describe('the table of an option run', () => {
   const stats = (us: number) => ({ n: 3, medianUs: us, p10Us: us, p90Us: us, minUs: us, maxUs: us, meanUs: us });
   const batch = (b: number, fb: number): BatchResult => ({
@@ -113,6 +134,7 @@ describe('the table of an option run', () => {
     floorUs: 230,
     floorMemoryUs: 230,
     floorComputeUs: 1,
+    bound: boundOf(b === 1 ? 250 : 300, 230, 1, 8),
     methods: {
       fused: { stats: stats(250) },
       'fused[plain]': { stats: stats(250), fallbackRows: 0 },
@@ -148,6 +170,7 @@ describe('the table of an option run', () => {
       l2RotationBytes: 120e6,
     },
     ceilings: { readBandwidth: { value: 4.5e12, measured: true, note: '' }, matrixRate: { value: 7.8e14, measured: true, note: '' } },
+    launchUs: 8,
     baselines: {
       requested: true,
       available: torch,
@@ -175,6 +198,15 @@ describe('the table of an option run', () => {
     expect(rows[0]).toMatch(/250\.0 \+0% \(0\/1\)\s+400\.0\s+1\.60×\s+500\.0 \+100% \(0\/1\)\s+1000\.0\s+2\.00×$/);
     expect(rows[1]).toMatch(/500\.0 \+100% \(3\/64\)\s+1000\.0\s+2\.00×$/);
     expect(text).toMatch(/topp0.9: matmul \+ sort \+ top-p 0.9/);
+  });
+
+  test('every GPU row names what bounds it; the header says how', () => {
+    const text = shapeTable(report(true, false), shape);
+    expect(text).toMatch(/fused\/floor\s+bound/);
+    const rows = text.split('\n').filter((l) => /^\s+(1|64)\s/.test(l));
+    expect(rows[0]).toMatch(/1\.09×\s+memory\s/);
+    expect(rows[1]).toMatch(/1\.09×\s+epilogue 1\.26×\s/);
+    expect(shapeTable(report(false, false), shape)).not.toMatch(/bound/);
   });
 
   test('without PyTorch (or on the CPU) the option columns still print their fallback rows', () => {
