@@ -573,41 +573,47 @@ __device__ unsigned long long prefix_at(const X (&x)[kBucketsPerThread], unsigne
   return r;
 }
 
-// Appends to keys[] (count in *n) the row's candidate values whose bucket passes `take`. One block
-// scans the whole row: kScanUnroll loads per thread are issued before any is used (a load and its
-// ballot per trip would leave the scan bound by L2 latency).
-template <class Take>
-__device__ void gather(const SampleParams& p, int64_t b, const float* row, const RowShape& s,
-                       unsigned long long* keys, int* n, Take take) {
-  const int lane = threadIdx.x & 31;
+// Visits row[lo, hi) with the block: per step every thread issues its kScanUnroll loads before it
+// uses any (a load and its use per trip would leave the scan bound by L2 latency), then calls
+// visit(v, raw) for each of them (v >= hi: past the slice, raw 0).
+template <class Visit>
+__device__ __forceinline__ void scan_row(const float* row, int64_t lo, int64_t hi, Visit&& visit) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
-  for (int64_t base = 0; base < p.vocab; base += step) {
+  for (int64_t base = lo; base < hi; base += step) {
     float raw[kScanUnroll];
 #pragma unroll
     for (int j = 0; j < kScanUnroll; ++j) {
       const int64_t v = base + j * blockDim.x + threadIdx.x;
-      raw[j] = v < p.vocab ? row[v] : 0.0f;
+      raw[j] = v < hi ? row[v] : 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < kScanUnroll; ++j) {
-      const int64_t v = base + j * blockDim.x + threadIdx.x;
-      bool sel = false;
-      unsigned long long key = 0ull;
-      if (v < p.vocab) {
-        const float l = candidate_value(p, b, v, raw[j]);
-        if (l == l && l != INFINITY) {
-          sel = take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
-          key = order_key(l, static_cast<uint32_t>(v));
-        }
-      }
-      const unsigned ballot = __ballot_sync(0xffffffffu, sel);
-      if (ballot == 0u) continue;
-      int at = 0;
-      if (lane == __ffs(ballot) - 1) at = atomicAdd(n, __popc(ballot));
-      at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
-      if (sel && at < kGatherCap) keys[at] = key;
-    }
+    for (int j = 0; j < kScanUnroll; ++j) visit(base + j * blockDim.x + threadIdx.x, raw[j]);
   }
+}
+
+// Appends to keys[] (count in *n) the row's candidate values whose bucket passes `take` (one block
+// scans the whole row).
+template <class Take>
+__device__ void gather(const SampleParams& p, int64_t b, const float* row, const RowShape& s,
+                       unsigned long long* keys, int* n, Take take) {
+  const int lane = threadIdx.x & 31;
+  scan_row(row, 0, p.vocab, [&](int64_t v, float raw) {
+    bool sel = false;
+    unsigned long long key = 0ull;
+    if (v < p.vocab) {
+      const float l = candidate_value(p, b, v, raw);
+      if (l == l && l != INFINITY) {
+        sel = take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
+        key = order_key(l, static_cast<uint32_t>(v));
+      }
+    }
+    const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+    if (ballot == 0u) return;
+    int at = 0;
+    if (lane == __ffs(ballot) - 1) at = atomicAdd(n, __popc(ballot));
+    at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
+    if (sel && at < kGatherCap) keys[at] = key;
+  });
   __syncthreads();
 }
 
@@ -735,34 +741,23 @@ __device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int
   const int64_t per = (V + gridDim.x - 1) / gridDim.x;
   const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
   unsigned long long* out = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
-  for (int64_t base = lo; base < hi; base += step) {
-    float raw[kScanUnroll];
-#pragma unroll
-    for (int j = 0; j < kScanUnroll; ++j) {
-      const int64_t v = base + j * blockDim.x + threadIdx.x;
-      raw[j] = v < hi ? row[v] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kScanUnroll; ++j) {
-      const int64_t v = base + j * blockDim.x + threadIdx.x;
-      bool sel = false;
-      unsigned long long key = 0ull;
-      if (v < hi) {
-        const float l = candidate_value(p, b, v, raw[j]);
-        if (l == l) {
-          sel = q.take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
-          key = order_key(l, static_cast<uint32_t>(v));
-        }
+  scan_row(row, lo, hi, [&](int64_t v, float raw) {
+    bool sel = false;
+    unsigned long long key = 0ull;
+    if (v < hi) {
+      const float l = candidate_value(p, b, v, raw);
+      if (l == l) {
+        sel = q.take(bucket_of((static_cast<double>(l) - s.md) * s.inv_t, s));
+        key = order_key(l, static_cast<uint32_t>(v));
       }
-      const unsigned ballot = __ballot_sync(0xffffffffu, sel);
-      if (ballot == 0u) continue;
-      uint32_t at = 0;
-      if (lane == __ffs(ballot) - 1) at = atomicAdd(w.gather_count + slot, static_cast<uint32_t>(__popc(ballot)));
-      at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
-      if (sel && at < kGatherCap) out[at] = key;
     }
-  }
+    const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+    if (ballot == 0u) return;
+    uint32_t at = 0;
+    if (lane == __ffs(ballot) - 1) at = atomicAdd(w.gather_count + slot, static_cast<uint32_t>(__popc(ballot)));
+    at = __shfl_sync(0xffffffffu, at, __ffs(ballot) - 1) + __popc(ballot & ((1u << lane) - 1u));
+    if (sel && at < kGatherCap) out[at] = key;
+  });
 }
 
 // One row's decision up to the draw (the row's last cut_kernel block): see the file comment.
@@ -902,32 +897,21 @@ __global__ void __launch_bounds__(kDecideThreads)
       unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
       const int64_t per = (V + gridDim.x - 1) / gridDim.x;
       const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
-      const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
-      for (int64_t base = lo; base < hi; base += step) {  // warp-uniform trip count
-        float raw[kScanUnroll];
-#pragma unroll
-        for (int j = 0; j < kScanUnroll; ++j) {
-          const int64_t v = base + j * blockDim.x + threadIdx.x;
-          raw[j] = v < hi ? row[v] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < kScanUnroll; ++j) {
-          const int64_t v = base + j * blockDim.x + threadIdx.x;
-          int k = -1;
-          unsigned long long wf = 0ull;
-          if (v < hi) {
-            const float l = candidate_value(p, b, v, raw[j]);
-            if (l == l) {
-              const double d = (static_cast<double>(l) - s.md) * s.inv_t;
-              k = bucket_of(d, s);
-              wf = __double2ull_rn(ldexp(exp(d), s.shift));
-            }
+      scan_row(row, lo, hi, [&](int64_t v, float raw) {  // warp-uniform trip count
+        int k = -1;
+        unsigned long long wf = 0ull;
+        if (v < hi) {
+          const float l = candidate_value(p, b, v, raw);
+          if (l == l) {
+            const double d = (static_cast<double>(l) - s.md) * s.inv_t;
+            k = bucket_of(d, s);
+            wf = __double2ull_rn(ldexp(exp(d), s.shift));
           }
-          const unsigned same = __match_any_sync(0xffffffffu, k);
-          if (k >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(hc + k, static_cast<uint32_t>(__popc(same)));
-          if (wf != 0ull) atomicAdd(hm + k, wf);
         }
-      }
+        const unsigned same = __match_any_sync(0xffffffffu, k);
+        if (k >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(hc + k, static_cast<uint32_t>(__popc(same)));
+        if (wf != 0ull) atomicAdd(hm + k, wf);
+      });
     }
     __syncthreads();
   }
