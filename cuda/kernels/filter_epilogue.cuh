@@ -159,9 +159,9 @@ __device__ __forceinline__ float hist_rank_bound(const FilterArgs& f, int64_t b,
   return floor;
 }
 
-// The per-column state of the filtered epilogue, in the filtered kernel's static shared memory: the
-// row's threshold mode and this CTA's running max / sum of the row and its threshold. The column's
-// warp alone reads and writes it between parameter reloads.
+// The per-column state of the filtered epilogue, in the filtered kernel's static shared memory
+// (beside the column's FilterRow): this CTA's running max and sum of the row and its threshold. The
+// column's warp alone reads and writes it between parameter reloads.
 struct alignas(16) ColumnState {
   float m, z, theta;
 };
