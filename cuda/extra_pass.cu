@@ -1069,8 +1069,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 }
 
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
 }  // namespace
 
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
@@ -1099,29 +1097,24 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   const int logit_blocks = static_cast<int>(tasks < resident ? tasks : resident);
   const size_t n_top = p.top_logprobs > 0 ? static_cast<size_t>(p.top_logprobs) : 1;
-  size_t at = 0;
-  auto take = [&](size_t bytes) {
-    const size_t start = at;
-    at = align256(at + bytes);
-    return start;
-  };
-  const size_t o_list = take(B * sizeof(int32_t));
-  const size_t o_whole = take(B * sizeof(int32_t));
-  const size_t o_parts = take(B * logit_blocks * sizeof(RowPart));
-  const size_t o_plans = take(B * sizeof(RowPlan));
-  const size_t o_hc = take(B * kBuckets * sizeof(uint32_t));
-  const size_t o_hm = take(B * kBuckets * sizeof(unsigned long long));
-  const size_t o_shapes = take(B * sizeof(RowShape));
-  const size_t o_gathered = take(B * kGatherCap * sizeof(unsigned long long));
-  const size_t o_gc = take(B * sizeof(uint32_t));
-  const size_t o_cd = take(B * sizeof(uint32_t));
-  const size_t o_dd = take(B * sizeof(uint32_t));
-  const size_t o_pz = take(B * kRowBlocks * sizeof(double));
-  const size_t o_pk = take(B * kRowBlocks * sizeof(unsigned long long));
-  const size_t o_pb = take(B * kRowBlocks * sizeof(unsigned long long));
-  const size_t o_top = take(B * n_top * sizeof(unsigned long long));
+  WorkspaceLayout layout;
+  const size_t o_list = layout.take(B * sizeof(int32_t));
+  const size_t o_whole = layout.take(B * sizeof(int32_t));
+  const size_t o_parts = layout.take(B * logit_blocks * sizeof(RowPart));
+  const size_t o_plans = layout.take(B * sizeof(RowPlan));
+  const size_t o_hc = layout.take(B * kBuckets * sizeof(uint32_t));
+  const size_t o_hm = layout.take(B * kBuckets * sizeof(unsigned long long));
+  const size_t o_shapes = layout.take(B * sizeof(RowShape));
+  const size_t o_gathered = layout.take(B * kGatherCap * sizeof(unsigned long long));
+  const size_t o_gc = layout.take(B * sizeof(uint32_t));
+  const size_t o_cd = layout.take(B * sizeof(uint32_t));
+  const size_t o_dd = layout.take(B * sizeof(uint32_t));
+  const size_t o_pz = layout.take(B * kRowBlocks * sizeof(double));
+  const size_t o_pk = layout.take(B * kRowBlocks * sizeof(unsigned long long));
+  const size_t o_pb = layout.take(B * kRowBlocks * sizeof(unsigned long long));
+  const size_t o_top = layout.take(B * n_top * sizeof(unsigned long long));
   uint8_t* ws = nullptr;
-  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream)) != cudaSuccess) return err;
+  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream)) != cudaSuccess) return err;
   Work w;
   w.list = reinterpret_cast<int32_t*>(ws + o_list);
   w.whole_row = reinterpret_cast<int32_t*>(ws + o_whole);

@@ -1351,8 +1351,6 @@ __global__ void __launch_bounds__(kThreads)
   if (!decide_row(p, e, c, &stats, &w, false)) flag();
 }
 
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
 // check_params plus what the filtered outputs need.
 cudaError_t check(const SampleParams& p) {
   const cudaError_t err = detail::check_params(p);
@@ -1417,26 +1415,21 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   const size_t B = static_cast<size_t>(p.batch);
   const int64_t num_vtiles = (p.vocab + 127) / 128;
   const size_t cap = kOnePassCap;
-  size_t at = 0;
-  auto take = [&](size_t bytes) {
-    const size_t start = at;
-    at = align256(at + bytes);
-    return start;
-  };
+  WorkspaceLayout layout;
   // zeroed together: winners, counters, histograms
-  const size_t o_win = take(B * sizeof(unsigned long long));
-  const size_t o_count = take(B * sizeof(uint32_t));
-  const size_t o_top = take(B * sizeof(uint32_t));
-  const size_t o_theta = take(B * sizeof(uint32_t));
-  const size_t o_drop = take(B * sizeof(uint32_t));
-  const size_t o_hist = take(B * detail::kHistBuckets * sizeof(uint32_t));
-  const size_t zeroed = at;
-  const size_t o_tiles = take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
-  const size_t o_val = take(B * cap * sizeof(float));
-  const size_t o_idx = take(B * cap * sizeof(uint32_t));
-  const size_t o_fb = take(B * sizeof(int32_t));
+  const size_t o_win = layout.take(B * sizeof(unsigned long long));
+  const size_t o_count = layout.take(B * sizeof(uint32_t));
+  const size_t o_top = layout.take(B * sizeof(uint32_t));
+  const size_t o_theta = layout.take(B * sizeof(uint32_t));
+  const size_t o_drop = layout.take(B * sizeof(uint32_t));
+  const size_t o_hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
+  const size_t zeroed = layout.bytes;
+  const size_t o_tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
+  const size_t o_val = layout.take(B * cap * sizeof(float));
+  const size_t o_idx = layout.take(B * cap * sizeof(uint32_t));
+  const size_t o_fb = layout.take(B * sizeof(int32_t));
   uint8_t* ws = nullptr;
-  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream);
+  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream);
   if (err != cudaSuccess) return err;
   detail::FilterArgs f;
   f.tiles = reinterpret_cast<detail::TileSummary*>(ws + o_tiles);
@@ -1505,22 +1498,17 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
   }
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
   const int64_t chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
-  size_t at = 0;
-  auto take = [&](size_t bytes) {
-    const size_t start = at;
-    at = align256(at + bytes);
-    return start;
-  };
-  const size_t o_stats = take(B * sizeof(RowStats));
-  const size_t o_val = take(B * kCandidateCap * sizeof(float));
-  const size_t o_idx = take(B * kCandidateCap * sizeof(uint32_t));
-  const size_t o_ws = take(B * S * sizeof(float));
-  const size_t o_wk = take(B * S * sizeof(uint32_t));
-  const size_t o_wl = take(B * S * sizeof(float));
-  const size_t o_fb = take(B * sizeof(int32_t));
-  const size_t o_chunk = take(B * static_cast<size_t>(chunk) * sizeof(float));
+  WorkspaceLayout layout;
+  const size_t o_stats = layout.take(B * sizeof(RowStats));
+  const size_t o_val = layout.take(B * kCandidateCap * sizeof(float));
+  const size_t o_idx = layout.take(B * kCandidateCap * sizeof(uint32_t));
+  const size_t o_ws = layout.take(B * S * sizeof(float));
+  const size_t o_wk = layout.take(B * S * sizeof(uint32_t));
+  const size_t o_wl = layout.take(B * S * sizeof(float));
+  const size_t o_fb = layout.take(B * sizeof(int32_t));
+  const size_t o_chunk = layout.take(B * static_cast<size_t>(chunk) * sizeof(float));
   uint8_t* ws = nullptr;
-  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), at, stream)) != cudaSuccess) return err;
+  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream)) != cudaSuccess) return err;
   FusedState st;
   st.stats = reinterpret_cast<RowStats*>(ws + o_stats);
   st.cand_val = reinterpret_cast<float*>(ws + o_val);

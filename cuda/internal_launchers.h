@@ -10,6 +10,17 @@
 namespace flashsample {
 namespace cuda {
 
+// The regions of one workspace allocation, laid out in order: take(n) returns the next region's
+// byte offset; every region starts 256-byte aligned; bytes is the size to allocate.
+struct WorkspaceLayout {
+  size_t bytes = 0;
+  size_t take(size_t n) {
+    const size_t start = bytes;
+    bytes = (bytes + n + 255) / 256 * 256;
+    return start;
+  }
+};
+
 // The LM-head product for vocabulary rows [v_begin, v_begin + v_count) of every batch row, plus
 // the bias, stored as fp32 `logits[b * v_count + (v - v_begin)]`: the fused kernel's main loop
 // with its store epilogue (reference.cu), so every path sees the same logits bit for bit.
