@@ -159,32 +159,43 @@ __device__ T block_exclusive_scan(T x, T& total) {
   return (warp > 0 ? warp_sums[warp - 1] : T(0)) + excl;
 }
 
+// Block-wide compaction in thread order, one round at a time: this thread's position among the
+// flagged threads of the round, after `base` earlier ones (meaningful where f). Every thread calls
+// it; the caller then writes its element and calls block_compact_advance.
+__device__ __forceinline__ int block_compact_slot(bool f, int* warp_count, const int& base) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned ballot = __ballot_sync(0xffffffffu, f);
+  if (lane == 0) warp_count[warp] = __popc(ballot);
+  __syncthreads();
+  int slot = base;
+  for (int w = 0; w < warp; ++w) slot += warp_count[w];
+  return slot + __popc(ballot & ((1u << lane) - 1u));
+}
+// Adds the round's flagged count to base (after every thread's write of the round).
+__device__ __forceinline__ void block_compact_advance(const int* warp_count, int& base) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) base += warp_count[w];
+  __syncthreads();
+}
+
 // The batch rows of slots [first, first + kGroup) into rows[] (-1 past the last flagged row).
 // Slots number the flagged rows in batch order; with `list`, every slot's row goes there too.
 __device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int32_t* list) {
   __shared__ int warp_count[32];
   __shared__ int base;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (threadIdx.x < kGroup) rows[threadIdx.x] = -1;
   if (threadIdx.x == 0) base = 0;
   __syncthreads();
   for (int64_t start = 0; start < B; start += blockDim.x) {
     const int64_t b = start + threadIdx.x;
     const bool f = b < B && flags[b] != 0;
-    const unsigned ballot = __ballot_sync(0xffffffffu, f);
-    if (lane == 0) warp_count[warp] = __popc(ballot);
-    __syncthreads();
-    int slot = base;
-    for (int w = 0; w < warp; ++w) slot += warp_count[w];
-    slot += __popc(ballot & ((1u << lane) - 1u));
+    const int slot = block_compact_slot(f, warp_count, base);
     if (f) {
       if (slot >= first && slot < first + kGroup) rows[slot - first] = static_cast<int>(b);
       if (list != nullptr) list[slot] = static_cast<int32_t>(b);
     }
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) base += warp_count[w];
-    __syncthreads();
+    block_compact_advance(warp_count, base);
     if (list == nullptr && base >= first + kGroup) break;  // block-uniform
   }
   __syncthreads();
@@ -622,7 +633,6 @@ __device__ int gather_first_inf(const SampleParams& p, int64_t b, const float* r
                                 int want) {
   __shared__ int warp_count[32];
   __shared__ int base;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) base = 0;
   __syncthreads();
   const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
@@ -637,17 +647,9 @@ __device__ int gather_first_inf(const SampleParams& p, int64_t b, const float* r
     for (int j = 0; j < kScanUnroll; ++j) {
       const int64_t v = start + j * blockDim.x + threadIdx.x;
       const bool inf = v < p.vocab && candidate_value(p, b, v, raw[j]) == INFINITY;
-      const unsigned ballot = __ballot_sync(0xffffffffu, inf);
-      if (lane == 0) warp_count[warp] = __popc(ballot);
-      __syncthreads();
-      int at = base;
-      for (int w = 0; w < warp; ++w) at += warp_count[w];
-      at += __popc(ballot & ((1u << lane) - 1u));
+      const int at = block_compact_slot(inf, warp_count, base);
       if (inf && at < want) keys[at] = order_key(INFINITY, static_cast<uint32_t>(v));
-      __syncthreads();
-      if (threadIdx.x == 0)
-        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) base += warp_count[w];
-      __syncthreads();
+      block_compact_advance(warp_count, base);
     }
     if (base >= want) break;  // block-uniform
   }
