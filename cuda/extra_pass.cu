@@ -1073,67 +1073,109 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 }  // namespace
 
+namespace {
+
+using LogitsKernel = void (*)(SampleParams, const int32_t*, const int32_t*, Work, float*);
+
+// The logits kernel for `p`'s operands: tensor cores where the dtype and alignment allow.
+LogitsKernel logits_kernel_for(const SampleParams& p, bool tensor_cores) {
+  return tensor_cores ? (p.dtype == DType::kF16 ? flagged_logits_mma_kernel<true> : flagged_logits_mma_kernel<false>)
+         : p.dtype == DType::kF32 ? flagged_logits_simt_kernel<float>
+         : p.dtype == DType::kF16 ? flagged_logits_simt_kernel<__half>
+                                  : flagged_logits_simt_kernel<__nv_bfloat16>;
+}
+
+// The logits kernel's grid: one resident wave (a second, partial wave would leave SMs idle at the
+// end).
+cudaError_t logit_blocks_for(const SampleParams& p, LogitsKernel kernel, int* blocks) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLogitThreads, 0);
+  if (err != cudaSuccess) return err;
+  const int64_t tasks = (p.vocab + kTileRows - 1) / kTileRows;
+  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  *blocks = static_cast<int>(tasks < resident ? tasks : resident);
+  return cudaSuccess;
+}
+
+// The workspace regions (byte offsets) for `logit_blocks` logits blocks.
+struct ExtraPassLayout {
+  size_t list, whole, parts, plans, hc, hm, shapes, gathered, gc, cd, dd, pz, pk, pb, top, bytes;
+};
+
+ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
+  const size_t B = static_cast<size_t>(p.batch);
+  const size_t n_top = p.top_logprobs > 0 ? static_cast<size_t>(p.top_logprobs) : 1;
+  WorkspaceLayout layout;
+  ExtraPassLayout l;
+  l.list = layout.take(B * sizeof(int32_t));
+  l.whole = layout.take(B * sizeof(int32_t));
+  l.parts = layout.take(B * logit_blocks * sizeof(RowPart));
+  l.plans = layout.take(B * sizeof(RowPlan));
+  l.hc = layout.take(B * kBuckets * sizeof(uint32_t));
+  l.hm = layout.take(B * kBuckets * sizeof(unsigned long long));
+  l.shapes = layout.take(B * sizeof(RowShape));
+  l.gathered = layout.take(B * kGatherCap * sizeof(unsigned long long));
+  l.gc = layout.take(B * sizeof(uint32_t));
+  l.cd = layout.take(B * sizeof(uint32_t));
+  l.dd = layout.take(B * sizeof(uint32_t));
+  l.pz = layout.take(B * kRowBlocks * sizeof(double));
+  l.pk = layout.take(B * kRowBlocks * sizeof(unsigned long long));
+  l.pb = layout.take(B * kRowBlocks * sizeof(unsigned long long));
+  l.top = layout.take(B * n_top * sizeof(unsigned long long));
+  l.bytes = layout.bytes;
+  return l;
+}
+
+bool use_tensor_cores(const SampleParams& p) {
+  return p.dtype != DType::kF32 && p.dim % 8 == 0 && reinterpret_cast<uintptr_t>(p.hidden) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
+}
+
+}  // namespace
+
+// Either logits kernel may run for a later call (the operands' alignment decides): the larger grid.
+cudaError_t extra_pass_workspace_bytes(const SampleParams& p, size_t* bytes) {
+  int blocks = 0, simt_blocks = 0;
+  cudaError_t err = logit_blocks_for(p, logits_kernel_for(p, false), &simt_blocks);
+  if (err == cudaSuccess && p.dtype != DType::kF32) err = logit_blocks_for(p, logits_kernel_for(p, true), &blocks);
+  if (err != cudaSuccess) return err;
+  *bytes = extra_pass_layout(p, blocks > simt_blocks ? blocks : simt_blocks).bytes;
+  return cudaSuccess;
+}
+
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
                               float* row_logits, cudaStream_t stream) {
   if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr || p.num_samples != 1 ||
       p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
     return cudaErrorInvalidValue;
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
   const size_t B = static_cast<size_t>(p.batch);
-  // Logits kernel: one resident wave (a second, partial wave would leave SMs idle at the end).
-  const bool tensor_cores = p.dtype != DType::kF32 && p.dim % 8 == 0 &&
-                            reinterpret_cast<uintptr_t>(p.hidden) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
-  void (*logits_kernel)(SampleParams, const int32_t*, const int32_t*, Work, float*) =
-      tensor_cores ? (p.dtype == DType::kF16 ? flagged_logits_mma_kernel<true> : flagged_logits_mma_kernel<false>)
-      : p.dtype == DType::kF32 ? flagged_logits_simt_kernel<float>
-      : p.dtype == DType::kF16 ? flagged_logits_simt_kernel<__half>
-                               : flagged_logits_simt_kernel<__nv_bfloat16>;
-  int per_sm = 0;
-  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, logits_kernel, kLogitThreads, 0)) != cudaSuccess)
-    return err;
-  const int64_t tasks = (p.vocab + kTileRows - 1) / kTileRows;
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int logit_blocks = static_cast<int>(tasks < resident ? tasks : resident);
-  const size_t n_top = p.top_logprobs > 0 ? static_cast<size_t>(p.top_logprobs) : 1;
-  WorkspaceLayout layout;
-  const size_t o_list = layout.take(B * sizeof(int32_t));
-  const size_t o_whole = layout.take(B * sizeof(int32_t));
-  const size_t o_parts = layout.take(B * logit_blocks * sizeof(RowPart));
-  const size_t o_plans = layout.take(B * sizeof(RowPlan));
-  const size_t o_hc = layout.take(B * kBuckets * sizeof(uint32_t));
-  const size_t o_hm = layout.take(B * kBuckets * sizeof(unsigned long long));
-  const size_t o_shapes = layout.take(B * sizeof(RowShape));
-  const size_t o_gathered = layout.take(B * kGatherCap * sizeof(unsigned long long));
-  const size_t o_gc = layout.take(B * sizeof(uint32_t));
-  const size_t o_cd = layout.take(B * sizeof(uint32_t));
-  const size_t o_dd = layout.take(B * sizeof(uint32_t));
-  const size_t o_pz = layout.take(B * kRowBlocks * sizeof(double));
-  const size_t o_pk = layout.take(B * kRowBlocks * sizeof(unsigned long long));
-  const size_t o_pb = layout.take(B * kRowBlocks * sizeof(unsigned long long));
-  const size_t o_top = layout.take(B * n_top * sizeof(unsigned long long));
+  const LogitsKernel logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
+  int logit_blocks = 0;
+  cudaError_t err = logit_blocks_for(p, logits_kernel, &logit_blocks);
+  if (err != cudaSuccess) return err;
+  const ExtraPassLayout l = extra_pass_layout(p, logit_blocks);
+  Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
-  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream)) != cudaSuccess) return err;
+  if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
   Work w;
-  w.list = reinterpret_cast<int32_t*>(ws + o_list);
-  w.whole_row = reinterpret_cast<int32_t*>(ws + o_whole);
-  w.parts = reinterpret_cast<RowPart*>(ws + o_parts);
+  w.list = reinterpret_cast<int32_t*>(ws + l.list);
+  w.whole_row = reinterpret_cast<int32_t*>(ws + l.whole);
+  w.parts = reinterpret_cast<RowPart*>(ws + l.parts);
   w.logit_blocks = logit_blocks;
-  w.plans = reinterpret_cast<RowPlan*>(ws + o_plans);
-  w.hist_count = reinterpret_cast<uint32_t*>(ws + o_hc);
-  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + o_hm);
-  w.shapes = reinterpret_cast<RowShape*>(ws + o_shapes);
-  w.gathered = reinterpret_cast<unsigned long long*>(ws + o_gathered);
-  w.gather_count = reinterpret_cast<uint32_t*>(ws + o_gc);
-  w.cut_done = reinterpret_cast<uint32_t*>(ws + o_cd);
-  w.draw_done = reinterpret_cast<uint32_t*>(ws + o_dd);
-  w.part_z = reinterpret_cast<double*>(ws + o_pz);
-  w.part_kept = reinterpret_cast<unsigned long long*>(ws + o_pk);
-  w.part_best = reinterpret_cast<unsigned long long*>(ws + o_pb);
-  w.top_keys = reinterpret_cast<unsigned long long*>(ws + o_top);
+  w.plans = reinterpret_cast<RowPlan*>(ws + l.plans);
+  w.hist_count = reinterpret_cast<uint32_t*>(ws + l.hc);
+  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + l.hm);
+  w.shapes = reinterpret_cast<RowShape*>(ws + l.shapes);
+  w.gathered = reinterpret_cast<unsigned long long*>(ws + l.gathered);
+  w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gc);
+  w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cd);
+  w.draw_done = reinterpret_cast<uint32_t*>(ws + l.dd);
+  w.part_z = reinterpret_cast<double*>(ws + l.pz);
+  w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
+  w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
+  w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
 
   err = cudaMemsetAsync(w.whole_row, 0, B * sizeof(int32_t), stream);
   if (err == cudaSuccess) {
@@ -1158,7 +1200,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, stream);
-  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }
 

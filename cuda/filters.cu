@@ -1411,37 +1411,109 @@ cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
 // decision, then the extra pass for the rows it could not decide. cudaErrorNotSupported, with
 // nothing enqueued, where the shape's tensor maps cannot be encoded.
-static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream) {
+namespace {
+
+// The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
+struct OnePassLayout {
+  size_t win, count, top, theta, drop, hist, zeroed, tiles, val, idx, fb, bytes;
+};
+
+OnePassLayout one_pass_layout(const SampleParams& p) {
   const size_t B = static_cast<size_t>(p.batch);
   const int64_t num_vtiles = (p.vocab + 127) / 128;
   const size_t cap = kOnePassCap;
   WorkspaceLayout layout;
-  // zeroed together: winners, counters, histograms
-  const size_t o_win = layout.take(B * sizeof(unsigned long long));
-  const size_t o_count = layout.take(B * sizeof(uint32_t));
-  const size_t o_top = layout.take(B * sizeof(uint32_t));
-  const size_t o_theta = layout.take(B * sizeof(uint32_t));
-  const size_t o_drop = layout.take(B * sizeof(uint32_t));
-  const size_t o_hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
-  const size_t zeroed = layout.bytes;
-  const size_t o_tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
-  const size_t o_val = layout.take(B * cap * sizeof(float));
-  const size_t o_idx = layout.take(B * cap * sizeof(uint32_t));
-  const size_t o_fb = layout.take(B * sizeof(int32_t));
+  OnePassLayout l;
+  l.win = layout.take(B * sizeof(unsigned long long));
+  l.count = layout.take(B * sizeof(uint32_t));
+  l.top = layout.take(B * sizeof(uint32_t));
+  l.theta = layout.take(B * sizeof(uint32_t));
+  l.drop = layout.take(B * sizeof(uint32_t));
+  l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
+  l.zeroed = layout.bytes;
+  l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
+  l.val = layout.take(B * cap * sizeof(float));
+  l.idx = layout.take(B * cap * sizeof(uint32_t));
+  l.fb = layout.take(B * sizeof(int32_t));
+  l.bytes = layout.bytes;
+  return l;
+}
+
+// The chunked path's workspace regions (byte offsets).
+struct ChunkedLayout {
+  int64_t chunk;
+  size_t stats, val, idx, ws, wk, wl, fb, chunk_logits, bytes;
+};
+
+ChunkedLayout chunked_layout(const SampleParams& p) {
+  const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
+  WorkspaceLayout layout;
+  ChunkedLayout l;
+  l.chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
+  l.stats = layout.take(B * sizeof(RowStats));
+  l.val = layout.take(B * kCandidateCap * sizeof(float));
+  l.idx = layout.take(B * kCandidateCap * sizeof(uint32_t));
+  l.ws = layout.take(B * S * sizeof(float));
+  l.wk = layout.take(B * S * sizeof(uint32_t));
+  l.wl = layout.take(B * S * sizeof(float));
+  l.fb = layout.take(B * sizeof(int32_t));
+  l.chunk_logits = layout.take(B * static_cast<size_t>(l.chunk) * sizeof(float));
+  l.bytes = layout.bytes;
+  return l;
+}
+
+// Only filters (and, on the one-pass path, topLogprobs) can send a row to the materialized pass.
+bool chunked_may_fall_back(const SampleParams& p) {
+  return p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
+}
+bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_back(p) || p.top_logprobs > 0; }
+
+size_t row_logits_bytes(const SampleParams& p) {
+  WorkspaceLayout layout;
+  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float));
+  return layout.bytes;
+}
+
+}  // namespace
+
+cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
+  size_t chunked = chunked_layout(p).bytes;
+  if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
+  size_t one_pass = 0;
+  if (p.num_samples == 1) {
+    one_pass = one_pass_layout(p).bytes;
+    if (one_pass_may_fall_back(p)) {
+      size_t extra = 0;
+      const cudaError_t err = extra_pass_workspace_bytes(p, &extra);
+      if (err != cudaSuccess) return err;
+      one_pass += row_logits_bytes(p) + extra;
+    }
+  }
+  *bytes = chunked > one_pass ? chunked : one_pass;
+  return cudaSuccess;
+}
+
+// The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
+// decision, then the extra pass for the rows it could not decide. cudaErrorNotSupported, with
+// nothing enqueued, where the shape's tensor maps cannot be encoded.
+static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream) {
+  const size_t B = static_cast<size_t>(p.batch);
+  const OnePassLayout l = one_pass_layout(p);
+  Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
-  cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream);
+  cudaError_t err = scratch.take(l.bytes, &ws);
   if (err != cudaSuccess) return err;
   detail::FilterArgs f;
-  f.tiles = reinterpret_cast<detail::TileSummary*>(ws + o_tiles);
-  f.num_vtiles = num_vtiles;
-  f.cand_val = reinterpret_cast<float*>(ws + o_val);
-  f.cand_idx = reinterpret_cast<uint32_t*>(ws + o_idx);
-  f.cand_count = reinterpret_cast<uint32_t*>(ws + o_count);
-  f.hist = reinterpret_cast<uint32_t*>(ws + o_hist);
-  f.top_bucket = reinterpret_cast<uint32_t*>(ws + o_top);
-  f.theta_used = reinterpret_cast<uint32_t*>(ws + o_theta);
-  f.max_dropped = reinterpret_cast<uint32_t*>(ws + o_drop);
-  f.cap = static_cast<int32_t>(cap);
+  f.tiles = reinterpret_cast<detail::TileSummary*>(ws + l.tiles);
+  f.num_vtiles = (p.vocab + 127) / 128;
+  f.cand_val = reinterpret_cast<float*>(ws + l.val);
+  f.cand_idx = reinterpret_cast<uint32_t*>(ws + l.idx);
+  f.cand_count = reinterpret_cast<uint32_t*>(ws + l.count);
+  f.hist = reinterpret_cast<uint32_t*>(ws + l.hist);
+  f.top_bucket = reinterpret_cast<uint32_t*>(ws + l.top);
+  f.theta_used = reinterpret_cast<uint32_t*>(ws + l.theta);
+  f.max_dropped = reinterpret_cast<uint32_t*>(ws + l.drop);
+  f.cap = static_cast<int32_t>(kOnePassCap);
   f.top_k = p.top_k;
   f.top_p = p.top_p;
   f.min_p = p.min_p;
@@ -1449,15 +1521,15 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.allowed_words = (p.vocab + 31) / 32;
   f.softcap = p.softcap;
   f.top_logprobs = p.top_logprobs;
-  unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + o_win);
-  int32_t* fallback = reinterpret_cast<int32_t*>(ws + o_fb);
+  unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
+  int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
-  err = cudaMemsetAsync(ws, 0, zeroed, stream);
+  err = cudaMemsetAsync(ws, 0, l.zeroed, stream);
   if (err == cudaSuccess) err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
   if (err == cudaSuccess) {
     err = launch_filtered_gemm(p, winners, f, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
-      cudaFreeAsync(ws, stream);
+      scratch.give_back(ws);
       return err;
     }
   }
@@ -1471,20 +1543,17 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     }
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
-  // when none was), on a [B, V] fp32 reservation written for those rows only. Only filters and
-  // topLogprobs can flag a row.
-  const bool may_fall_back = p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr || p.top_logprobs > 0;
-  if (err == cudaSuccess && may_fall_back) {
+  // when none was), on a [B, V] fp32 reservation written for those rows only.
+  if (err == cudaSuccess && one_pass_may_fall_back(p)) {
     float* row_logits = nullptr;
-    const size_t bytes = B * static_cast<size_t>(p.vocab) * sizeof(float);
-    err = cudaMallocAsync(reinterpret_cast<void**>(&row_logits), bytes, stream);
+    err = scratch.take(static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float), &row_logits);
     if (err == cudaSuccess) {
-      err = launch_extra_pass(p, fallback, p.fallback_rows, row_logits, stream);
-      const cudaError_t freed = cudaFreeAsync(row_logits, stream);
+      err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
+      const cudaError_t freed = scratch.give_back(row_logits);
       if (err == cudaSuccess) err = freed;
     }
   }
-  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }
 
@@ -1497,27 +1566,20 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
     if (err != cudaErrorNotSupported) return err;
   }
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
-  const int64_t chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
-  WorkspaceLayout layout;
-  const size_t o_stats = layout.take(B * sizeof(RowStats));
-  const size_t o_val = layout.take(B * kCandidateCap * sizeof(float));
-  const size_t o_idx = layout.take(B * kCandidateCap * sizeof(uint32_t));
-  const size_t o_ws = layout.take(B * S * sizeof(float));
-  const size_t o_wk = layout.take(B * S * sizeof(uint32_t));
-  const size_t o_wl = layout.take(B * S * sizeof(float));
-  const size_t o_fb = layout.take(B * sizeof(int32_t));
-  const size_t o_chunk = layout.take(B * static_cast<size_t>(chunk) * sizeof(float));
+  const ChunkedLayout l = chunked_layout(p);
+  const int64_t chunk = l.chunk;
+  Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
-  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&ws), layout.bytes, stream)) != cudaSuccess) return err;
+  if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
   FusedState st;
-  st.stats = reinterpret_cast<RowStats*>(ws + o_stats);
-  st.cand_val = reinterpret_cast<float*>(ws + o_val);
-  st.cand_idx = reinterpret_cast<uint32_t*>(ws + o_idx);
-  st.win_score = reinterpret_cast<float*>(ws + o_ws);
-  st.win_key = reinterpret_cast<uint32_t*>(ws + o_wk);
-  st.win_logit = reinterpret_cast<float*>(ws + o_wl);
-  st.fallback = reinterpret_cast<int32_t*>(ws + o_fb);
-  float* chunk_logits = reinterpret_cast<float*>(ws + o_chunk);
+  st.stats = reinterpret_cast<RowStats*>(ws + l.stats);
+  st.cand_val = reinterpret_cast<float*>(ws + l.val);
+  st.cand_idx = reinterpret_cast<uint32_t*>(ws + l.idx);
+  st.win_score = reinterpret_cast<float*>(ws + l.ws);
+  st.win_key = reinterpret_cast<uint32_t*>(ws + l.wk);
+  st.win_logit = reinterpret_cast<float*>(ws + l.wl);
+  st.fallback = reinterpret_cast<int32_t*>(ws + l.fb);
+  float* chunk_logits = reinterpret_cast<float*>(ws + l.chunk_logits);
 
   err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
   const size_t init_items = B * S > B ? B * S : B;
@@ -1541,13 +1603,10 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
   // Rows that fell back: a materialized row each (only top-p / min-p / large top-k can need it).
   // The per-row options live on the device, so whether a row falls back is known there only: the
   // fallback kernels always run when a filter could need them and return at once when no row was
-  // flagged. Their [B, V] workspace is reserved from the stream-ordered pool but only written for
-  // flagged rows.
-  const bool may_fall_back = p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
-  if (err == cudaSuccess && may_fall_back) {
+  // flagged. Their [B, V] region is reserved in the workspace but only written for flagged rows.
+  if (err == cudaSuccess && chunked_may_fall_back(p)) {
     float* row_logits = nullptr;
-    const size_t bytes = B * static_cast<size_t>(p.vocab) * sizeof(float);
-    err = cudaMallocAsync(reinterpret_cast<void**>(&row_logits), bytes, stream);
+    err = scratch.take(B * static_cast<size_t>(p.vocab) * sizeof(float), &row_logits);
     if (err == cudaSuccess) {
       err = launch_flagged_logits_any(p, st.fallback, p.fallback_rows, row_logits, stream);
       if (err == cudaSuccess) {
@@ -1555,11 +1614,11 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
                                                                                   st.fallback, false);
         err = cudaGetLastError();
       }
-      const cudaError_t freed = cudaFreeAsync(row_logits, stream);
+      const cudaError_t freed = scratch.give_back(row_logits);
       if (err == cudaSuccess) err = freed;
     }
   }
-  const cudaError_t freed = cudaFreeAsync(ws, stream);
+  const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }
 

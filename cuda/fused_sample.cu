@@ -9,7 +9,8 @@
 //      each (row, sample) winner is merged into its word with an order-preserving atomicMax (score
 //      ties go to the smaller index, as candidate_better says);
 //   3. finalize_kernel unpacks the words into tokens and row statuses.
-// Workspace: [B, numSamples] 64-bit words, stream-ordered (cudaMallocAsync / cudaFreeAsync).
+// Workspace: [B, numSamples] 64-bit words (Scratch: the caller's block or stream-ordered).
+// Also here: the engine samplers' row-parameter kernels (scatter of staged rows, offset advance).
 #include <cuda_runtime.h>
 
 #include "dispatch.cuh"
@@ -40,7 +41,51 @@ __global__ void finalize_kernel(const unsigned long long* __restrict__ winners, 
     row_status[i / num_samples] = w == 0ull ? kRowNoCandidate : kRowOk;
 }
 
+__global__ void scatter_rows_kernel(RowScatter s) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= s.count) return;
+  for (int f = 0; f < kRowFields; ++f) {
+    if (!(s.fields & (1u << f))) continue;
+    const uint8_t* src = s.staging + s.staging_at[f] + i * s.elem_bytes[f];
+    uint8_t* dst = s.dst[f] + (s.first + i) * s.elem_bytes[f];
+    if (s.elem_bytes[f] == 8)
+      *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+    else
+      *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+  }
+}
+
+__global__ void advance_offsets_kernel(uint64_t* __restrict__ offset, int64_t batch) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < batch) offset[i] += 1;
+}
+
 }  // namespace
+
+cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream) {
+  if (s.count < 1 || s.first < 0 || s.staging == nullptr) return cudaErrorInvalidValue;
+  for (int f = 0; f < kRowFields; ++f) {
+    if ((s.fields & (1u << f)) && (s.dst[f] == nullptr || (s.elem_bytes[f] != 4 && s.elem_bytes[f] != 8)))
+      return cudaErrorInvalidValue;
+  }
+  scatter_rows_kernel<<<static_cast<unsigned>((s.count + 255) / 256), 256, 0, stream>>>(s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream) {
+  if (offset == nullptr || batch < 1) return cudaErrorInvalidValue;
+  advance_offsets_kernel<<<static_cast<unsigned>((batch + 255) / 256), 256, 0, stream>>>(offset, batch);
+  return cudaGetLastError();
+}
+
+cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes) {
+  if (bytes == nullptr || p.batch < 1 || p.num_samples < 1) return cudaErrorInvalidValue;
+  if (has_filters(p)) return filtered_workspace_bytes(p, bytes);
+  WorkspaceLayout layout;
+  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
+  *bytes = layout.bytes;
+  return cudaSuccess;
+}
 
 bool filtered_gemm_supported(const SampleParams& p) {
   return p.num_samples == 1 && detail::filtered_gemm_usable(p);
@@ -62,8 +107,9 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
 
   const int64_t n = p.batch * p.num_samples;
+  Scratch scratch(p, stream);
   unsigned long long* winners = nullptr;
-  err = cudaMallocAsync(reinterpret_cast<void**>(&winners), n * sizeof(unsigned long long), stream);
+  err = scratch.take(n * sizeof(unsigned long long), &winners);
   if (err != cudaSuccess) return err;
   // Three kernels; on compute capability 9.0 the second and third are launched programmatically
   // (each may start while the one before it still runs and waits for it with griddepcontrol.wait),
@@ -85,7 +131,7 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
     err = detail::launch_kernel(finalize_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
                                 programmatic, winners, p.batch, p.num_samples, p.tokens, p.row_status);
   }
-  const cudaError_t free_err = cudaFreeAsync(winners, stream);
+  const cudaError_t free_err = scratch.give_back(winners);
   return err != cudaSuccess ? err : free_err;
 }
 

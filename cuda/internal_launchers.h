@@ -21,6 +21,46 @@ struct WorkspaceLayout {
   }
 };
 
+// A launcher's temporary regions: carved in order from the caller's block (p.workspace) when it
+// has one, else stream-ordered allocations. give_back frees what take allocated (nothing when
+// carved); rest() is `p` with the part of the block not yet taken, for a nested launcher.
+class Scratch {
+ public:
+  Scratch(const SampleParams& p, cudaStream_t stream)
+      : base_(static_cast<uint8_t*>(p.workspace)), bytes_(p.workspace_bytes), stream_(stream) {}
+  template <typename T>
+  cudaError_t take(size_t bytes, T** region) {
+    if (base_ == nullptr) return cudaMallocAsync(reinterpret_cast<void**>(region), bytes, stream_);
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    if (used_ + rounded > bytes_) return cudaErrorInvalidValue;  // the caller sized it too small
+    *region = reinterpret_cast<T*>(base_ + used_);
+    used_ += rounded;
+    return cudaSuccess;
+  }
+  cudaError_t give_back(void* region) {
+    return base_ != nullptr || region == nullptr ? cudaSuccess : cudaFreeAsync(region, stream_);
+  }
+  SampleParams rest(const SampleParams& p) const {
+    SampleParams q = p;
+    if (base_ != nullptr) {
+      q.workspace = base_ + used_;
+      q.workspace_bytes = bytes_ - used_;
+    }
+    return q;
+  }
+
+ private:
+  uint8_t* base_;
+  size_t bytes_;
+  size_t used_ = 0;
+  cudaStream_t stream_;
+};
+
+// The workspace of launch_fused_filtered (every path `p`'s options may take) and of
+// launch_extra_pass, in bytes, the way fused_workspace_bytes promises.
+cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes);
+cudaError_t extra_pass_workspace_bytes(const SampleParams& p, size_t* bytes);
+
 // The LM-head product for vocabulary rows [v_begin, v_begin + v_count) of every batch row, plus
 // the bias, stored as fp32 `logits[b * v_count + (v - v_begin)]`: the fused kernel's main loop
 // with its store epilogue (reference.cu), so every path sees the same logits bit for bit.

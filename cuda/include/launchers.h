@@ -1,7 +1,8 @@
 // Host launchers of the CUDA backend. Each takes a SampleParams whose pointers are device
 // pointers, enqueues its work on `stream` and returns the first CUDA error (never exits, never
-// synchronizes the host). Temporary workspace is allocated stream-ordered (cudaMallocAsync /
-// cudaFreeAsync), so a call can be captured in a CUDA graph.
+// synchronizes the host). Temporary workspace comes from SampleParams::workspace when the caller
+// preallocated it (fused sampler), else it is allocated stream-ordered (cudaMallocAsync /
+// cudaFreeAsync); either way a call can be captured in a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,27 @@ namespace cuda {
 // The fused LM-head GEMM + Gumbel-max sampler: never materializes [batch, vocab].
 // Returns cudaErrorNotSupported for options the fused CUDA path does not implement yet.
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream);
+
+// The workspace launch_fused_sample needs for `p`, and for any call that differs from `p` only in
+// its pointers, a smaller batch or per-row values (an engine's sampler sized once): the largest
+// of the paths `p`'s options may take.
+cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes);
+
+// Engine samplers' row parameters. scatter: for each of the `fields` (bit i = field i) rows
+// [0, count) of the packed staging block (field i at staging + staging_at[i], element size
+// elem_bytes[i]) go to rows [first, first + count) of dst[i]. advance: offset[b] += 1 for b < batch
+// (the decode step of the next draw).
+constexpr int kRowFields = 6;
+struct RowScatter {
+  const uint8_t* staging = nullptr;
+  uint8_t* dst[kRowFields] = {};
+  uint32_t staging_at[kRowFields] = {};
+  uint32_t elem_bytes[kRowFields] = {};
+  uint32_t fields = 0;
+  int64_t first = 0, count = 0;
+};
+cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream);
+cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream);
 
 // The materializing reference: fp32 logits [batch, vocab] in device memory, then `method`.
 cudaError_t launch_reference_sample(const SampleParams& p, ReferenceMethod method,

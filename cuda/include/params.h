@@ -57,6 +57,13 @@ struct SampleParams {
   int32_t* top_tokens = nullptr;       // [batch, top_logprobs]
   float* top_token_logprobs = nullptr; // [batch, top_logprobs]
   int32_t* fallback_rows = nullptr;    // [1]: rows that left the fused path for the materializing one
+
+  // ---- workspace -------------------------------------------------------------------------------
+  // The fused launchers' temporary arrays: carved from this caller-owned device block (256-byte
+  // aligned, at least fused_workspace_bytes) when set, so nothing is allocated per call (an
+  // engine's sampler, a captured graph); else stream-ordered allocations per call.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 inline bool has_filters(const SampleParams& p) {
