@@ -18,6 +18,7 @@ namespace flashsample {
 namespace binding {
 
 void register_sample(Napi::Env env, Napi::Object exports);
+void register_engine(Napi::Env env, Napi::Object exports);
 
 namespace {
 
@@ -119,6 +120,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("maxBatch", Napi::Number::New(env, static_cast<double>(kMaxBatch)));
   exports.Set("maxSamples", Napi::Number::New(env, static_cast<double>(kMaxSamples)));
   register_sample(env, exports);
+  register_engine(env, exports);
   return exports;
 }
 

@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "../cuda/include/params.h"
+#include "storage.h"
 
 namespace flashsample {
 namespace binding {
@@ -77,6 +79,91 @@ std::string gpu_time_sampler(int ordinal, SamplerKind kind, const std::vector<Sa
                              const HostRowInputs& rows, int warmup, int iters,
                              std::vector<double>* microseconds);
 std::string gpu_read_bandwidth(int ordinal, size_t bytes, int iters, double* bytes_per_second);
+
+// ---- The engine's way in (binding/gpu/engine.cc): samplers sized once, enqueue, CUDA graphs ----
+
+// An engine sampler's row-parameter fields, in the order of their bits and of their regions.
+enum RowField : int {
+  kFieldTemperature = 0,  // f32
+  kFieldTopK = 1,         // i32
+  kFieldTopP = 2,         // f32
+  kFieldMinP = 3,         // f32
+  kFieldSeed = 4,         // u64
+  kFieldOffset = 5,       // u64
+  kRowFieldCount = 6
+};
+inline size_t row_field_bytes(int field) { return field >= kFieldSeed ? 8 : 4; }
+
+// The parameter block of a sampler of `max_batch` rows: one region of max_batch elements per
+// field (256-byte aligned, at at[field]), the fallback-row counter, and (device samplers) the
+// staging region that setRows copies into before scattering.
+struct SamplerBlock {
+  size_t at[kRowFieldCount] = {};
+  size_t fallback = 0, staging = 0, bytes = 0;
+};
+SamplerBlock sampler_block_layout(int64_t max_batch);
+
+// A sampler's state, shared by its JS object, the graphs that captured it and its work in flight.
+struct EngineSampler {
+  int ordinal = 0;
+  bool on_device = false;
+  int64_t max_batch = 0;
+  // dtype, vocab, dim, num_samples, softcap, top_logprobs, per_row_seed; the per-row pointers point
+  // into `block` (nullptr for the filters the sampler was created without); workspace set.
+  SampleParams shape;
+  bool logprobs = false;       // enqueue writes logprobs
+  bool allowed_tokens = false; // enqueue takes an allowed-token mask
+  SamplerBlock layout;
+  StorageRef block, workspace;
+  uint64_t last_stream = 0;    // where its last work went (CUDA): a call on another stream waits for it
+  bool used = false;
+  void* order_event = nullptr; // cudaEvent_t that joins a new stream to last_stream
+  ~EngineSampler();
+};
+
+// The workspace launch_fused_sample needs for any call of a sampler shaped like `p` (batch =
+// maxBatch): cuda::fused_workspace_bytes on device `ordinal`.
+std::string gpu_workspace_bytes(int ordinal, const SampleParams& p, size_t* bytes);
+
+// Copies rows [first, first + count) of the `fields` (bit per RowField) from `staging` (field f
+// packed at staging_at[f]) into the sampler's block, stream-ordered: one copy of the staging
+// bytes through a pinned block, then a scatter kernel. Never waits.
+std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_t fields,
+                         const uint8_t* staging, size_t staging_bytes,
+                         const uint32_t staging_at[kRowFieldCount], uint64_t stream);
+
+// Launches the fused sampler for `p` (device pointers, the sampler's rows and workspace) on
+// `stream` (0: the stream being captured, else the library's), then, with advance_offset, adds 1
+// to the first p.batch offsets. `keep` stays alive until the work completes, or as long as the
+// graph being captured.
+std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
+                        bool advance_offset, uint64_t stream, std::vector<StorageRef> keep);
+
+// The sampler's block copied to the host after its last work: start on the JS thread, wait on a
+// worker thread.
+struct GpuRead;
+std::string gpu_read_block_start(const std::shared_ptr<EngineSampler>& s, GpuRead** read);
+std::string gpu_read_block_wait(GpuRead* read, std::vector<uint8_t>* bytes);  // also frees `read`
+// The work enqueued so far on `stream` (0: the library's), waited for with gpu_read_block_wait
+// (no bytes).
+std::string gpu_synchronize_start(int ordinal, uint64_t stream, GpuRead** read);
+
+// Graph capture, on the JS thread, in cudaStreamCaptureModeThreadLocal. While one is active,
+// gpu_capturing() is true and the binding refuses what would break it (allocations, host
+// copies, waits) with an error naming the operation.
+bool gpu_capturing();
+// Begins capturing `stream` (0: the library's graph stream of the device).
+std::string gpu_capture_begin(int ordinal, uint64_t stream);
+struct GpuGraph;
+// Ends the capture and instantiates its graph, which holds every sampler and tensor it uses.
+std::string gpu_capture_end(std::shared_ptr<GpuGraph>* graph);
+void gpu_capture_abort();  // ends the capture, discarding it
+// Launches the graph on `stream` (0: the library's stream), after the last work of its samplers.
+std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>& graph, uint64_t stream);
+int gpu_graph_ordinal(const GpuGraph& graph);
+
+std::string gpu_stream_create(int ordinal, uint64_t* stream);
+std::string gpu_stream_destroy(int ordinal, uint64_t stream);
 
 // Diagnostics for the stress script's event-loop check: the time spent in each host-side CUDA step
 // of tensor management and call launch (all of which run on the JS thread), since the process

@@ -50,6 +50,10 @@ NativeBuffer::NativeBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Na
   const int ordinal = info[1].As<Napi::Number>().Int32Value();
   const double bytes = info[2].As<Napi::Number>().DoubleValue();
   if (!(bytes >= 0) || bytes > 9.0e15) throw_error(env, "bytes: expected a size >= 0");
+  if (kind == MemoryKind::kDevice && gpu_capturing()) {
+    throw_error(env, "tensor: cannot allocate device memory during graph capture (captureGraph): "
+                     "allocate tensors before the capture");
+  }
   std::string error;
   storage_ = Storage::allocate(kind, ordinal, static_cast<size_t>(bytes), &error);
   if (!storage_) throw_error(env, error);
@@ -162,6 +166,9 @@ std::string copy_upload(const Storage& storage, const UploadRequest& req) {
 Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) throw_error(env, "tensor: the tensor has been disposed");
+  if (storage_->kind() == MemoryKind::kDevice && gpu_capturing()) {
+    throw_error(env, "upload: cannot copy host data to the device during graph capture (captureGraph)");
+  }
   UploadRequest req;
   std::string error = parse_upload(info, "upload", *storage_, &req);
   if (error.empty()) error = copy_upload(*storage_, req);
@@ -175,6 +182,9 @@ Napi::Value NativeBuffer::Upload(const Napi::CallbackInfo& info) {
 Napi::Value NativeBuffer::UploadAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) return rejected(env, "tensor: the tensor has been disposed");
+  if (storage_->kind() == MemoryKind::kDevice && gpu_capturing()) {
+    return rejected(env, "upload: cannot copy host data to the device during graph capture (captureGraph)");
+  }
   UploadRequest req;
   const std::string error = parse_upload(info, "uploadAsync", *storage_, &req);
   if (!error.empty()) return rejected(env, error);
@@ -190,6 +200,9 @@ Napi::Value NativeBuffer::UploadAsync(const Napi::CallbackInfo& info) {
 Napi::Value NativeBuffer::Download(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!storage_) return rejected(env, "tensor: the tensor has been disposed");
+  if (storage_->kind() == MemoryKind::kDevice && gpu_capturing()) {
+    return rejected(env, "toArray: a host read of device memory cannot happen during graph capture (captureGraph)");
+  }
   StorageRef storage = storage_;
   auto bytes = std::make_shared<std::vector<uint8_t>>(storage->bytes());
   return PromiseWorker::Start(

@@ -199,6 +199,10 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "sample(spec): expected an object");
   std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>());
+  if (call->on_device && gpu_capturing()) {
+    throw_error(env, "sampleFused: cannot run during graph capture (captureGraph): it allocates, copies "
+                     "from the host and waits for the GPU; use a sampler's enqueue");
+  }
   auto results = std::make_shared<GpuOutputs>();
   const bool tokens_on_output = call->out_tokens != nullptr;
 
@@ -237,6 +241,7 @@ Napi::Value TimeSampler(const Napi::CallbackInfo& info) {
     throw_error(env, "timeSampler(spec, inputs, warmup, iters): bad arguments");
   }
   std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>());
+  if (call->on_device && gpu_capturing()) throw_error(env, "timeSampler: cannot run during graph capture");
   const int warmup = info[2].As<Napi::Number>().Int32Value();
   const int iters = info[3].As<Napi::Number>().Int32Value();
   if (iters < 1 || warmup < 0) throw_error(env, "iters: expected >= 1 (and warmup >= 0)");

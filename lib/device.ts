@@ -2,6 +2,7 @@
 import { bytesPerElement, DType } from './dtype';
 import { isTyped, rangeError, typeError } from './errors';
 import { native, type HalfEncoding } from './native';
+import { captureGraph, checkStream, CudaGraph, Sampler, SamplerConfig } from './sampler';
 import { checkDType, checkShape, elementCount, Tensor, TensorData } from './tensor';
 
 export type DeviceSpec = 'cpu' | 'cuda' | `cuda:${number}` | 'auto';
@@ -82,6 +83,51 @@ export class Device {
     const bytes = elementCount(dims) * bytesPerElement(type);
     const handle = new native.NativeBuffer(this.kind === 'cuda' ? 1 : 0, this.ordinal, bytes);
     return new Tensor(this, handle, dims, type, true);
+  }
+
+  /**
+   * A sampler sized once for an engine: scratch allocated up front, per-row parameters in device
+   * memory (setRows or the engine's own kernels), enqueue that only launches (README, "Using
+   * flashsample inside an engine").
+   */
+  createSampler(config: SamplerConfig): Sampler {
+    return new Sampler(this, config);
+  }
+
+  /**
+   * Captures what `fn` enqueues on `stream` (default: a library stream used only for captures)
+   * into a CUDA graph, in cudaStreamCaptureModeThreadLocal. `fn` must be synchronous; if it throws,
+   * the capture ends and the error is rethrown. CUDA only.
+   */
+  captureGraph(fn: () => unknown): CudaGraph;
+  captureGraph(stream: bigint | undefined, fn: () => unknown): CudaGraph;
+  captureGraph(a: bigint | undefined | (() => unknown), b?: () => unknown): CudaGraph {
+    return typeof a === 'function' ? captureGraph(this, undefined, a) : captureGraph(this, a, b as () => unknown);
+  }
+
+  /** A new non-blocking CUDA stream of this device, as a bigint cudaStream_t. */
+  createStream(): bigint {
+    if (this.kind !== 'cuda') throw new TypeError(`createStream: streams need a 'cuda' device, got ${this}`);
+    return native.createStream(this.ordinal);
+  }
+
+  /** Destroys a stream from createStream (work already enqueued on it still completes). */
+  destroyStream(stream: bigint): void {
+    if (this.kind !== 'cuda') throw new TypeError(`destroyStream: streams need a 'cuda' device, got ${this}`);
+    const s = checkStream('stream', stream);
+    if (s === undefined) throw typeError('stream', 'a bigint from createStream()', stream);
+    native.destroyStream(this.ordinal, s);
+  }
+
+  /** Resolves once the work enqueued so far on `stream` (default the library's) is done; the wait
+   *  happens on a worker thread. On the CPU, where enqueue is synchronous, it resolves at once. */
+  async synchronize(stream?: bigint): Promise<void> {
+    const s = checkStream('stream', stream);
+    if (this.kind !== 'cuda') {
+      if (s !== undefined) throw new TypeError(`stream: a CUDA stream needs a 'cuda' device, got ${this}`);
+      return;
+    }
+    return native.synchronize(this.ordinal, s);
   }
 
   sameAs(other: Device): boolean {

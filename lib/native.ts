@@ -90,6 +90,43 @@ export interface NativeHostStepStats {
 
 export type HalfEncoding = 0 | 1 | 2;
 
+/** binding/sampler.cc: an engine sampler's native side (lib/sampler.ts validates its arguments). */
+export interface NativeSamplerHandle {
+  setRows(first: number, count: number, fields: number, staging: Uint8Array, stagingAt: Uint32Array, stream?: bigint): void;
+  enqueue(spec: Record<string, unknown>): void;
+  readRows(): Promise<ArrayBuffer>;
+  dispose(): void;
+  readonly pointer: bigint;
+  readonly layout: {
+    temperature: number; topK: number; topP: number; minP: number; seed: number; offset: number;
+    fallbackRows: number; bytes: number;
+  };
+  readonly workspaceBytes: number;
+}
+
+export interface NativeSamplerConfig {
+  device: 0 | 1;
+  ordinal: number;
+  maxBatch: number;
+  dtype: 0 | 1 | 2;
+  vocab: number;
+  dim: number;
+  numSamples: number;
+  topK: boolean;
+  topP: boolean;
+  minP: boolean;
+  logprobs: boolean;
+  topLogprobs: number;
+  softcap: number;
+  allowedTokens: boolean;
+}
+
+export interface NativeGraphHandle {
+  launch(stream?: bigint): void;
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
 export interface NativeAddon {
   NativeBuffer: NativeBufferClass;
   memoryStats(): NativeMemoryStats;
@@ -108,6 +145,14 @@ export interface NativeAddon {
     iters: number,
   ): Promise<Float64Array>;
   readBandwidth(ordinal: number, bytes: number, iters: number): Promise<number>;
+  NativeSampler: new (config: NativeSamplerConfig) => NativeSamplerHandle;
+  captureBegin(ordinal: number, stream?: bigint): void;
+  captureEnd(): NativeGraphHandle;
+  captureAbort(): void;
+  capturing(): boolean;
+  createStream(ordinal: number): bigint;
+  destroyStream(ordinal: number, stream: bigint): void;
+  synchronize(ordinal: number, stream?: bigint): Promise<void>;
 }
 
 function packageRoot(): string {

@@ -33,5 +33,29 @@ std::string gpu_time_sampler(int, SamplerKind, const std::vector<SampleParams>&,
 }
 std::string gpu_read_bandwidth(int, size_t, int, double*) { return kNoCuda; }
 
+EngineSampler::~EngineSampler() = default;
+std::string gpu_workspace_bytes(int, const SampleParams&, size_t*) { return kNoCuda; }
+std::string gpu_set_rows(EngineSampler*, int64_t, int64_t, uint32_t, const uint8_t*, size_t,
+                         const uint32_t*, uint64_t) {
+  return kNoCuda;
+}
+std::string gpu_enqueue(const std::shared_ptr<EngineSampler>&, const SampleParams&, bool, uint64_t,
+                        std::vector<StorageRef>) {
+  return kNoCuda;
+}
+struct GpuRead {};
+std::string gpu_read_block_start(const std::shared_ptr<EngineSampler>&, GpuRead**) { return kNoCuda; }
+std::string gpu_read_block_wait(GpuRead*, std::vector<uint8_t>*) { return kNoCuda; }
+std::string gpu_synchronize_start(int, uint64_t, GpuRead**) { return kNoCuda; }
+bool gpu_capturing() { return false; }
+std::string gpu_capture_begin(int, uint64_t) { return kNoCuda; }
+struct GpuGraph {};
+std::string gpu_capture_end(std::shared_ptr<GpuGraph>*) { return kNoCuda; }
+void gpu_capture_abort() {}
+std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>&, uint64_t) { return kNoCuda; }
+int gpu_graph_ordinal(const GpuGraph&) { return 0; }
+std::string gpu_stream_create(int, uint64_t*) { return kNoCuda; }
+std::string gpu_stream_destroy(int, uint64_t) { return kNoCuda; }
+
 }  // namespace binding
 }  // namespace flashsample

@@ -48,6 +48,7 @@ std::string device_streams(int ordinal, DeviceStreams** out) {
     FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
     FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking));
     FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.transfer, cudaStreamNonBlocking));
+    FS_CUDA_TRY("cudaStreamCreate", cudaStreamCreateWithFlags(&s.graph, cudaStreamNonBlocking));
     cudaMemPoolProps props = {};
     props.allocType = cudaMemAllocationTypePinned;
     props.handleTypes = cudaMemHandleTypeNone;

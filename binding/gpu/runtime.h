@@ -28,13 +28,16 @@ std::string cuda_message(const char* what, cudaError_t status);
 // the process (the driver reclaims them at exit). Non-blocking: no implicit ordering with the
 // legacy default stream that other libraries may use.
 // Per device: `compute` runs the library's sampling work (unless a call brings its own stream),
-// `copy` brings results back, `transfer` allocates, fills and frees tensors. Tensor allocation,
+// `copy` brings results back, `transfer` allocates, fills and frees tensors, `graph` is what
+// captureGraph captures when the engine brings no stream (never used outside a capture, so work
+// that other threads put on `compute` cannot join it). Tensor allocation,
 // upload and free never wait for `compute`: with hundreds of calls queued there, a device-wide
 // cudaFree or a synchronize of `compute` on the JS thread stalled the event loop for seconds.
 struct DeviceStreams {
   cudaStream_t compute = nullptr;
   cudaStream_t copy = nullptr;
   cudaStream_t transfer = nullptr;
+  cudaStream_t graph = nullptr;
   // Tensors come from their own stream-ordered pool, which keeps at most
   // tensor_pool_keep_bytes() of freed memory for reuse: beyond that, memory a disposed tensor held
   // goes back to the driver at the next synchronization, so an engine sharing the GPU gets it

@@ -1,0 +1,439 @@
+// The engine's way in on CUDA (cuda_api.h): samplers' row updates and launches that never wait,
+// what their in-flight work holds, graph capture and replay, and streams for engines without one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../cuda/include/launchers.h"
+#include "../cuda_api.h"
+#include "launch.h"
+#include "pools.h"
+#include "runtime.h"
+
+namespace flashsample {
+namespace binding {
+
+using gpu_detail::cuda_message;
+using gpu_detail::device_streams;
+using gpu_detail::DeviceStreams;
+using gpu_detail::event_pool;
+using gpu_detail::launch_message;
+using gpu_detail::pinned_pool;
+
+struct GpuGraph {
+  int ordinal = 0;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<StorageRef> keep;
+  std::vector<std::shared_ptr<EngineSampler>> samplers;  // distinct
+  ~GpuGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+};
+
+struct GpuRead {
+  int ordinal = 0;
+  void* pinned = nullptr;
+  size_t capacity = 0, bytes = 0;
+  cudaEvent_t done = nullptr;
+  std::shared_ptr<EngineSampler> sampler;
+};
+
+namespace {
+
+cudaStream_t as_stream(uint64_t handle) {
+  return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(handle));
+}
+
+// What enqueued work still uses (tensors, samplers, graphs, pinned blocks): released once an event
+// recorded after that work has completed. Checked, never waited for, whenever new work is
+// enqueued: nothing here blocks the JS thread.
+struct Retired {
+  cudaEvent_t done = nullptr;
+  int ordinal = 0;
+  std::vector<StorageRef> keep;
+  std::shared_ptr<void> hold;
+  void* pinned = nullptr;
+  size_t pinned_capacity = 0;
+};
+
+std::mutex g_retired_mutex;
+std::deque<Retired> g_retired;
+
+void release(Retired& r, bool completed) {
+  if (completed) {
+    event_pool().release(r.ordinal, r.done);
+  } else {
+    cudaEventDestroy(r.done);  // its state is unknown: not reused
+  }
+  pinned_pool().release(r.pinned, r.pinned_capacity);
+}
+
+void poll_retired() {
+  std::vector<Retired> done;
+  {
+    std::lock_guard<std::mutex> lock(g_retired_mutex);
+    while (!g_retired.empty()) {
+      const cudaError_t q = cudaEventQuery(g_retired.front().done);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) (void)cudaGetLastError();
+      release(g_retired.front(), q == cudaSuccess);
+      done.push_back(std::move(g_retired.front()));
+      g_retired.pop_front();
+    }
+  }
+  // `done` goes out of scope here, outside the lock: the last references free their memory.
+}
+
+// Queues `r` behind the work enqueued so far on `stream`. If no event can be recorded, waits for
+// the stream instead (an error path): freeing memory the device may still read is never an option.
+void retire_after(int ordinal, cudaStream_t stream, Retired r) {
+  r.ordinal = ordinal;
+  cudaError_t e = event_pool().acquire(ordinal, &r.done);
+  if (e == cudaSuccess) e = cudaEventRecord(r.done, stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaStreamSynchronize(stream);
+    (void)cudaGetLastError();
+    if (r.done != nullptr) cudaEventDestroy(r.done);
+    pinned_pool().release(r.pinned, r.pinned_capacity);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_retired_mutex);
+  g_retired.push_back(std::move(r));
+}
+
+// The capture in progress (JS thread only; g_capturing is read by the guards).
+struct Capture {
+  int ordinal = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<StorageRef> keep;
+  std::vector<std::shared_ptr<EngineSampler>> samplers;
+};
+Capture g_capture;
+std::atomic<bool> g_capturing{false};
+
+// A sampler's work is one sequence whatever streams it is given: work on a stream other than the
+// last one waits for the last one's (cheap: an event wait, no host synchronization).
+cudaError_t order_after_last(EngineSampler* s, cudaStream_t target) {
+  if (s->order_event == nullptr) {
+    cudaEvent_t e = nullptr;
+    const cudaError_t status = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (status != cudaSuccess) return status;
+    s->order_event = e;
+  }
+  if (!s->used || as_stream(s->last_stream) == target) return cudaSuccess;
+  return cudaStreamWaitEvent(target, static_cast<cudaEvent_t>(s->order_event), 0);
+}
+
+cudaError_t mark_last(EngineSampler* s, cudaStream_t target) {
+  s->last_stream = reinterpret_cast<uint64_t>(target);
+  s->used = true;
+  return cudaEventRecord(static_cast<cudaEvent_t>(s->order_event), target);
+}
+
+std::mutex g_streams_mutex;
+std::set<std::pair<int, uint64_t>> g_created_streams;
+
+}  // namespace
+
+EngineSampler::~EngineSampler() {
+  if (order_event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(order_event));
+}
+
+bool gpu_capturing() { return g_capturing.load(); }
+
+std::string gpu_workspace_bytes(int ordinal, const SampleParams& p, size_t* bytes) {
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  FS_CUDA_TRY("sizing the sampler's workspace", cuda::fused_workspace_bytes(p, bytes));
+  return "";
+}
+
+std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_t fields,
+                         const uint8_t* staging, size_t staging_bytes,
+                         const uint32_t staging_at[kRowFieldCount], uint64_t stream) {
+  if (gpu_capturing()) {
+    return "setRows: cannot run during graph capture (it copies from host memory, which a replay "
+           "would read again): set rows between replays, or write the parameter block with your "
+           "own kernels";
+  }
+  if (staging_bytes > s->layout.bytes - s->layout.staging) return "setRows: staging block too large";
+  DeviceStreams* streams;
+  std::string error = device_streams(s->ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
+  poll_retired();
+  cudaStream_t target = stream ? as_stream(stream) : streams->compute;
+  size_t capacity = 0;
+  void* pinned = pinned_pool().acquire(staging_bytes, &capacity);
+  if (pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for setRows";
+  std::memcpy(pinned, staging, staging_bytes);
+  uint8_t* block = static_cast<uint8_t*>(s->block->data());
+  cuda::RowScatter scatter;
+  scatter.staging = block + s->layout.staging;
+  for (int f = 0; f < kRowFieldCount; ++f) {
+    scatter.dst[f] = block + s->layout.at[f];
+    scatter.staging_at[f] = staging_at[f];
+    scatter.elem_bytes[f] = static_cast<uint32_t>(row_field_bytes(f));
+  }
+  scatter.fields = fields;
+  scatter.first = first;
+  scatter.count = count;
+  cudaError_t status = order_after_last(s, target);
+  if (status == cudaSuccess) {
+    status = cudaMemcpyAsync(block + s->layout.staging, pinned, staging_bytes, cudaMemcpyHostToDevice, target);
+  }
+  if (status == cudaSuccess) status = cuda::launch_scatter_rows(scatter, target);
+  if (status == cudaSuccess) status = mark_last(s, target);
+  Retired r;
+  r.pinned = pinned;
+  r.pinned_capacity = capacity;
+  r.keep.push_back(s->block);
+  retire_after(s->ordinal, target, std::move(r));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_message("setRows (copy and scatter)", status);
+  }
+  return "";
+}
+
+std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
+                        bool advance_offset, uint64_t stream, std::vector<StorageRef> keep) {
+  const bool capturing = gpu_capturing();
+  DeviceStreams* streams;
+  std::string error = device_streams(s->ordinal, &streams);
+  if (!error.empty()) return error;
+  cudaStream_t target;
+  if (capturing) {
+    if (g_capture.ordinal != s->ordinal) return "enqueue: the graph being captured is on another device";
+    target = stream ? as_stream(stream) : g_capture.stream;
+    cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
+    FS_CUDA_TRY("cudaStreamIsCapturing", cudaStreamIsCapturing(target, &capture_status));
+    if (capture_status != cudaStreamCaptureStatusActive) {
+      return "enqueue: stream is not the stream being captured (pass captureGraph's stream, or none)";
+    }
+  } else {
+    poll_retired();
+    target = stream ? as_stream(stream) : streams->compute;
+  }
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
+  cudaError_t status = capturing ? cudaSuccess : order_after_last(s.get(), target);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_message("enqueue (ordering after the sampler's last work)", status);
+  }
+  status = cuda::launch_fused_sample(p, target);
+  if (status == cudaSuccess && advance_offset) {
+    status = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, target);
+  }
+  if (status == cudaSuccess) status = cudaGetLastError();
+  if (capturing) {
+    // Held by the graph even if the launches failed: the capture may already reference them.
+    g_capture.keep.insert(g_capture.keep.end(), keep.begin(), keep.end());
+    if (std::find(g_capture.samplers.begin(), g_capture.samplers.end(), s) == g_capture.samplers.end())
+      g_capture.samplers.push_back(s);
+  } else {
+    if (status == cudaSuccess) status = mark_last(s.get(), target);
+    Retired r;
+    r.keep = std::move(keep);
+    r.hold = s;
+    retire_after(s->ordinal, target, std::move(r));
+  }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "enqueue: " + launch_message(SamplerKind::kFused, status);
+  }
+  return "";
+}
+
+std::string gpu_read_block_start(const std::shared_ptr<EngineSampler>& s, GpuRead** out) {
+  if (gpu_capturing()) return "readRows: a host read cannot happen during graph capture";
+  DeviceStreams* streams;
+  std::string error = device_streams(s->ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
+  poll_retired();
+  auto read = std::make_unique<GpuRead>();
+  read->ordinal = s->ordinal;
+  read->bytes = s->layout.staging;  // the fields and the fallback counter, not the staging region
+  read->sampler = s;
+  read->pinned = pinned_pool().acquire(read->bytes, &read->capacity);
+  if (read->pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for readRows";
+  cudaStream_t target = s->used ? as_stream(s->last_stream) : streams->compute;
+  cudaError_t status = event_pool().acquire(s->ordinal, &read->done);
+  if (status == cudaSuccess) {
+    status = cudaMemcpyAsync(read->pinned, s->block->data(), read->bytes, cudaMemcpyDeviceToHost, target);
+  }
+  if (status == cudaSuccess) status = cudaEventRecord(read->done, target);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaStreamSynchronize(target);
+    (void)cudaGetLastError();
+    pinned_pool().release(read->pinned, read->capacity);
+    if (read->done != nullptr) cudaEventDestroy(read->done);
+    return cuda_message("readRows (device to host copy)", status);
+  }
+  *out = read.release();
+  return "";
+}
+
+std::string gpu_synchronize_start(int ordinal, uint64_t stream, GpuRead** out) {
+  if (gpu_capturing()) return "synchronize: cannot wait for the GPU during graph capture";
+  DeviceStreams* streams;
+  std::string error = device_streams(ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  poll_retired();
+  auto read = std::make_unique<GpuRead>();
+  read->ordinal = ordinal;
+  cudaError_t status = event_pool().acquire(ordinal, &read->done);
+  if (status == cudaSuccess) status = cudaEventRecord(read->done, stream ? as_stream(stream) : streams->compute);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (read->done != nullptr) cudaEventDestroy(read->done);
+    return cuda_message("synchronize: cudaEventRecord", status);
+  }
+  *out = read.release();
+  return "";
+}
+
+std::string gpu_read_block_wait(GpuRead* read, std::vector<uint8_t>* bytes) {
+  std::unique_ptr<GpuRead> owned(read);
+  cudaSetDevice(read->ordinal);
+  const cudaError_t status = cudaEventSynchronize(read->done);
+  if (status == cudaSuccess) {
+    if (read->bytes) bytes->assign(static_cast<uint8_t*>(read->pinned), static_cast<uint8_t*>(read->pinned) + read->bytes);
+    event_pool().release(read->ordinal, read->done);
+  } else {
+    (void)cudaGetLastError();
+    cudaEventDestroy(read->done);
+  }
+  pinned_pool().release(read->pinned, read->capacity);
+  return status == cudaSuccess ? "" : cuda_message("waiting for the GPU", status);
+}
+
+std::string gpu_capture_begin(int ordinal, uint64_t stream) {
+  if (gpu_capturing()) return "captureGraph: a capture is already in progress (captures do not nest)";
+  DeviceStreams* streams;
+  std::string error = device_streams(ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  // Frees that are due happen now, not inside the capture.
+  poll_retired();
+  cudaStream_t target = stream ? as_stream(stream) : streams->graph;
+  cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
+  FS_CUDA_TRY("cudaStreamIsCapturing", cudaStreamIsCapturing(target, &capture_status));
+  if (capture_status != cudaStreamCaptureStatusNone) return "captureGraph: the stream is already being captured";
+  FS_CUDA_TRY("cudaStreamBeginCapture", cudaStreamBeginCapture(target, cudaStreamCaptureModeThreadLocal));
+  g_capture = Capture();
+  g_capture.ordinal = ordinal;
+  g_capture.stream = target;
+  g_capturing = true;
+  return "";
+}
+
+std::string gpu_capture_end(std::shared_ptr<GpuGraph>* out) {
+  if (!gpu_capturing()) return "captureGraph: no capture in progress";
+  g_capturing = false;
+  Capture capture = std::move(g_capture);
+  g_capture = Capture();
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = cudaStreamEndCapture(capture.stream, &graph);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return cuda_message("captureGraph: the capture was invalidated; cudaStreamEndCapture", status);
+  }
+  auto g = std::make_shared<GpuGraph>();
+  g->ordinal = capture.ordinal;
+  status = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    g->exec = nullptr;
+    return cuda_message("captureGraph: cudaGraphInstantiate", status);
+  }
+  g->keep = std::move(capture.keep);
+  g->samplers = std::move(capture.samplers);
+  *out = std::move(g);
+  return "";
+}
+
+void gpu_capture_abort() {
+  if (!gpu_capturing()) return;
+  g_capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(g_capture.stream, &graph);
+  (void)cudaGetLastError();
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  g_capture = Capture();
+}
+
+std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>& g, uint64_t stream) {
+  if (gpu_capturing()) return "launch: a graph cannot be launched during a capture";
+  DeviceStreams* streams;
+  std::string error = device_streams(g->ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(g->ordinal));
+  poll_retired();
+  cudaStream_t target = stream ? as_stream(stream) : streams->compute;
+  cudaError_t status = cudaSuccess;
+  for (const auto& s : g->samplers) {
+    if (status == cudaSuccess) status = order_after_last(s.get(), target);
+  }
+  if (status == cudaSuccess) status = cudaGraphLaunch(g->exec, target);
+  for (const auto& s : g->samplers) {
+    if (status == cudaSuccess) status = mark_last(s.get(), target);
+  }
+  Retired r;
+  r.hold = g;
+  retire_after(g->ordinal, target, std::move(r));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_message("launch: cudaGraphLaunch", status);
+  }
+  return "";
+}
+
+int gpu_graph_ordinal(const GpuGraph& graph) { return graph.ordinal; }
+
+std::string gpu_stream_create(int ordinal, uint64_t* stream) {
+  if (gpu_capturing()) return "createStream: cannot run during graph capture";
+  DeviceStreams* streams;
+  std::string error = device_streams(ordinal, &streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  cudaStream_t s = nullptr;
+  FS_CUDA_TRY("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = reinterpret_cast<uint64_t>(s);
+  std::lock_guard<std::mutex> lock(g_streams_mutex);
+  g_created_streams.insert({ordinal, *stream});
+  return "";
+}
+
+std::string gpu_stream_destroy(int ordinal, uint64_t stream) {
+  if (gpu_capturing() && as_stream(stream) == g_capture.stream) {
+    return "destroyStream: the stream is being captured";
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mutex);
+    if (g_created_streams.erase({ordinal, stream}) == 0) {
+      return "stream: expected a stream that createStream made on this device and not yet destroyed";
+    }
+  }
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  // Work already enqueued on it still completes (cudaStreamDestroy does not wait).
+  FS_CUDA_TRY("cudaStreamDestroy", cudaStreamDestroy(as_stream(stream)));
+  return "";
+}
+
+}  // namespace binding
+}  // namespace flashsample

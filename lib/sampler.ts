@@ -1,0 +1,474 @@
+// The engine's way in: a sampler sized once (row parameters in device memory, preallocated
+// workspace), enqueue that only launches, and CUDA graphs that replay it (README, "Using
+// flashsample inside an engine").
+import type { Device } from './device';
+import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
+import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
+import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
+import { checkTensor, MAX_TOP_LOGPROBS } from './options';
+import type { Tensor } from './tensor';
+
+const disposeSymbol: typeof Symbol.dispose =
+  (Symbol as { dispose?: typeof Symbol.dispose }).dispose ?? (Symbol.for('Symbol.dispose') as typeof Symbol.dispose);
+
+export type RowFilter = 'topK' | 'topP' | 'minP';
+const ROW_FILTERS: readonly RowFilter[] = ['topK', 'topP', 'minP'];
+
+export interface SamplerConfig {
+  /** The most rows one enqueue samples (1 .. 65535). */
+  maxBatch: number;
+  /** V and D of the LM head W [V, D] that enqueue will get. */
+  vocab: number;
+  hidden: number;
+  dtype: FloatDType;
+  /** Independent samples per row; default 1. */
+  numSamples?: number;
+  /** The per-row filters rows may set (setRows); a sampler with any takes the filtered kernels. */
+  filters?: RowFilter[];
+  /** enqueue writes log p(token) into logprobsOut; default false. */
+  logprobs?: boolean;
+  /** enqueue writes the n most probable tokens of each row into topTokensOut / topLogprobsOut. */
+  topLogprobs?: number;
+  /** Logit soft-capping for every row, as SampleOptions.softcap; default 0 (off). */
+  softcap?: number;
+  /** enqueue takes an allowedTokens mask (i32 tensor of B * ceil(V / 32) words); default false. */
+  allowedTokens?: boolean;
+}
+
+const CONFIG_KEYS = [
+  'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
+  'allowedTokens',
+] as const;
+
+/** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
+export interface RowValues {
+  temperature?: Float32Array;
+  topK?: Int32Array;
+  topP?: Float32Array;
+  minP?: Float32Array;
+  seed?: BigUint64Array;
+  offset?: BigUint64Array;
+}
+
+/** What readRows returns: every field of every row (maxBatch each). */
+export interface Rows {
+  temperature: Float32Array;
+  topK: Int32Array;
+  topP: Float32Array;
+  minP: Float32Array;
+  seed: BigUint64Array;
+  offset: BigUint64Array;
+  /** Rows of the last enqueue that took the materializing fallback (the filters issue's extra pass). */
+  fallbackRows: number;
+}
+
+/**
+ * Byte offsets of the row-parameter block (Sampler.devicePointer): each field is an array of
+ * maxBatch elements, row b at offset + b * elementBytes, in the dtype named by ROW_FIELDS.
+ */
+export interface RowLayout {
+  temperature: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  seed: number;
+  offset: number;
+  fallbackRows: number;
+  /** Bytes of the block that hold the fields above. */
+  bytes: number;
+}
+
+/** The fields of the row-parameter block, in bit order: [name, dtype, domain]. */
+export const ROW_FIELDS = [
+  ['temperature', 'f32', 'a finite number >= 0 (0 = greedy); default 1'],
+  ['topK', 'i32', 'an integer >= 0 (0 = off); default 0'],
+  ['topP', 'f32', 'a number in (0, 1] (1 = off); default 1'],
+  ['minP', 'f32', 'a number in [0, 1) (0 = off); default 0'],
+  ['seed', 'u64', 'any 64-bit value; default 0'],
+  ['offset', 'u64', 'any 64-bit value (the decode step); default 0'],
+] as const;
+
+export interface EnqueueArgs {
+  /** Hidden states [B, D] (B <= maxBatch), on the sampler's device, its dtype. */
+  H: Tensor;
+  /** LM head [V, D]. */
+  W: Tensor;
+  /** i32 tensor of at least B * numSamples elements: the tokens (-1 where a row has none). */
+  out: Tensor;
+  /** Rows to sample: the first `batch` rows of H and of the parameter block; default H's B. */
+  batch?: number;
+  /** cudaStream_t as a bigint; default the stream being captured, else the library's stream. */
+  stream?: bigint;
+  /** i32 tensor of at least B elements: per-row status codes (README: 0 ok, 1 nothing drawable). */
+  statusOut?: Tensor;
+  /** f32 tensor of at least B * numSamples elements; required exactly when created with logprobs. */
+  logprobsOut?: Tensor;
+  /** i32 / f32 tensors of at least B * topLogprobs elements; required when created with topLogprobs. */
+  topTokensOut?: Tensor;
+  topLogprobsOut?: Tensor;
+  /** [V] tensor added to the logits. */
+  bias?: Tensor;
+  /** i32 tensor of B * ceil(V / 32) words; required exactly when created with allowedTokens. */
+  allowedTokens?: Tensor;
+  /** After the draw, offset[b] += 1 on the device for b < batch (graph replays draw fresh noise). */
+  advanceOffset?: boolean;
+}
+
+const ENQUEUE_KEYS = [
+  'H', 'W', 'out', 'batch', 'stream', 'statusOut', 'logprobsOut', 'topTokensOut', 'topLogprobsOut', 'bias',
+  'allowedTokens', 'advanceOffset',
+] as const;
+
+const TWO_64 = 1n << 64n;
+
+export function checkStream(name: string, stream: unknown): bigint | undefined {
+  if (stream === undefined) return undefined;
+  if (typeof stream !== 'bigint') throw typeError(name, 'a bigint cudaStream_t handle', stream);
+  if (stream < 0n || stream >= TWO_64) throw rangeError(name, 'a cudaStream_t handle in [0, 2^64)', stream);
+  return stream;
+}
+
+function positiveInt(name: string, value: unknown, max: number): number {
+  if (typeof value !== 'number') throw typeError(name, `an integer in [1, ${max}]`, value);
+  if (!Number.isInteger(value) || value < 1 || value > max) throw rangeError(name, `an integer in [1, ${max}]`, value);
+  return value;
+}
+
+function optionalBool(name: string, value: unknown): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== 'boolean') throw typeError(name, 'a boolean', value);
+  return value;
+}
+
+/**
+ * A sampler sized once for an engine (device.createSampler): all memory allocated up front, row
+ * parameters in a device block that setRows or the engine's own kernels write, and enqueue that
+ * validates synchronously and then only launches: capturable in a CUDA graph.
+ */
+export class Sampler {
+  readonly device: Device;
+  readonly maxBatch: number;
+  readonly vocab: number;
+  readonly hidden: number;
+  readonly dtype: FloatDType;
+  readonly numSamples: number;
+  readonly filters: readonly RowFilter[];
+  readonly logprobs: boolean;
+  readonly topLogprobs: number;
+  readonly softcap: number;
+  readonly allowedTokens: boolean;
+  #native: NativeSamplerHandle | null;
+
+  /** @internal Use device.createSampler. */
+  constructor(device: Device, config: SamplerConfig) {
+    if (config === null || typeof config !== 'object' || Array.isArray(config)) {
+      throw typeError('config', 'an object', config);
+    }
+    checkKnownKeys('createSampler', config, CONFIG_KEYS);
+    this.device = device;
+    this.maxBatch = positiveInt('maxBatch', config.maxBatch, native.maxBatch);
+    this.vocab = positiveInt('vocab', config.vocab, 2 ** 31 - 2);
+    this.hidden = positiveInt('hidden', config.hidden, 2 ** 31 - 1);
+    if (typeof config.dtype !== 'string' || !FLOAT_DTYPES.includes(config.dtype)) {
+      throw typeError('dtype', "'f32', 'f16' or 'bf16'", config.dtype);
+    }
+    this.dtype = config.dtype;
+    this.numSamples = config.numSamples === undefined ? 1 : positiveInt('numSamples', config.numSamples, native.maxSamples);
+    const filters = config.filters ?? [];
+    if (!Array.isArray(filters) || filters.some((f) => !ROW_FILTERS.includes(f))) {
+      throw typeError('filters', "an array of 'topK', 'topP', 'minP'", filters);
+    }
+    this.filters = Object.freeze([...new Set(filters)]);
+    this.logprobs = optionalBool('logprobs', config.logprobs);
+    this.allowedTokens = optionalBool('allowedTokens', config.allowedTokens);
+    const n = config.topLogprobs ?? 0;
+    if (typeof n !== 'number') throw typeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
+    if (!Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
+      throw rangeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
+    }
+    this.topLogprobs = n;
+    const softcap = config.softcap ?? 0;
+    if (typeof softcap !== 'number') throw typeError('softcap', 'a finite number >= 0', softcap);
+    if (!Number.isFinite(softcap) || softcap < 0) throw rangeError('softcap', 'a finite number >= 0', softcap);
+    this.softcap = softcap;
+    if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
+      throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
+    }
+    this.#native = new native.NativeSampler({
+      device: device.kind === 'cuda' ? 1 : 0,
+      ordinal: device.ordinal,
+      maxBatch: this.maxBatch,
+      dtype: dtypeCode(this.dtype),
+      vocab: this.vocab,
+      dim: this.hidden,
+      numSamples: this.numSamples,
+      topK: this.filters.includes('topK'),
+      topP: this.filters.includes('topP'),
+      minP: this.filters.includes('minP'),
+      logprobs: this.logprobs,
+      topLogprobs: this.topLogprobs,
+      softcap: this.softcap,
+      allowedTokens: this.allowedTokens,
+    });
+  }
+
+  #handle(what: string): NativeSamplerHandle {
+    if (this.#native === null) throw new TypeError(`${what}: the sampler has been disposed`);
+    return this.#native;
+  }
+
+  get disposed(): boolean {
+    return this.#native === null;
+  }
+
+  /** The row-parameter block's device address (CUDA); its layout is `layout`. */
+  get devicePointer(): bigint {
+    if (this.device.kind !== 'cuda') throw new TypeError('devicePointer: only CUDA samplers have one');
+    return this.#handle('devicePointer').pointer;
+  }
+
+  get layout(): RowLayout {
+    return this.#handle('layout').layout;
+  }
+
+  /** Device memory preallocated for the kernels' temporaries (0 on the CPU). */
+  get workspaceBytes(): number {
+    return this.#handle('workspaceBytes').workspaceBytes;
+  }
+
+  /**
+   * Writes rows first .. first + n - 1 of the given fields (typed arrays of one length n), in one
+   * stream-ordered copy on `stream` (default the library's). Fields left out keep their values.
+   * Not allowed during graph capture: call it between replays.
+   */
+  setRows(first: number, rows: RowValues, options: { stream?: bigint } = {}): void {
+    const handle = this.#handle('setRows');
+    if (rows === null || typeof rows !== 'object' || Array.isArray(rows)) throw typeError('rows', 'an object of typed arrays', rows);
+    checkKnownKeys('setRows', rows, ROW_FIELDS.map(([name]) => name));
+    if (options === null || typeof options !== 'object') throw typeError('options', 'an object', options);
+    checkKnownKeys('setRows options', options, ['stream']);
+    const stream = checkStream('stream', options.stream);
+    if (stream !== undefined && this.device.kind !== 'cuda') {
+      throw new TypeError(`stream: a CUDA stream needs a 'cuda' sampler, got one on ${this.device}`);
+    }
+    let count = -1;
+    const given: [number, ArrayBufferView & { length: number }][] = [];
+    ROW_FIELDS.forEach(([name, dtype, domain], field) => {
+      const values = rows[name];
+      if (values === undefined) return;
+      const kind = dtype === 'f32' ? 'Float32Array' : dtype === 'i32' ? 'Int32Array' : 'BigUint64Array';
+      if (!isTyped(values, kind)) throw typeError(name, `a ${kind}`, values);
+      if (count >= 0 && values.length !== count) {
+        throw rangeError(name, `${count} values (the length of the other fields)`, values);
+      }
+      count = values.length;
+      if (name === 'topK' || name === 'topP' || name === 'minP') {
+        if (!this.filters.includes(name)) {
+          throw new TypeError(`${name}: this sampler was created without '${name}' in filters (createSampler({ filters }))`);
+        }
+      }
+      const check = fieldCheck(name);
+      if (check) {
+        for (let i = 0; i < values.length; i++) {
+          const x = (values as unknown as ArrayLike<number>)[i];
+          if (!check(x)) throw rangeError(`${name}[${i}]`, domain.split(';')[0], x);
+        }
+      }
+      given.push([field, values]);
+    });
+    if (given.length === 0) throw typeError('rows', `at least one of ${ROW_FIELDS.map(([n]) => n).join(', ')}`, rows);
+    if (typeof first !== 'number' || !Number.isInteger(first) || first < 0) {
+      throw rangeError('first', 'an integer >= 0', first);
+    }
+    if (count < 1 || first + count > this.maxBatch) {
+      throw rangeError('rows', `1 .. ${this.maxBatch - Math.min(first, this.maxBatch)} rows from row ${first} (maxBatch is ${this.maxBatch})`, raw(`${count} rows`));
+    }
+    // Packed: each given field's `count` values, 8-byte aligned sections.
+    const at = new Uint32Array(6);
+    let bytes = 0;
+    for (const [field, values] of given) {
+      at[field] = bytes;
+      bytes += Math.ceil(values.byteLength / 8) * 8;
+    }
+    const staging = new Uint8Array(bytes);
+    let fields = 0;
+    for (const [field, values] of given) {
+      staging.set(new Uint8Array(values.buffer, values.byteOffset, values.byteLength), at[field]);
+      fields |= 1 << field;
+    }
+    handle.setRows(first, count, fields, staging, at, stream);
+  }
+
+  /**
+   * Launches sampling of the first `batch` rows (rows b of H with parameter row b) on `stream`:
+   * validates synchronously, then only enqueues (no host copy, allocation or wait). The tensors
+   * and the sampler stay alive until the work is done. On the CPU it runs synchronously.
+   */
+  enqueue(args: EnqueueArgs): void {
+    const handle = this.#handle('enqueue');
+    if (args === null || typeof args !== 'object' || Array.isArray(args)) throw typeError('args', 'an object', args);
+    checkKnownKeys('enqueue', args, ENQUEUE_KEYS);
+    const H = checkTensor('H', args.H);
+    const W = checkTensor('W', args.W);
+    const onDevice = (name: string, t: Tensor) => {
+      if (!t.device.sameAs(this.device)) throw typeError(name, `a tensor on ${this.device} (the sampler's device)`, raw(`${t}`));
+    };
+    onDevice('H', H);
+    onDevice('W', W);
+    if (H.dtype !== this.dtype) throw typeError('H', `dtype '${this.dtype}' (the sampler's)`, raw(`'${H.dtype}'`));
+    if (W.dtype !== this.dtype) throw typeError('W', `dtype '${this.dtype}' (the sampler's)`, raw(`'${W.dtype}'`));
+    if (H.shape.length !== 2 || H.shape[1] !== this.hidden) {
+      throw rangeError('H', `shape [B, ${this.hidden}] (the sampler's hidden size)`, raw(`[${H.shape.join(', ')}]`));
+    }
+    if (W.shape.length !== 2 || W.shape[0] !== this.vocab || W.shape[1] !== this.hidden) {
+      throw rangeError('W', `shape [${this.vocab}, ${this.hidden}] (the sampler's vocab and hidden size)`, raw(`[${W.shape.join(', ')}]`));
+    }
+    const batch = args.batch === undefined ? H.shape[0] : positiveInt('batch', args.batch, this.maxBatch);
+    if (batch > this.maxBatch) throw rangeError('H', `at most maxBatch = ${this.maxBatch} rows`, raw(`[${H.shape.join(', ')}]`));
+    if (batch > H.shape[0]) throw rangeError('batch', `at most the ${H.shape[0]} rows of H`, batch);
+    const stream = checkStream('stream', args.stream);
+    if (stream !== undefined && this.device.kind !== 'cuda') {
+      throw new TypeError(`stream: a CUDA stream needs a 'cuda' sampler, got one on ${this.device}`);
+    }
+    const output = (name: string, value: unknown, dtype: 'i32' | 'f32', elements: number, what: string) => {
+      const t = checkTensor(name, value);
+      onDevice(name, t);
+      if (t.dtype !== dtype || t.size < elements) {
+        const expected = `an '${dtype}' tensor of at least ${elements} elements (${what})`;
+        if (t.dtype !== dtype) throw typeError(name, expected, raw(`${t}`));
+        throw rangeError(name, expected, raw(`${t}`));
+      }
+      return t.handle(name);
+    };
+    const S = this.numSamples;
+    const spec: Record<string, unknown> = {
+      hidden: H.handle('H'),
+      weight: W.handle('W'),
+      out: output('out', args.out, 'i32', batch * S, 'B * numSamples'),
+      batch,
+      stream,
+      advanceOffset: optionalBool('advanceOffset', args.advanceOffset),
+    };
+    if (args.statusOut !== undefined) spec.status = output('statusOut', args.statusOut, 'i32', batch, 'one per row');
+    if (this.logprobs) {
+      if (args.logprobsOut === undefined) throw typeError('logprobsOut', `an 'f32' tensor of at least ${batch * S} elements (the sampler was created with logprobs)`, undefined);
+      spec.logprobs = output('logprobsOut', args.logprobsOut, 'f32', batch * S, 'B * numSamples');
+    } else if (args.logprobsOut !== undefined) {
+      throw new TypeError('logprobsOut: this sampler was created without logprobs (createSampler({ logprobs: true }))');
+    }
+    const n = this.topLogprobs;
+    if (n > 0) {
+      spec.topTokens = output('topTokensOut', args.topTokensOut, 'i32', batch * n, 'B * topLogprobs');
+      spec.topLogprobs = output('topLogprobsOut', args.topLogprobsOut, 'f32', batch * n, 'B * topLogprobs');
+    } else if (args.topTokensOut !== undefined || args.topLogprobsOut !== undefined) {
+      throw new TypeError('topTokensOut: this sampler was created without topLogprobs (createSampler({ topLogprobs: n }))');
+    }
+    if (args.bias !== undefined) {
+      const bias = checkTensor('bias', args.bias);
+      onDevice('bias', bias);
+      if (bias.dtype !== this.dtype) throw typeError('bias', `dtype '${this.dtype}' (the dtype of W)`, raw(`'${bias.dtype}'`));
+      if (bias.shape.length !== 1 || bias.size !== this.vocab) throw rangeError('bias', `shape [${this.vocab}]`, raw(`[${bias.shape.join(', ')}]`));
+      spec.bias = bias.handle('bias');
+    }
+    const words = batch * Math.ceil(this.vocab / 32);
+    if (this.allowedTokens) {
+      spec.allowed = output('allowedTokens', args.allowedTokens, 'i32', words, 'B * ceil(V / 32) words');
+    } else if (args.allowedTokens !== undefined) {
+      throw new TypeError('allowedTokens: this sampler was created without allowedTokens (createSampler({ allowedTokens: true }))');
+    }
+    handle.enqueue(spec);
+  }
+
+  /** Every row's parameters as the device holds them after the sampler's last work. */
+  async readRows(): Promise<Rows> {
+    const bytes = await this.#handle('readRows').readRows();
+    const l = this.layout;
+    const B = this.maxBatch;
+    const view = new DataView(bytes);
+    return {
+      temperature: new Float32Array(bytes.slice(l.temperature, l.temperature + 4 * B)),
+      topK: new Int32Array(bytes.slice(l.topK, l.topK + 4 * B)),
+      topP: new Float32Array(bytes.slice(l.topP, l.topP + 4 * B)),
+      minP: new Float32Array(bytes.slice(l.minP, l.minP + 4 * B)),
+      seed: new BigUint64Array(bytes.slice(l.seed, l.seed + 8 * B)),
+      offset: new BigUint64Array(bytes.slice(l.offset, l.offset + 8 * B)),
+      fallbackRows: view.getInt32(l.fallbackRows, true),
+    };
+  }
+
+  /** Frees the sampler once work in flight and graphs that captured it are done with it. */
+  dispose(): void {
+    this.#native?.dispose();
+    this.#native = null;
+  }
+
+  [disposeSymbol](): void {
+    this.dispose();
+  }
+}
+
+function fieldCheck(name: string): ((x: number) => boolean) | null {
+  switch (name) {
+    case 'temperature':
+      return (x) => Number.isFinite(x) && x >= 0;
+    case 'topK':
+      return (x) => x >= 0;
+    case 'topP':
+      return (x) => x > 0 && x <= 1;
+    case 'minP':
+      return (x) => x >= 0 && x < 1;
+  }
+  return null;
+}
+
+/** A captured CUDA graph (device.captureGraph): replay it with launch(). */
+export class CudaGraph {
+  readonly device: Device;
+  #native: NativeGraphHandle | null;
+
+  /** @internal */
+  constructor(device: Device, handle: NativeGraphHandle) {
+    this.device = device;
+    this.#native = handle;
+  }
+
+  get disposed(): boolean {
+    return this.#native === null;
+  }
+
+  /** Replays the graph on `stream` (default the library's), after the last work of its samplers. */
+  launch(stream?: bigint): void {
+    if (this.#native === null) throw new TypeError('launch: the graph has been disposed');
+    this.#native.launch(checkStream('stream', stream));
+  }
+
+  /** Frees the graph (and what it holds) once its launches in flight are done. */
+  dispose(): void {
+    this.#native?.dispose();
+    this.#native = null;
+  }
+
+  [disposeSymbol](): void {
+    this.dispose();
+  }
+}
+
+/** device.captureGraph: runs `fn` (synchronous) with the stream in capture, returns the graph. */
+export function captureGraph(device: Device, stream: bigint | undefined, fn: () => unknown): CudaGraph {
+  if (device.kind !== 'cuda') throw new TypeError(`captureGraph: CUDA graphs need a 'cuda' device, got ${device}`);
+  checkStream('stream', stream);
+  if (typeof fn !== 'function') throw typeError('fn', 'a function that enqueues the work to capture', fn);
+  native.captureBegin(device.ordinal, stream);
+  let result: unknown;
+  try {
+    result = fn();
+  } catch (e) {
+    native.captureAbort();
+    throw e;
+  }
+  if (result !== null && typeof result === 'object' && typeof (result as { then?: unknown }).then === 'function') {
+    native.captureAbort();
+    throw new TypeError('fn: expected a synchronous function (it returned a promise): the capture ends when fn returns');
+  }
+  return new CudaGraph(device, native.captureEnd());
+}
