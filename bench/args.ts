@@ -41,8 +41,12 @@ export const OPTION_PRESETS: Readonly<Record<string, { temperature: number; topK
 };
 export const OPTION_PRESET_NAMES = Object.keys(OPTION_PRESETS);
 
+export type BenchMode = 'sample' | 'step';
+
 export interface BenchArgs {
   help: boolean;
+  /** 'sample' (default): the samplers and option columns; 'step': the engine's decode step (bench/step.ts). */
+  mode: BenchMode;
   /** Explicit shapes; null = the device's default. */
   shapes: Shape[] | null;
   /** null = the device's default. */
@@ -90,6 +94,10 @@ ${PRESETS.map((p) => `                              ${p.name.padEnd(12)} ${Strin
   --dtype bf16|f16|f32      dtype of H and W (default bf16)
 
 Run
+  --mode sample|step        sample (default): the table below; step: an engine's decode step
+                            per --options set (default plain): createSampler once, then the
+                            host time of enqueue, eager and CUDA-graph step times against the
+                            kernels' own (CUDA events); default batches 1,64,256 on the GPU
   --device auto|cpu|cuda|cuda:N   (default auto: the GPU when one is usable)
   --iters N                 timed calls per point (default 100 on the GPU, 10 on the CPU)
   --warmup N                untimed calls first (default 10 on the GPU, 2 on the CPU)
@@ -123,6 +131,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad arguments.`;
 const FLAGS_WITH_VALUE = [
   '--preset', '--vocab', '--hidden', '--batch', '--dtype', '--device', '--iters', '--warmup', '--json',
   '--plot', '--samplers', '--options', '--python', '--logits', '--logit-std', '--read-bw', '--matrix-rate',
+  '--mode',
 ] as const;
 const FLAGS_WITHOUT_VALUE = ['--no-baselines', '--help', '-h'] as const;
 const ALIASES: Record<string, string> = { '--model': '--preset', '--batches': '--batch', '--sampler': '--samplers' };
@@ -337,6 +346,7 @@ export function parseOptionSet(text: string): OptionSet {
 export function parseArgs(argv: readonly string[]): BenchArgs {
   const args: BenchArgs = {
     help: false,
+    mode: 'sample',
     shapes: null,
     batches: null,
     dtype: null,
@@ -469,6 +479,12 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
       case '--matrix-rate':
         args.matrixRate = 1e12 * parseNumber('--matrix-rate', value, 'a rate in TFLOP/s > 0', (x) => x > 0 && x < 1e5);
         break;
+      case '--mode': {
+        const m = value.trim().toLowerCase();
+        if (m !== 'sample' && m !== 'step') throw new ArgError(`--mode: expected sample or step, got ${show(value)}`);
+        args.mode = m;
+        break;
+      }
     }
   }
 

@@ -12,6 +12,7 @@ import { CPU_DEFAULT_SHAPE, GPU_DEFAULT_PRESET, PRESETS } from './presets';
 import { Progress } from './progress';
 import { describeRun, plotSvg, reportJson, shapeTable } from './report';
 import { message, run } from './run';
+import { runStep, stepTable } from './step';
 
 const NAME = 'flashsample-bench';
 
@@ -58,6 +59,28 @@ async function main(argv: string[]): Promise<number> {
   const gpuDefault = PRESETS.find((p) => p.name === GPU_DEFAULT_PRESET);
   const shapes = args.shapes ?? [cpu || !gpuDefault ? CPU_DEFAULT_SHAPE : gpuDefault];
   const progress = new Progress();
+
+  if (args.mode === 'step') {
+    const rows = await runStep({
+      device,
+      shapes,
+      batches: args.batches ?? (cpu ? [...CPU_DEFAULT_BATCHES] : [1, 64, 256]),
+      dtype: args.dtype ?? 'bf16',
+      optionSets: args.optionSets.length ? args.optionSets : [{ label: 'plain' }],
+      iters: args.iters ?? defaults.iters,
+      warmup: args.warmup ?? defaults.warmup,
+      logits: args.logits,
+      logitStd: args.logitStd,
+      onProgress: (text) => progress.update(text),
+    });
+    progress.clear();
+    process.stdout.write(`${NAME} --mode step on ${device.name} (${new Date().toISOString().slice(0, 10)})\n${stepTable(rows)}\n`);
+    if (args.json !== null) {
+      writeFileSync(args.json, JSON.stringify({ mode: 'step', device: device.name, date: new Date().toISOString(), rows }, null, 2) + '\n');
+      process.stderr.write(`${NAME}: wrote ${args.json}\n`);
+    }
+    return rows.length > 0 && rows.every((r) => r.error !== undefined) ? 1 : 0;
+  }
 
   const report = await run({
     args,

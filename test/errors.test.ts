@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
-import { open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device } from '../lib/index';
+import { open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type Sampler, type SamplerConfig } from '../lib/index';
 import { cudaStatus, failure, rng } from './helpers';
 
 const cpu = open('cpu');
@@ -314,7 +314,125 @@ const cases: Record<string, Case> = {
   [`TypeError: stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on cpu`]: {
     runs: [() => sampleFused(operands().H, operands().W, { stream: 0n })],
   },
+  // The engine's way in (lib/sampler.ts)
+  [`RangeError: maxBatch: expected an integer in [1, 65535], got 0`]: {
+    runs: [() => cpu.createSampler({ maxBatch: 0, vocab: 100, hidden: 8, dtype: 'f32' })],
+  },
+  [`TypeError: createSampler: unknown option "logprob"; did you mean "logprobs"? …`]: {
+    runs: [() => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprob: true } as never)],
+  },
+  [`TypeError: topP: this sampler was created without 'topP' in filters (createSampler({ filters }))`]: {
+    runs: [() => sampler(cpu, { filters: ['topK'] }).setRows(0, { topP: new Float32Array([0.9]) })],
+  },
+  [`RangeError: rows: expected 1 .. 1 rows from row 3 (maxBatch is 4), got 2 rows`]: {
+    runs: [() => sampler(cpu).setRows(3, { temperature: new Float32Array(2) })],
+  },
+  [`RangeError: H: expected at most maxBatch = 4 rows, got [5, 8]`]: {
+    runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [5, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([5], 'i32')) })],
+  },
+  [`RangeError: W: expected shape [100, 8] (the sampler's vocab and hidden size), got [111, 8]`]: {
+    runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [111, 8], 'f32'), out: keep(cpu.empty([3], 'i32')) })],
+  },
+  [`TypeError: logprobsOut: expected an 'f32' tensor of at least 3 elements (the sampler was created with logprobs), got undefined`]: {
+    runs: [() => sampler(cpu, { logprobs: true }).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')) })],
+  },
+  [`TypeError: logprobsOut: this sampler was created without logprobs (createSampler({ logprobs: true }))`]: {
+    runs: [
+      () => {
+        const out = keep(cpu.empty([3], 'i32'));
+        return sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out, logprobsOut: out });
+      },
+    ],
+  },
+  [`TypeError: enqueue: the sampler has been disposed`]: {
+    runs: [
+      () => {
+        const s = sampler(cpu);
+        s.dispose();
+        return s.enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')) });
+      },
+    ],
+  },
+  [`TypeError: launch: the graph has been disposed`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const g = gpu().captureGraph(() => undefined);
+        g.dispose();
+        return g.launch();
+      },
+    ],
+  },
+  [`TypeError: captureGraph: CUDA graphs need a 'cuda' device, got cpu`]: {
+    runs: [() => cpu.captureGraph(() => undefined)],
+  },
+  [`TypeError: createStream: streams need a 'cuda' device, got cpu`]: {
+    runs: [() => cpu.createStream()],
+  },
+  [`TypeError: fn: expected a synchronous function (it returned a promise): the capture ends when fn returns`]: {
+    needs: 'gpu',
+    runs: [() => gpu().captureGraph(async () => undefined)],
+  },
+  [`Error: tensor: cannot allocate device memory during graph capture (captureGraph): allocate tensors before the capture`]: {
+    needs: 'gpu',
+    runs: [() => gpu().captureGraph(() => gpu().empty([4], 'f32')), () => gpu().captureGraph(() => gpu().tensor(new Float32Array(4), [4], 'f32'))],
+  },
+  [`Error: setRows: cannot run during graph capture …`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const s = sampler(gpu());
+        return gpu().captureGraph(() => s.setRows(0, { temperature: new Float32Array([1]) }));
+      },
+    ],
+  },
+  [`Error: sampleFused: cannot run during graph capture …`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const { H, W } = operands(gpu());
+        let call: Promise<unknown> | undefined;
+        gpu()
+          .captureGraph(() => {
+            call = sampleFused(H, W);
+          })
+          .dispose();
+        return call;
+      },
+    ],
+  },
+  [`Error: enqueue: stream is not the stream being captured (pass captureGraph's stream, or none)`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const dev = gpu();
+        const s = sampler(dev);
+        const stream = dev.createStream();
+        const args = { H: tensor(dev, [3, 8], 'f32'), W: tensor(dev, [100, 8], 'f32'), out: keep(dev.empty([3], 'i32')), stream };
+        try {
+          return dev.captureGraph(() => s.enqueue(args));
+        } finally {
+          dev.destroyStream(stream);
+        }
+      },
+    ],
+  },
+  [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
+    needs: 'gpu',
+    runs: [() => gpu().destroyStream(12345n)],
+  },
 };
+
+/** A sampler of maxBatch 4 for V = 100, D = 8, f32, disposed after the test. */
+function sampler(dev: Device, extra: Partial<SamplerConfig> = {}): Sampler {
+  const s = dev.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', ...extra });
+  samplers.push(s);
+  return s;
+}
+const samplers: Sampler[] = [];
+afterEach(() => {
+  while (samplers.length) samplers.pop()!.dispose();
+});
 
 // ------------------------------------------------------------------------------------------------
 // The tests

@@ -1,0 +1,185 @@
+// `--mode step`: the engine's decode step (issue 17). Per shape, batch and option set, a sampler
+// sized once (createSampler) with the rows set by setRows, then:
+//   host µs    the JS-thread time of one enqueue (validation + launches), median and p90;
+//   eager µs   wall time per step of `iters` back-to-back enqueues, then a wait (GPU-bound when
+//              the step takes longer than its enqueue);
+//   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
+//   kernel µs  CUDA events around the same kernels (timeSampler with the rows as per-row arrays);
+// and graph / kernel, the replay's overhead over the kernels alone.
+import { performance } from 'perf_hooks';
+import { timeSampler, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
+import type { BenchDType, OptionSet } from './args';
+import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
+import type { LogitsMode } from './logits';
+import { halfMask } from './inputs';
+import type { Shape } from './presets';
+import { summarize } from './stats';
+import { DASH, fmtRatio, fmtUs, formatTable } from './table';
+
+export interface StepRow {
+  shape: string;
+  batch: number;
+  options: string;
+  hostUs: number;
+  hostP90Us: number;
+  eagerUs: number;
+  graphUs: number | null;
+  kernelUs: number | null;
+  error?: string;
+}
+
+export interface StepPlan {
+  device: Device;
+  shapes: Shape[];
+  batches: number[];
+  dtype: BenchDType;
+  optionSets: OptionSet[];
+  iters: number;
+  warmup: number;
+  logits: LogitsMode;
+  logitStd: number;
+  onProgress?: (text: string) => void;
+}
+
+function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
+  const rows: Record<string, unknown> = {
+    seed: BigUint64Array.from({ length: B }, (_, b) => 1234n + BigInt(b)),
+    temperature: new Float32Array(B).fill(set.temperature ?? 1),
+  };
+  if (set.topK !== undefined) rows.topK = new Int32Array(B).fill(set.topK);
+  if (set.topP !== undefined) rows.topP = new Float32Array(B).fill(set.topP);
+  if (set.minP !== undefined) rows.minP = new Float32Array(B).fill(set.minP);
+  return rows;
+}
+
+function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined): SampleOptions {
+  const o: SampleOptions = { seed: rows.seed as BigUint64Array, offset: 0n, temperature: rows.temperature as Float32Array };
+  if (rows.topK) o.topK = rows.topK as Int32Array;
+  if (rows.topP) o.topP = rows.topP as Float32Array;
+  if (rows.minP) o.minP = rows.minP as Float32Array;
+  if (set.logprobs) o.logprobs = true;
+  if (set.topLogprobs) o.topLogprobs = set.topLogprobs;
+  if (set.softcap) o.softcap = set.softcap;
+  if (allowed) o.allowedTokens = allowed;
+  return o;
+}
+
+async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: number, set: OptionSet): Promise<StepRow> {
+  const { device, iters, warmup } = plan;
+  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, eagerUs: NaN, graphUs: null, kernelUs: null };
+  const owned: Tensor[] = [];
+  let sampler: Sampler | undefined;
+  try {
+    const filters = (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined);
+    sampler = device.createSampler({
+      maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
+      logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
+    });
+    const rows = rowsFor(set, B);
+    sampler.setRows(0, rows);
+    const make = (shape0: number[], dtype: 'i32' | 'f32') => {
+      const t = device.empty(shape0, dtype);
+      owned.push(t);
+      return t;
+    };
+    let allowed: Tensor | undefined;
+    if (set.mask) {
+      allowed = device.tensor(new Int32Array(halfMask(B, shape.vocab, 77).buffer), [B * Math.ceil(shape.vocab / 32)], 'i32');
+      owned.push(allowed);
+    }
+    const n = set.topLogprobs ?? 0;
+    const args = {
+      H, W, out: make([B], 'i32'), statusOut: make([B], 'i32'),
+      logprobsOut: set.logprobs ? make([B], 'f32') : undefined,
+      topTokensOut: n ? make([B * n], 'i32') : undefined,
+      topLogprobsOut: n ? make([B * n], 'f32') : undefined,
+      allowedTokens: allowed,
+      advanceOffset: true,
+    };
+    const s = sampler;
+    for (let i = 0; i < warmup; i++) s.enqueue(args);
+    await device.synchronize();
+    const host: number[] = [];
+    for (let i = 0; i < iters; i++) {
+      const t0 = performance.now();
+      s.enqueue(args);
+      host.push((performance.now() - t0) * 1e3);
+    }
+    await device.synchronize();
+    const h = summarize(host);
+    row.hostUs = h.medianUs;
+    row.hostP90Us = h.p90Us;
+    let t0 = performance.now();
+    for (let i = 0; i < iters; i++) s.enqueue(args);
+    await device.synchronize();
+    row.eagerUs = ((performance.now() - t0) * 1e3) / iters;
+    if (device.kind === 'cuda') {
+      const graph = device.captureGraph(() => s.enqueue(args));
+      try {
+        for (let i = 0; i < warmup; i++) graph.launch();
+        await device.synchronize();
+        t0 = performance.now();
+        for (let i = 0; i < iters; i++) graph.launch();
+        await device.synchronize();
+        row.graphUs = ((performance.now() - t0) * 1e3) / iters;
+      } finally {
+        graph.dispose();
+      }
+      const times = await timeSampler('fused', [{ H, W }], optionsFor(set, rows, allowed), { warmup, iters });
+      row.kernelUs = summarize(times).medianUs;
+    }
+  } catch (e) {
+    row.error = e instanceof Error ? e.message : String(e);
+  } finally {
+    sampler?.dispose();
+    for (const t of owned) t.dispose();
+  }
+  return row;
+}
+
+export async function runStep(plan: StepPlan): Promise<StepRow[]> {
+  const out: StepRow[] = [];
+  for (const shape of plan.shapes) {
+    plan.onProgress?.(`${shape.name}: making W`);
+    const host = logitsInputs(plan.logits, shape.vocab, shape.hidden, plan.dtype, plan.logitStd, BENCH_W_SEED);
+    const W = plan.device.tensor(host.w, [shape.vocab, shape.hidden], plan.dtype);
+    try {
+      for (const B of plan.batches) {
+        const H = plan.device.tensor(host.h(B, BENCH_H_SEED), [B, shape.hidden], plan.dtype);
+        try {
+          for (const set of plan.optionSets) {
+            plan.onProgress?.(`${shape.name} B=${B} ${set.label}`);
+            out.push(await stepPoint(plan, shape, W, H, B, set));
+          }
+        } finally {
+          H.dispose();
+        }
+      }
+    } finally {
+      W.dispose();
+    }
+  }
+  return out;
+}
+
+export function stepTable(rows: StepRow[]): string {
+  const columns = [
+    { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const },
+    { title: 'host µs' }, { title: 'host p90' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
+    { title: 'graph/kernel' },
+  ];
+  const errors = rows.some((r) => r.error !== undefined);
+  if (errors) columns.push({ title: 'error', align: 'left' as const });
+  const cells = rows.map((r) => [
+    r.shape, String(r.batch), r.options,
+    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1),
+    r.error ? DASH : fmtUs(r.eagerUs), fmtUs(r.graphUs), fmtUs(r.kernelUs),
+    r.graphUs !== null && r.kernelUs !== null ? fmtRatio(r.graphUs / r.kernelUs) : DASH,
+    ...(errors ? [r.error ?? ''] : []),
+  ]);
+  return [
+    formatTable(columns, cells),
+    '  host µs: JS-thread time of one enqueue (median, p90); eager / graph µs: wall time per step of back-to-back',
+    '  enqueues / replays then one wait; kernel µs: CUDA events around the same kernels (timeSampler)',
+  ].join('\n');
+}
