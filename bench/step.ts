@@ -1,6 +1,7 @@
 // `--mode step`: the engine's decode step (issue 17). Per shape, batch and option set, a sampler
 // sized once (createSampler) with the rows set by setRows, then:
-//   host µs    the JS-thread time of one enqueue (validation + launches), median and p90;
+//   host µs    the JS-thread time of one enqueue (validation + launches) with the device idle,
+//              median and p90; launch µs the same for one graph.launch;
 //   eager µs   wall time per step of `iters` back-to-back enqueues, then a wait (GPU-bound when
 //              the step takes longer than its enqueue);
 //   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
@@ -22,6 +23,8 @@ export interface StepRow {
   options: string;
   hostUs: number;
   hostP90Us: number;
+  /** JS-thread time of graph.launch, device idle (median). */
+  launchUs: number | null;
   eagerUs: number;
   graphUs: number | null;
   kernelUs: number | null;
@@ -66,7 +69,7 @@ function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tens
 
 async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: number, set: OptionSet): Promise<StepRow> {
   const { device, iters, warmup } = plan;
-  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, eagerUs: NaN, graphUs: null, kernelUs: null };
+  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
@@ -99,13 +102,15 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
     const s = sampler;
     for (let i = 0; i < warmup; i++) s.enqueue(args);
     await device.synchronize();
+    // Host time with the device idle, as in a decode loop that waits for each step: back to back,
+    // the launch queue fills and enqueue would time the GPU instead.
     const host: number[] = [];
     for (let i = 0; i < iters; i++) {
       const t0 = performance.now();
       s.enqueue(args);
       host.push((performance.now() - t0) * 1e3);
+      await device.synchronize();
     }
-    await device.synchronize();
     const h = summarize(host);
     row.hostUs = h.medianUs;
     row.hostP90Us = h.p90Us;
@@ -118,6 +123,14 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       try {
         for (let i = 0; i < warmup; i++) graph.launch();
         await device.synchronize();
+        const launch: number[] = [];
+        for (let i = 0; i < iters; i++) {
+          const t1 = performance.now();
+          graph.launch();
+          launch.push((performance.now() - t1) * 1e3);
+          await device.synchronize();
+        }
+        row.launchUs = summarize(launch).medianUs;
         t0 = performance.now();
         for (let i = 0; i < iters; i++) graph.launch();
         await device.synchronize();
@@ -165,21 +178,22 @@ export async function runStep(plan: StepPlan): Promise<StepRow[]> {
 export function stepTable(rows: StepRow[]): string {
   const columns = [
     { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const },
-    { title: 'host µs' }, { title: 'host p90' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
+    { title: 'host µs' }, { title: 'host p90' }, { title: 'launch µs' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
     { title: 'graph/kernel' },
   ];
   const errors = rows.some((r) => r.error !== undefined);
   if (errors) columns.push({ title: 'error', align: 'left' as const });
   const cells = rows.map((r) => [
     r.shape, String(r.batch), r.options,
-    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1),
+    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1), r.launchUs === null ? DASH : r.launchUs.toFixed(1),
     r.error ? DASH : fmtUs(r.eagerUs), fmtUs(r.graphUs), fmtUs(r.kernelUs),
     r.graphUs !== null && r.kernelUs !== null ? fmtRatio(r.graphUs / r.kernelUs) : DASH,
     ...(errors ? [r.error ?? ''] : []),
   ]);
   return [
     formatTable(columns, cells),
-    '  host µs: JS-thread time of one enqueue (median, p90); eager / graph µs: wall time per step of back-to-back',
-    '  enqueues / replays then one wait; kernel µs: CUDA events around the same kernels (timeSampler)',
+    '  host µs: JS-thread time of one enqueue, device idle (median, p90); launch µs: the same for graph.launch (median)',
+    '  eager / graph µs: wall time per step of back-to-back enqueues / replays, then one wait',
+    '  kernel µs: CUDA events around the same kernels (timeSampler)',
   ].join('\n');
 }

@@ -30,6 +30,7 @@
 
 #include "internal_launchers.h"
 #include "kernels/common.cuh"
+#include "launch.cuh"
 #include "kernels/row_select.cuh"
 
 namespace flashsample {
@@ -1088,11 +1089,10 @@ LogitsKernel logits_kernel_for(const SampleParams& p, bool tensor_cores) {
 // The logits kernel's grid: one resident wave (a second, partial wave would leave SMs idle at the
 // end).
 cudaError_t logit_blocks_for(const SampleParams& p, LogitsKernel kernel, int* blocks) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLogitThreads, 0);
+  int per_sm = 0;
+  const cudaError_t err = detail::prepare_kernel(kernel, kLogitThreads, 0, &per_sm);
   if (err != cudaSuccess) return err;
+  const int sms = detail::multiprocessor_count();
   const int64_t tasks = (p.vocab + kTileRows - 1) / kTileRows;
   const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   *blocks = static_cast<int>(tasks < resident ? tasks : resident);
@@ -1189,8 +1189,8 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
     histogram_kernel<<<rows_grid, kDecideThreads, 0, stream>>>(p, flagged_count, row_logits, w);
     err = cudaGetLastError();
   }
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(cut_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(gather_bytes));
+  int cut_per_sm = 0;
+  if (err == cudaSuccess) err = detail::prepare_kernel(cut_kernel, kDecideThreads, static_cast<int>(gather_bytes), &cut_per_sm);
   if (err == cudaSuccess) {
     cut_kernel<<<rows_grid, kDecideThreads, gather_bytes, stream>>>(p, flagged_count, row_logits, w);
     err = cudaGetLastError();

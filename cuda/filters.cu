@@ -24,6 +24,7 @@
 #include "internal_launchers.h"
 #include "include/launchers.h"
 #include "include/noise.h"
+#include "launch.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -1363,9 +1364,7 @@ cudaError_t check(const SampleParams& p) {
 template <typename T>
 cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* rows, const int32_t* any,
                                   float* logits, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = detail::multiprocessor_count();
   const int64_t blocks_needed = (p.vocab + 7) / 8;
   const int64_t grid = blocks_needed < sms * 8 ? blocks_needed : sms * 8;
   flagged_rows_logits_kernel<T><<<static_cast<unsigned>(grid), 256, 0, stream>>>(p, rows, any, logits);
@@ -1535,8 +1534,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);
-    err = cudaFuncSetAttribute(decide_one_pass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(kSmem));
+    int per_sm = 0;
+    err = detail::prepare_kernel(decide_one_pass_kernel, kThreads, static_cast<int>(kSmem), &per_sm);
     if (err == cudaSuccess) {
       decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(p, f, winners, fallback);
       err = cudaGetLastError();

@@ -37,6 +37,49 @@ inline int compute_capability() {
   return v - 1;
 }
 
+// The current device's multiprocessor count, 0 when it cannot be read. Cached per device.
+inline int multiprocessor_count() {
+  static std::atomic<int> cache[kMaxDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  int v = device < kMaxDevices ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
+    if (device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Once per (kernel, device, threads, smem): raises the kernel's dynamic shared-memory limit to
+// `smem` (when nonzero) and counts its resident blocks per multiprocessor, so that later launches
+// pay neither call again (together they cost microseconds of every enqueue's host time).
+template <class Kernel>
+cudaError_t prepare_kernel(Kernel kernel, int threads, int smem, int* per_sm) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  // Keyed by the kernel's host pointer (see launch_persistent).
+  static std::mutex mutex;
+  static std::map<std::pair<std::pair<const void*, int>, std::pair<int, int>>, int> prepared;
+  const auto key = std::make_pair(std::make_pair(reinterpret_cast<const void*>(kernel), device), std::make_pair(threads, smem));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = prepared.find(key);
+    if (it != prepared.end()) {
+      *per_sm = it->second;
+      return cudaSuccess;
+    }
+  }
+  if (smem > 0 && (err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != cudaSuccess)
+    return err;
+  int blocks = 0;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem)) != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mutex);
+  prepared[key] = blocks;
+  *per_sm = blocks;
+  return cudaSuccess;
+}
+
 // Whether the current device takes programmatic dependent launches (compute capability >= 9.0).
 inline bool programmatic_launch_supported() { return compute_capability() >= 90; }
 
