@@ -15,6 +15,7 @@
 
 #include "../../cuda/include/launchers.h"
 #include "../cuda_api.h"
+#include "host_steps.h"
 #include "launch.h"
 #include "pools.h"
 #include "runtime.h"
@@ -26,6 +27,8 @@ using gpu_detail::cuda_message;
 using gpu_detail::device_streams;
 using gpu_detail::DeviceStreams;
 using gpu_detail::event_pool;
+using gpu_detail::HostStep;
+using gpu_detail::timed;
 using gpu_detail::launch_message;
 using gpu_detail::pinned_pool;
 
@@ -66,7 +69,8 @@ struct Retired {
 };
 
 std::mutex g_retired_mutex;
-std::deque<Retired> g_retired;
+// Never destroyed: what is still queued at exit is not freed then (no CUDA calls at exit).
+std::deque<Retired>& g_retired = *new std::deque<Retired>();
 
 void release(Retired& r, bool completed) {
   if (completed) {
@@ -118,7 +122,7 @@ struct Capture {
   std::vector<StorageRef> keep;
   std::vector<std::shared_ptr<EngineSampler>> samplers;
 };
-Capture g_capture;
+Capture& g_capture = *new Capture();  // never destroyed, like g_retired
 std::atomic<bool> g_capturing{false};
 
 // A sampler's work is one sequence whatever streams it is given: work on a stream other than the
@@ -230,10 +234,11 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
     (void)cudaGetLastError();
     return cuda_message("enqueue (ordering after the sampler's last work)", status);
   }
-  status = cuda::launch_fused_sample(p, target);
-  if (status == cudaSuccess && advance_offset) {
-    status = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, target);
-  }
+  status = timed(HostStep::kEnqueueKernels, [&] {
+    cudaError_t e = cuda::launch_fused_sample(p, target);
+    if (e == cudaSuccess && advance_offset) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, target);
+    return e;
+  });
   if (status == cudaSuccess) status = cudaGetLastError();
   if (capturing) {
     // Held by the graph even if the launches failed: the capture may already reference them.
@@ -241,11 +246,13 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
     if (std::find(g_capture.samplers.begin(), g_capture.samplers.end(), s) == g_capture.samplers.end())
       g_capture.samplers.push_back(s);
   } else {
-    if (status == cudaSuccess) status = mark_last(s.get(), target);
-    Retired r;
-    r.keep = std::move(keep);
-    r.hold = s;
-    retire_after(s->ordinal, target, std::move(r));
+    timed(HostStep::kEnqueueBookkeeping, [&] {
+      if (status == cudaSuccess) status = mark_last(s.get(), target);
+      Retired r;
+      r.keep = std::move(keep);
+      r.hold = s;
+      retire_after(s->ordinal, target, std::move(r));
+    });
   }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
@@ -389,7 +396,7 @@ std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>& g, uint64_t stream
   for (const auto& s : g->samplers) {
     if (status == cudaSuccess) status = order_after_last(s.get(), target);
   }
-  if (status == cudaSuccess) status = cudaGraphLaunch(g->exec, target);
+  if (status == cudaSuccess) status = timed(HostStep::kGraphLaunch, [&] { return cudaGraphLaunch(g->exec, target); });
   for (const auto& s : g->samplers) {
     if (status == cudaSuccess) status = mark_last(s.get(), target);
   }

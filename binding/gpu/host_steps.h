@@ -20,6 +20,9 @@ enum class HostStep : int {
   kCallInputsCopy,
   kCallKernels,
   kCallEvent,
+  kEnqueueKernels,
+  kEnqueueBookkeeping,
+  kGraphLaunch,
   kCount
 };
 
