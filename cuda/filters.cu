@@ -548,7 +548,10 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 // ---- materialized rows (reference, fallback) ---------------------------------------------------
 // In place: raw logits (bias included) -> candidate values (softcap, mask, NaN for excluded).
 __global__ void __launch_bounds__(kThreads)
-    whole_rows_kernel(float* logits, SampleParams p, const int32_t* only_rows, bool inverse_cdf) {
+    whole_rows_kernel(float* logits, SampleParams p, const int32_t* only_rows, const int32_t* any,
+                      bool inverse_cdf) {
+  detail::griddep_wait();  // launched programmatically by the extra pass: its writes are visible
+  if (any != nullptr && *any == 0) return;
   const int64_t b = blockIdx.x;
   if (only_rows != nullptr && only_rows[b] == 0) return;
   const int64_t V = p.vocab, words = (V + 31) / 32;
@@ -1394,7 +1397,7 @@ cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod met
   if (err == cudaSuccess) {
     if (p.fallback_rows) cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
     whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(
-        logits, p, nullptr, method == ReferenceMethod::kInverseCdf);
+        logits, p, nullptr, nullptr, method == ReferenceMethod::kInverseCdf);
     err = cudaGetLastError();
   }
   const cudaError_t freed = cudaFreeAsync(logits, stream);
@@ -1402,9 +1405,9 @@ cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod met
 }
 
 cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
-                              cudaStream_t stream) {
-  whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(logits, p, only_rows, false);
-  return cudaGetLastError();
+                              const int32_t* any, cudaStream_t stream) {
+  return detail::launch_kernel(whole_rows_kernel, dim3(static_cast<unsigned>(p.batch)), dim3(kThreads), 0, stream,
+                               detail::programmatic_launch_supported(), logits, p, only_rows, any, false);
 }
 
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
@@ -1610,7 +1613,7 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
       err = launch_flagged_logits_any(p, st.fallback, p.fallback_rows, row_logits, stream);
       if (err == cudaSuccess) {
         whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(row_logits, p,
-                                                                                  st.fallback, false);
+                                                                                  st.fallback, nullptr, false);
         err = cudaGetLastError();
       }
       const cudaError_t freed = scratch.give_back(row_logits);

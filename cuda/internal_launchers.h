@@ -91,9 +91,11 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                               float* row_logits, cudaStream_t stream);
 
 // whole_rows_kernel (filters.cu) over the rows set in `only_rows` ([batch]): raw logits (bias
-// included) in `logits` ([batch, vocab]), decided in place, one block per row, Gumbel draws.
+// included) in `logits` ([batch, vocab]), decided in place, one block per row, Gumbel draws; every
+// block returns at once when *any is 0 (only_rows is then not read). Launched programmatically
+// (after the extra pass's kernels) where the device allows.
 cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
-                              cudaStream_t stream);
+                              const int32_t* any, cudaStream_t stream);
 
 // Reference: materializes [B, V] and applies the semantics to each whole row.
 cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
