@@ -127,11 +127,11 @@ cudaError_t launch_filtered_for_batch(const GemmArgs& a, const FilterArgs& f, cu
   return launch_split_filtered<WsSplitTile128, kF16>(a, f, stream);
 }
 
-// One sample per row with the filtered epilogue; a.winners zeroed by the caller (launched in
-// order: the caller's zeroing is a memset, not a kernel that releases its dependents).
+// One sample per row with the filtered epilogue; a.winners and f's counters zeroed by the caller,
+// with a.programmatic_launch only when that is a kernel that releases its dependents (the
+// epilogue's griddepcontrol.wait comes before its first access to them).
 inline cudaError_t launch_filtered_gemm(const SampleParams& p, GemmArgs a, const FilterArgs& f, cudaStream_t stream) {
   if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
-  a.programmatic_launch = false;
   return p.dtype == DType::kF16 ? launch_filtered_for_batch<true>(a, f, stream)
                                 : launch_filtered_for_batch<false>(a, f, stream);
 }

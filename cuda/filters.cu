@@ -1476,6 +1476,15 @@ size_t row_logits_bytes(const SampleParams& p) {
   return layout.bytes;
 }
 
+// Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
+// lets the GEMM launched after it start at once (it waits for this grid before its epilogue).
+__global__ void clear_one_pass_kernel(uint4* __restrict__ zeroed, int64_t words, int32_t* __restrict__ fallback_rows) {
+  detail::griddep_launch_dependents();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < words) zeroed[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (i == 0) *fallback_rows = 0;
+}
+
 }  // namespace
 
 cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
@@ -1526,10 +1535,13 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
-  err = cudaMemsetAsync(ws, 0, l.zeroed, stream);
-  if (err == cudaSuccess) err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
+  // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
+  const int64_t words = static_cast<int64_t>(l.zeroed / sizeof(uint4));
+  clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<uint4*>(ws), words, p.fallback_rows);
+  err = cudaGetLastError();
   if (err == cudaSuccess) {
-    err = launch_filtered_gemm(p, winners, f, stream);
+    err = launch_filtered_gemm(p, winners, f, detail::programmatic_launch_supported(), stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
       scratch.give_back(ws);
       return err;

@@ -92,11 +92,12 @@ bool filtered_gemm_supported(const SampleParams& p) {
 }
 
 cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
-                                 const detail::FilterArgs& f, cudaStream_t stream) {
+                                 const detail::FilterArgs& f, bool programmatic, cudaStream_t stream) {
   cudaError_t err = detail::check_params(p);
   if (err != cudaSuccess) return err;
   detail::GemmArgs a = detail::gemm_args(p);
   a.winners = winners;
+  a.programmatic_launch = programmatic;
   return detail::launch_filtered_gemm(p, a, f, stream);
 }
 

@@ -72,10 +72,11 @@ cudaError_t launch_logits_store(const SampleParams& p, int64_t v_begin, int64_t 
 bool filtered_gemm_supported(const SampleParams& p);
 
 // The one-pass filtered GEMM: the split kernel with the filtered epilogue (filter_epilogue.cuh),
-// winners into `winners` ([batch], zeroed), summaries and candidates into `f`.
+// winners into `winners` ([batch], zeroed), summaries and candidates into `f`. `programmatic`:
+// launched programmatically, after a zeroing kernel that releases its dependents.
 // cudaErrorNotSupported when the shape's tensor maps cannot be encoded (nothing was launched).
 cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
-                                 const detail::FilterArgs& f, cudaStream_t stream);
+                                 const detail::FilterArgs& f, bool programmatic, cudaStream_t stream);
 
 // Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
 // HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact
