@@ -3,11 +3,12 @@
 # is spent on measurements and not on machine starts. Run here first:
 #   npm install && npx tsc -p . && ../shared/gpu/pack
 # then with the device tool (carry [".gpu", "dist"]):
-#   STEPS="tests" bash .gpu/on-gpu bash scripts/gpu-session.sh          # the suite: ~4.5-5.5 min
+#   STEPS="tests" bash .gpu/on-gpu bash scripts/gpu-session.sh          # the suite: ~3.5-5.5 min
 #   STEPS="bench sanitize" bash .gpu/on-gpu bash scripts/gpu-session.sh # ~5 min
-# (all three steps in one call can pass the device tool's 600 s a call: the suite alone took 261-334
+#   STEPS="step" bash .gpu/on-gpu bash scripts/gpu-session.sh           # the engine step, ~1 min
+# (all three steps in one call can pass the device tool's 600 s a call: the suite alone took 197-334
 # s on 2026-12-01, most of it test/cuda.test.ts)
-# Steps (STEPS, default "tests bench sanitize"), each with its own time limit so that one stuck step
+# Steps (STEPS, default "tests bench sanitize"; also "step"), each with its own time limit so that one stuck step
 # cannot eat the call; logs under $OUT (or ./gpu-session-logs), a summary table printed last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,11 +36,15 @@ for step in $steps; do
              --options plain,topk50,topp0.9,minp0.05,logprobs,mask \
              --json "$out/bench.json" --plot "$out/bench.svg" ;;
     sanitize) run_step sanitize "${SANITIZE_LIMIT:-150}" bash scripts/sanitize-gpu.sh memcheck test/cuda.test.ts ;;
+    step) run_step step "${STEP_LIMIT:-120}" node dist/bench/cli.js --mode step \
+             --preset llama3-8b,qwen3-0.6b --batch 1,64,256 --iters 100 --warmup 10 \
+             --options plain,topk50,llama3,llama3+logprobs --json "$out/step.json" ;;
     *) summary+=("$step: unknown step") ;;
   esac
 done
 
 echo "gpu-session: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 tail -40 "$out/bench.log" 2>/dev/null || true
+tail -30 "$out/step.log" 2>/dev/null || true
 grep -E '✕|●' "$out/tests.log" 2>/dev/null | head -40 || true
 printf '%s\n' "${summary[@]}"
