@@ -2,7 +2,8 @@
 import { bytesPerElement, DType } from './dtype';
 import { isTyped, rangeError, typeError } from './errors';
 import { native, type HalfEncoding } from './native';
-import { captureGraph, checkStream, CudaGraph, Sampler, SamplerConfig } from './sampler';
+import { checkStream } from './options';
+import { captureGraph, CudaGraph, Sampler, SamplerConfig } from './sampler';
 import { checkDType, checkShape, elementCount, Tensor, TensorData } from './tensor';
 
 export type DeviceSpec = 'cpu' | 'cuda' | `cuda:${number}` | 'auto';

@@ -167,6 +167,27 @@ function perRowInt(name: string, value: unknown, batch: number, max: number): In
   throw typeError(name, `an integer or an Int32Array of length ${batch}`, value);
 }
 
+/** A bigint cudaStream_t handle, or undefined when none is given. */
+export function checkStream(name: string, stream: unknown): bigint | undefined {
+  if (stream === undefined) return undefined;
+  if (typeof stream !== 'bigint') throw typeError(name, 'a bigint cudaStream_t handle', stream);
+  if (stream < 0n || stream >= TWO_64) throw rangeError(name, 'a cudaStream_t handle in [0, 2^64)', stream);
+  return stream;
+}
+
+export function checkSoftcap(value: unknown): number {
+  if (typeof value !== 'number') throw typeError('softcap', 'a finite number >= 0', value);
+  if (!Number.isFinite(value) || value < 0) throw rangeError('softcap', 'a finite number >= 0', value);
+  return value;
+}
+
+export function checkTopLogprobs(value: unknown): number {
+  const expected = `an integer in [0, ${MAX_TOP_LOGPROBS}]`;
+  if (typeof value !== 'number') throw typeError('topLogprobs', expected, value);
+  if (!Number.isInteger(value) || value < 0 || value > MAX_TOP_LOGPROBS) throw rangeError('topLogprobs', expected, value);
+  return value;
+}
+
 export type SamplerCode = 0 | 1 | 2;
 
 /** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
@@ -237,13 +258,7 @@ export function buildSpec(
   if (opts.minP !== undefined) {
     spec.minP = perRowFloat('minP', opts.minP, batch, 0, (x) => x >= 0 && x < 1, 'a number in [0, 1)');
   }
-  if (opts.softcap !== undefined) {
-    if (typeof opts.softcap !== 'number') throw typeError('softcap', 'a finite number >= 0', opts.softcap);
-    if (!Number.isFinite(opts.softcap) || opts.softcap < 0) {
-      throw rangeError('softcap', 'a finite number >= 0', opts.softcap);
-    }
-    spec.softcap = opts.softcap;
-  }
+  if (opts.softcap !== undefined) spec.softcap = checkSoftcap(opts.softcap);
   if (opts.allowedTokens !== undefined) {
     const words = batch * Math.ceil(vocab / 32);
     const a = opts.allowedTokens;
@@ -267,17 +282,9 @@ export function buildSpec(
     if (typeof opts.logprobs !== 'boolean') throw typeError('logprobs', 'a boolean', opts.logprobs);
     spec.logprobs = opts.logprobs;
   }
-  if (opts.topLogprobs !== undefined) {
-    const n = opts.topLogprobs;
-    if (typeof n !== 'number') throw typeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
-    if (!Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
-      throw rangeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
-    }
-    spec.topLogprobs = n;
-  }
+  if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
   if (opts.stream !== undefined) {
-    if (typeof opts.stream !== 'bigint') throw typeError('stream', 'a bigint cudaStream_t handle', opts.stream);
-    if (opts.stream < 0n || opts.stream >= TWO_64) throw rangeError('stream', 'a cudaStream_t handle in [0, 2^64)', opts.stream);
+    checkStream('stream', opts.stream);
     if (o.device.kind !== 'cuda') {
       throw new TypeError(`stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on ${o.device}`);
     }

@@ -5,11 +5,8 @@ import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
-import { checkTensor, MAX_TOP_LOGPROBS } from './options';
-import type { Tensor } from './tensor';
-
-const disposeSymbol: typeof Symbol.dispose =
-  (Symbol as { dispose?: typeof Symbol.dispose }).dispose ?? (Symbol.for('Symbol.dispose') as typeof Symbol.dispose);
+import { checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
+import { disposeSymbol, type Tensor } from './tensor';
 
 export type RowFilter = 'topK' | 'topP' | 'minP';
 const ROW_FILTERS: readonly RowFilter[] = ['topK', 'topP', 'minP'];
@@ -119,15 +116,6 @@ const ENQUEUE_KEYS = [
   'allowedTokens', 'advanceOffset',
 ] as const;
 
-const TWO_64 = 1n << 64n;
-
-export function checkStream(name: string, stream: unknown): bigint | undefined {
-  if (stream === undefined) return undefined;
-  if (typeof stream !== 'bigint') throw typeError(name, 'a bigint cudaStream_t handle', stream);
-  if (stream < 0n || stream >= TWO_64) throw rangeError(name, 'a cudaStream_t handle in [0, 2^64)', stream);
-  return stream;
-}
-
 function positiveInt(name: string, value: unknown, max: number): number {
   if (typeof value !== 'number') throw typeError(name, `an integer in [1, ${max}]`, value);
   if (!Number.isInteger(value) || value < 1 || value > max) throw rangeError(name, `an integer in [1, ${max}]`, value);
@@ -181,16 +169,8 @@ export class Sampler {
     this.filters = Object.freeze([...new Set(filters)]);
     this.logprobs = optionalBool('logprobs', config.logprobs);
     this.allowedTokens = optionalBool('allowedTokens', config.allowedTokens);
-    const n = config.topLogprobs ?? 0;
-    if (typeof n !== 'number') throw typeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
-    if (!Number.isInteger(n) || n < 0 || n > MAX_TOP_LOGPROBS) {
-      throw rangeError('topLogprobs', `an integer in [0, ${MAX_TOP_LOGPROBS}]`, n);
-    }
-    this.topLogprobs = n;
-    const softcap = config.softcap ?? 0;
-    if (typeof softcap !== 'number') throw typeError('softcap', 'a finite number >= 0', softcap);
-    if (!Number.isFinite(softcap) || softcap < 0) throw rangeError('softcap', 'a finite number >= 0', softcap);
-    this.softcap = softcap;
+    this.topLogprobs = checkTopLogprobs(config.topLogprobs ?? 0);
+    this.softcap = checkSoftcap(config.softcap ?? 0);
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }

@@ -6,7 +6,7 @@ import { raw, rangeError, typeError } from './errors';
 import { native, NativeBufferHandle } from './native';
 
 // Node 20 may lack Symbol.dispose; the well-known symbol is registered under this name.
-const disposeSymbol: typeof Symbol.dispose =
+export const disposeSymbol: typeof Symbol.dispose =
   (Symbol as { dispose?: typeof Symbol.dispose }).dispose ?? (Symbol.for('Symbol.dispose') as typeof Symbol.dispose);
 
 export type TensorData = Float32Array | Uint16Array | Int32Array | BigUint64Array;
