@@ -67,6 +67,26 @@ function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tens
   return o;
 }
 
+/** JS-thread µs of each of `iters` calls of `call`, each with the device idle (a wait after it). */
+async function idleHostTimes(device: Device, iters: number, call: () => void): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < iters; i++) {
+    const t0 = performance.now();
+    call();
+    times.push((performance.now() - t0) * 1e3);
+    await device.synchronize();
+  }
+  return times;
+}
+
+/** Wall µs per call of `iters` back-to-back calls of `call`, then one wait. */
+async function backToBackUs(device: Device, iters: number, call: () => void): Promise<number> {
+  const t0 = performance.now();
+  for (let i = 0; i < iters; i++) call();
+  await device.synchronize();
+  return ((performance.now() - t0) * 1e3) / iters;
+}
+
 async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: number, set: OptionSet): Promise<StepRow> {
   const { device, iters, warmup } = plan;
   const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
@@ -104,37 +124,19 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
     await device.synchronize();
     // Host time with the device idle, as in a decode loop that waits for each step: back to back,
     // the launch queue fills and enqueue would time the GPU instead.
-    const host: number[] = [];
-    for (let i = 0; i < iters; i++) {
-      const t0 = performance.now();
-      s.enqueue(args);
-      host.push((performance.now() - t0) * 1e3);
-      await device.synchronize();
-    }
-    const h = summarize(host);
+    const enqueue = () => s.enqueue(args);
+    const h = summarize(await idleHostTimes(device, iters, enqueue));
     row.hostUs = h.medianUs;
     row.hostP90Us = h.p90Us;
-    let t0 = performance.now();
-    for (let i = 0; i < iters; i++) s.enqueue(args);
-    await device.synchronize();
-    row.eagerUs = ((performance.now() - t0) * 1e3) / iters;
+    row.eagerUs = await backToBackUs(device, iters, enqueue);
     if (device.kind === 'cuda') {
-      const graph = device.captureGraph(() => s.enqueue(args));
+      const graph = device.captureGraph(enqueue);
+      const launch = () => graph.launch();
       try {
-        for (let i = 0; i < warmup; i++) graph.launch();
+        for (let i = 0; i < warmup; i++) launch();
         await device.synchronize();
-        const launch: number[] = [];
-        for (let i = 0; i < iters; i++) {
-          const t1 = performance.now();
-          graph.launch();
-          launch.push((performance.now() - t1) * 1e3);
-          await device.synchronize();
-        }
-        row.launchUs = summarize(launch).medianUs;
-        t0 = performance.now();
-        for (let i = 0; i < iters; i++) graph.launch();
-        await device.synchronize();
-        row.graphUs = ((performance.now() - t0) * 1e3) / iters;
+        row.launchUs = summarize(await idleHostTimes(device, iters, launch)).medianUs;
+        row.graphUs = await backToBackUs(device, iters, launch);
       } finally {
         graph.dispose();
       }
