@@ -118,6 +118,7 @@ struct EngineSampler {
   uint64_t last_stream = 0;    // where its last work went (CUDA): a call on another stream waits for it
   bool used = false;
   void* order_event = nullptr; // cudaEvent_t that joins a new stream to last_stream
+  std::shared_ptr<void> launch_graphs;  // CUDA: graphs of repeated enqueues (binding/gpu/engine.cc)
   ~EngineSampler();
 };
 

@@ -147,6 +147,111 @@ cudaError_t mark_last(EngineSampler* s, cudaStream_t target) {
 std::mutex g_streams_mutex;
 std::set<std::pair<int, uint64_t>> g_created_streams;
 
+// An eager enqueue costs one ~5 us launch of JS-thread time per kernel (4 plain, ~11 filtered). A
+// call that repeats the one before it (same rows, tensors and options: an engine's steady state)
+// is captured once into a graph, on a private stream, and replayed from then on with a single
+// cudaGraphLaunch; calls that change every time (a batch that grows and shrinks) keep launching
+// directly and never pay for an instantiation. The graphs read the row parameters from device
+// memory at replay, so they stay valid as rows change.
+struct LaunchKey {
+  int64_t batch = 0;
+  const void* pointers[9] = {};
+  bool advance = false;
+  bool operator==(const LaunchKey& o) const {
+    return batch == o.batch && advance == o.advance && std::equal(pointers, pointers + 9, o.pointers);
+  }
+};
+
+LaunchKey key_of(const SampleParams& p, bool advance) {
+  LaunchKey k;
+  k.batch = p.batch;
+  k.advance = advance;
+  const void* ptrs[9] = {p.hidden, p.weight, p.bias, p.allowed, p.tokens, p.row_status, p.logprobs,
+                         p.top_tokens, p.top_token_logprobs};
+  std::copy(ptrs, ptrs + 9, k.pointers);
+  return k;
+}
+
+struct LaunchGraphs {
+  static constexpr size_t kKept = 4;
+  struct Entry {
+    LaunchKey key;
+    cudaGraphExec_t exec = nullptr;  // nullptr: capturing this call failed, launch it directly
+  };
+  std::vector<Entry> entries;  // most recently used first
+  LaunchKey last;
+  bool has_last = false;
+  // In-flight executables are freed when their launches complete (cudaGraphExecDestroy).
+  ~LaunchGraphs() {
+    for (Entry& e : entries)
+      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  }
+  Entry* find(const LaunchKey& k) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].key == k) {
+        std::rotate(entries.begin(), entries.begin() + i, entries.begin() + i + 1);
+        return &entries[0];
+      }
+    }
+    return nullptr;
+  }
+  void add(const LaunchKey& k, cudaGraphExec_t exec) {
+    if (entries.size() == kKept) {
+      if (entries.back().exec != nullptr) cudaGraphExecDestroy(entries.back().exec);
+      entries.pop_back();
+    }
+    entries.insert(entries.begin(), Entry{k, exec});
+  }
+};
+
+LaunchGraphs& launch_graphs_of(EngineSampler* s) {
+  if (!s->launch_graphs) {
+    s->launch_graphs = std::shared_ptr<void>(new LaunchGraphs(), [](void* g) { delete static_cast<LaunchGraphs*>(g); });
+  }
+  return *static_cast<LaunchGraphs*>(s->launch_graphs.get());
+}
+
+cudaError_t launch_direct(const SampleParams& p, bool advance, cudaStream_t stream) {
+  cudaError_t e = cuda::launch_fused_sample(p, stream);
+  if (e == cudaSuccess && advance) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
+  return e;
+}
+
+cudaStream_t g_private_streams[64];  // JS thread only: where repeated enqueues are captured
+
+cudaError_t capture_launches(int ordinal, const SampleParams& p, bool advance, cudaGraphExec_t* exec) {
+  cudaStream_t& stream = g_private_streams[ordinal];
+  cudaError_t e = stream ? cudaSuccess : cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  if ((e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) return e;
+  e = launch_direct(p, advance, stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (e == cudaSuccess) e = ended;
+  if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return e;
+}
+
+// Launches p's work on `target`: a graph for a repeated call, else the kernels one by one.
+cudaError_t launch_eager(EngineSampler* s, const SampleParams& p, bool advance, cudaStream_t target) {
+  LaunchGraphs& graphs = launch_graphs_of(s);
+  const LaunchKey key = key_of(p, advance);
+  cudaGraphExec_t exec = nullptr;
+  if (LaunchGraphs::Entry* e = graphs.find(key)) {
+    exec = e->exec;
+  } else if (graphs.has_last && graphs.last == key) {
+    if (capture_launches(s->ordinal, p, advance, &exec) != cudaSuccess) {
+      (void)cudaGetLastError();
+      exec = nullptr;
+    }
+    graphs.add(key, exec);
+  }
+  graphs.last = key;
+  graphs.has_last = true;
+  return exec != nullptr ? cudaGraphLaunch(exec, target) : launch_direct(p, advance, target);
+}
+
 }  // namespace
 
 EngineSampler::~EngineSampler() {
@@ -235,9 +340,7 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
     return cuda_message("enqueue (ordering after the sampler's last work)", status);
   }
   status = timed(HostStep::kEnqueueKernels, [&] {
-    cudaError_t e = cuda::launch_fused_sample(p, target);
-    if (e == cudaSuccess && advance_offset) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, target);
-    return e;
+    return capturing ? launch_direct(p, advance_offset, target) : launch_eager(s.get(), p, advance_offset, target);
   });
   if (status == cudaSuccess) status = cudaGetLastError();
   if (capturing) {
