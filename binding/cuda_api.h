@@ -61,6 +61,12 @@ struct HostRowInputs {
   std::vector<float> top_p, min_p;
   std::vector<uint32_t> allowed;
   const uint32_t* device_allowed = nullptr;
+  // Logit bias, bans and penalties (CSR per row; the CPU backend only so far).
+  std::vector<int32_t> bias_offsets, bias_tokens, banned_offsets, banned_tokens;
+  std::vector<float> bias_values;
+  std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
+  std::vector<uint8_t> penalty_in_prompt;
+  std::vector<float> repetition_penalty, frequency_penalty, presence_penalty;
 };
 
 enum class SamplerKind : int32_t { kFused = 0, kReferenceGumbel = 1, kReferenceInverseCdf = 2 };

@@ -105,6 +105,18 @@ std::vector<T> get_array(const Napi::Object& o, const char* name, size_t length)
   return std::vector<T>(array.Data(), array.Data() + length);
 }
 
+// Copies an optional typed array field of any length (an empty vector when undefined).
+template <typename T, napi_typedarray_type kType>
+std::vector<T> get_whole_array(const Napi::Object& o, const char* name) {
+  Napi::Value v = o.Get(name);
+  if (v.IsUndefined() || v.IsNull()) return {};
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != kType) {
+    throw_error(o.Env(), std::string(name) + ": expected a typed array of the right element type");
+  }
+  auto array = v.As<Napi::TypedArrayOf<T>>();
+  return std::vector<T>(array.Data(), array.Data() + array.ElementLength());
+}
+
 template <typename T, napi_typedarray_type kType>
 Napi::TypedArrayOf<T> to_typed_array(Napi::Env env, const std::vector<T>& values) {
   auto array = Napi::TypedArrayOf<T>::New(env, values.size(), kType);

@@ -121,6 +121,31 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
       rows.device_allowed = static_cast<const uint32_t*>(s->data());
     }
   }
+  // Sparse per-row lists (lib/options.ts checked offsets, ids and lengths).
+  rows.bias_offsets = get_array<int32_t, napi_int32_array>(spec, "biasOffsets", B + 1);
+  rows.bias_tokens = get_whole_array<int32_t, napi_int32_array>(spec, "biasTokens");
+  rows.bias_values = get_whole_array<float, napi_float32_array>(spec, "biasValues");
+  rows.banned_offsets = get_array<int32_t, napi_int32_array>(spec, "bannedOffsets", B + 1);
+  rows.banned_tokens = get_whole_array<int32_t, napi_int32_array>(spec, "bannedTokens");
+  rows.penalty_offsets = get_array<int32_t, napi_int32_array>(spec, "penaltyOffsets", B + 1);
+  rows.penalty_tokens = get_whole_array<int32_t, napi_int32_array>(spec, "penaltyTokens");
+  rows.penalty_counts = get_whole_array<int32_t, napi_int32_array>(spec, "penaltyCounts");
+  rows.penalty_in_prompt = get_whole_array<uint8_t, napi_uint8_array>(spec, "penaltyInPrompt");
+  rows.repetition_penalty = get_array<float, napi_float32_array>(spec, "repetitionPenalty", B);
+  rows.frequency_penalty = get_array<float, napi_float32_array>(spec, "frequencyPenalty", B);
+  rows.presence_penalty = get_array<float, napi_float32_array>(spec, "presencePenalty", B);
+  auto check_csr = [&](const std::vector<int32_t>& offsets, size_t entries, const char* name) {
+    if (!offsets.empty() && (offsets.front() != 0 || static_cast<size_t>(offsets.back()) != entries))
+      throw_error(env, std::string(name) + ": offsets do not match the entries");
+  };
+  check_csr(rows.bias_offsets, rows.bias_tokens.size(), "logitBias");
+  if (rows.bias_values.size() != rows.bias_tokens.size()) throw_error(env, "logitBias: values and tokenIds differ in length");
+  check_csr(rows.banned_offsets, rows.banned_tokens.size(), "bannedTokens");
+  check_csr(rows.penalty_offsets, rows.penalty_tokens.size(), "penaltyTokens");
+  if (rows.penalty_counts.size() != rows.penalty_tokens.size() || rows.penalty_in_prompt.size() != rows.penalty_tokens.size())
+    throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
+  if (call->on_device && (!rows.bias_offsets.empty() || !rows.banned_offsets.empty() || !rows.penalty_offsets.empty()))
+    throw_error(env, "logitBias / bannedTokens / penalties: not supported on CUDA devices yet");
   Napi::Value out = spec.Get("out");
   if (!out.IsUndefined()) {
     StorageRef s = NativeBuffer::storage_of(out, "out");
@@ -151,6 +176,24 @@ void bind_host(SampleParams* p, const HostRowInputs& rows, bool want_logprobs, i
   p->top_p = rows.top_p.empty() ? nullptr : rows.top_p.data();
   p->min_p = rows.min_p.empty() ? nullptr : rows.min_p.data();
   p->allowed = rows.allowed.empty() ? nullptr : rows.allowed.data();
+  if (!rows.bias_offsets.empty()) {
+    p->bias_offsets = rows.bias_offsets.data();
+    p->bias_tokens = rows.bias_tokens.data();
+    p->bias_values = rows.bias_values.data();
+  }
+  if (!rows.banned_offsets.empty()) {
+    p->banned_offsets = rows.banned_offsets.data();
+    p->banned_tokens = rows.banned_tokens.data();
+  }
+  if (!rows.penalty_offsets.empty()) {
+    p->penalty_offsets = rows.penalty_offsets.data();
+    p->penalty_tokens = rows.penalty_tokens.data();
+    p->penalty_counts = rows.penalty_counts.data();
+    p->penalty_in_prompt = rows.penalty_in_prompt.data();
+    p->repetition_penalty = rows.repetition_penalty.empty() ? nullptr : rows.repetition_penalty.data();
+    p->frequency_penalty = rows.frequency_penalty.empty() ? nullptr : rows.frequency_penalty.data();
+    p->presence_penalty = rows.presence_penalty.empty() ? nullptr : rows.presence_penalty.data();
+  }
   if (!out_tokens) out->tokens.assign(B * S, -1);
   p->tokens = out_tokens ? out_tokens : out->tokens.data();
   out->row_status.assign(B, kRowOk);

@@ -54,6 +54,7 @@ class LogitSource {
                float* out, int64_t out_stride, std::vector<float>& scratch) const;
 
  private:
+  void apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end, float* dst) const;
   const SampleParams& p_;
   std::vector<float> hidden_;  // [batch, dim] in float, converted once
   int64_t chunk_rows_;         // W rows converted per chunk: the chunk stays in L1/L2

@@ -1,7 +1,9 @@
 // Logits on the CPU: dtype decoding, the one dot product, and the tile routine both samplers call.
+#include <math.h>
 #include <string.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "cpu_internal.h"
 
@@ -114,6 +116,39 @@ void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begi
       for (int64_t v = vocab_begin; v < vocab_end; ++v) {
         if (((mask[v >> 5] >> (v & 31)) & 1u) == 0) dst[v - vocab_begin] = -INFINITY;
       }
+    }
+    apply_listed(b, vocab_begin, vocab_end, dst);
+  }
+}
+
+// SEMANTICS.md §2, steps 2a-2d, on the listed tokens of row b that fall in [vocab_begin, vocab_end):
+// logit bias, bans, the repetition penalty, then the frequency and presence penalties, each in
+// float32 in that order.
+void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end, float* dst) const {
+  auto in_block = [&](int32_t v) { return v >= vocab_begin && v < vocab_end; };
+  if (p_.bias_offsets != nullptr) {
+    for (int32_t i = p_.bias_offsets[b]; i < p_.bias_offsets[b + 1]; ++i) {
+      const int32_t v = p_.bias_tokens[i];
+      if (in_block(v)) dst[v - vocab_begin] += p_.bias_values[i];
+    }
+  }
+  if (p_.banned_offsets != nullptr) {
+    for (int32_t i = p_.banned_offsets[b]; i < p_.banned_offsets[b + 1]; ++i) {
+      const int32_t v = p_.banned_tokens[i];
+      if (in_block(v)) dst[v - vocab_begin] = -INFINITY;
+    }
+  }
+  if (p_.penalty_offsets != nullptr) {
+    const float r = p_.repetition_penalty ? p_.repetition_penalty[b] : 1.0f;
+    const float f = p_.frequency_penalty ? p_.frequency_penalty[b] : 0.0f;
+    const float pres = p_.presence_penalty ? p_.presence_penalty[b] : 0.0f;
+    for (int32_t i = p_.penalty_offsets[b]; i < p_.penalty_offsets[b + 1]; ++i) {
+      const int32_t v = p_.penalty_tokens[i];
+      if (!in_block(v)) continue;
+      float& l = dst[v - vocab_begin];
+      const int32_t count = p_.penalty_counts[i];
+      if (r != 1.0f && (count > 0 || p_.penalty_in_prompt[i] != 0)) l = l > 0.0f ? l / r : l * r;
+      if (count > 0) l -= std::fma(f, static_cast<float>(count), pres);
     }
   }
 }

@@ -21,6 +21,9 @@ inline cudaError_t check_params(const SampleParams& p) {
     return cudaErrorInvalidValue;
   if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16)
     return cudaErrorInvalidValue;
+  // Logit bias, banned tokens and penalties: the CPU backend only, so far (lib/options.ts says so
+  // before a call gets here).
+  if (has_penalties(p)) return cudaErrorNotSupported;
   return cudaSuccess;
 }
 

@@ -15,6 +15,7 @@ const typedArrayTag = Object.getOwnPropertyDescriptor(
 )!.get! as (this: unknown) => string | undefined;
 
 interface TypedArrays {
+  Uint8Array: Uint8Array;
   Float32Array: Float32Array;
   Uint16Array: Uint16Array;
   Int32Array: Int32Array;

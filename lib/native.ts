@@ -46,6 +46,18 @@ export interface NativeSpec {
   topLogprobs: number;
   out?: NativeBufferHandle;
   stream?: bigint;
+  biasOffsets?: Int32Array;
+  biasTokens?: Int32Array;
+  biasValues?: Float32Array;
+  bannedOffsets?: Int32Array;
+  bannedTokens?: Int32Array;
+  penaltyOffsets?: Int32Array;
+  penaltyTokens?: Int32Array;
+  penaltyCounts?: Int32Array;
+  penaltyInPrompt?: Uint8Array;
+  repetitionPenalty?: Float32Array;
+  frequencyPenalty?: Float32Array;
+  presencePenalty?: Float32Array;
 }
 
 export interface NativeResult {

@@ -32,6 +32,18 @@ export interface SampleOptions {
   topLogprobs?: number;
   /** cudaStream_t (as a bigint) to order the work after an engine's own; CUDA only. */
   stream?: bigint;
+  /** Per-row sparse bias added to the logits (OpenAI's logit_bias): CSR over rows. CPU only so far. */
+  logitBias?: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array };
+  /** Per-row tokens given probability 0 (min_tokens bans of EOS / stop tokens): CSR. CPU only so far. */
+  bannedTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array };
+  /** The tokens the penalties apply to, per row (CSR): their output counts and prompt membership. */
+  penaltyTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array };
+  /** r > 0 (1 = off): a listed token seen in the prompt or the output has its logit divided by r if positive, multiplied if not. */
+  repetitionPenalty?: number | Float32Array;
+  /** Subtracted once per output occurrence of a listed token (0 = off). */
+  frequencyPenalty?: number | Float32Array;
+  /** Subtracted once from a listed token that occurs in the output (0 = off). */
+  presencePenalty?: number | Float32Array;
 }
 
 export interface ReferenceOptions extends SampleOptions {
@@ -41,7 +53,8 @@ export interface ReferenceOptions extends SampleOptions {
 
 const SAMPLE_KEYS = [
   'temperature', 'seed', 'offset', 'numSamples', 'bias', 'topK', 'topP', 'minP', 'softcap',
-  'allowedTokens', 'logprobs', 'topLogprobs', 'stream',
+  'allowedTokens', 'logprobs', 'topLogprobs', 'stream', 'logitBias', 'bannedTokens', 'penaltyTokens',
+  'repetitionPenalty', 'frequencyPenalty', 'presencePenalty',
 ] as const;
 const REFERENCE_KEYS = [...SAMPLE_KEYS, 'method'] as const;
 
@@ -188,6 +201,50 @@ export function checkTopLogprobs(value: unknown): number {
   return value;
 }
 
+/** Validates a per-row CSR list: rowOffsets Int32Array(B + 1) from 0, non-decreasing, ending at the
+ *  entries' length; token ids in [0, V), distinct within a row unless `repeats`. */
+function checkCsr(
+  name: string, value: unknown, batch: number, vocab: number, fields: Record<string, string>, repeats: boolean,
+): { offsets: Int32Array; tokens: Int32Array; arrays: Record<string, ArrayBufferView & { length: number }> } {
+  const shape = `{ rowOffsets: Int32Array(${batch + 1}), tokenIds: Int32Array${Object.entries(fields).map(([k, t]) => `, ${k}: ${t}`).join('')} }`;
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw typeError(name, shape, value);
+  checkKnownKeys(name, value, ['rowOffsets', 'tokenIds', ...Object.keys(fields)]);
+  const v = value as Record<string, unknown>;
+  const offsets = v.rowOffsets;
+  const tokens = v.tokenIds;
+  if (!isTyped(offsets, 'Int32Array')) throw typeError(`${name}.rowOffsets`, `an Int32Array of length ${batch + 1}`, offsets);
+  if (offsets.length !== batch + 1) throw rangeError(`${name}.rowOffsets`, `an Int32Array of length ${batch + 1} (B + 1)`, offsets);
+  if (!isTyped(tokens, 'Int32Array')) throw typeError(`${name}.tokenIds`, 'an Int32Array', tokens);
+  if (offsets[0] !== 0) throw rangeError(`${name}.rowOffsets[0]`, '0', offsets[0]);
+  for (let b = 0; b < batch; b++) {
+    if (offsets[b + 1] < offsets[b]) {
+      throw rangeError(`${name}.rowOffsets[${b + 1}]`, `a value >= rowOffsets[${b}] = ${offsets[b]} (non-decreasing)`, offsets[b + 1]);
+    }
+  }
+  if (offsets[batch] !== tokens.length) {
+    throw rangeError(`${name}.rowOffsets[${batch}]`, `the length of tokenIds (${tokens.length})`, offsets[batch]);
+  }
+  const arrays: Record<string, ArrayBufferView & { length: number }> = {};
+  for (const [key, type] of Object.entries(fields)) {
+    const a = v[key];
+    if (!isTyped(a, type as 'Int32Array' | 'Float32Array' | 'Uint8Array')) throw typeError(`${name}.${key}`, `a ${type} of length ${tokens.length}`, a);
+    if (a.length !== tokens.length) throw rangeError(`${name}.${key}`, `a ${type} of length ${tokens.length} (one per token id)`, a);
+    arrays[key] = a;
+  }
+  for (let b = 0; b < batch; b++) {
+    const seen = repeats ? null : new Set<number>();
+    for (let i = offsets[b]; i < offsets[b + 1]; i++) {
+      const t = tokens[i];
+      if (t < 0 || t >= vocab) throw rangeError(`${name}.tokenIds[${i}]`, `a token id in [0, ${vocab}) (row ${b})`, t);
+      if (seen) {
+        if (seen.has(t)) throw rangeError(`${name}.tokenIds[${i}]`, `a token id not listed before in row ${b}`, t);
+        seen.add(t);
+      }
+    }
+  }
+  return { offsets: offsets.slice(), tokens: tokens.slice(), arrays };
+}
+
 export type SamplerCode = 0 | 1 | 2;
 
 /** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
@@ -283,6 +340,50 @@ export function buildSpec(
     spec.logprobs = opts.logprobs;
   }
   if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
+  const listed = ['logitBias', 'bannedTokens', 'penaltyTokens', 'repetitionPenalty', 'frequencyPenalty', 'presencePenalty'] as const;
+  const given = listed.find((k) => opts[k] !== undefined);
+  if (given !== undefined && o.device.kind === 'cuda') {
+    throw new TypeError(`${given}: not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`);
+  }
+  if (opts.logitBias !== undefined) {
+    const c = checkCsr('logitBias', opts.logitBias, batch, vocab, { values: 'Float32Array' }, false);
+    const values = c.arrays.values as Float32Array;
+    for (let i = 0; i < values.length; i++) {
+      if (!Number.isFinite(values[i])) throw rangeError(`logitBias.values[${i}]`, 'a finite number', values[i]);
+    }
+    spec.biasOffsets = c.offsets;
+    spec.biasTokens = c.tokens;
+    spec.biasValues = values.slice();
+  }
+  if (opts.bannedTokens !== undefined) {
+    const c = checkCsr('bannedTokens', opts.bannedTokens, batch, vocab, {}, true);
+    spec.bannedOffsets = c.offsets;
+    spec.bannedTokens = c.tokens;
+  }
+  if (opts.penaltyTokens !== undefined) {
+    const c = checkCsr('penaltyTokens', opts.penaltyTokens, batch, vocab, { outputCounts: 'Int32Array', inPrompt: 'Uint8Array' }, false);
+    const counts = c.arrays.outputCounts as Int32Array;
+    for (let i = 0; i < counts.length; i++) {
+      if (counts[i] < 0) throw rangeError(`penaltyTokens.outputCounts[${i}]`, 'a count >= 0', counts[i]);
+    }
+    const inPrompt = c.arrays.inPrompt as Uint8Array;
+    for (let i = 0; i < inPrompt.length; i++) {
+      if (inPrompt[i] > 1) throw rangeError(`penaltyTokens.inPrompt[${i}]`, '0 or 1', inPrompt[i]);
+    }
+    spec.penaltyOffsets = c.offsets;
+    spec.penaltyTokens = c.tokens;
+    spec.penaltyCounts = counts.slice();
+    spec.penaltyInPrompt = inPrompt.slice();
+    spec.repetitionPenalty = perRowFloat(
+      'repetitionPenalty', opts.repetitionPenalty, batch, 1, (x) => Number.isFinite(x) && x > 0, 'a finite number > 0',
+    );
+    spec.frequencyPenalty = perRowFloat('frequencyPenalty', opts.frequencyPenalty, batch, 0, Number.isFinite, 'a finite number');
+    spec.presencePenalty = perRowFloat('presencePenalty', opts.presencePenalty, batch, 0, Number.isFinite, 'a finite number');
+  } else {
+    for (const k of ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'] as const) {
+      if (opts[k] !== undefined) throw new TypeError(`${k}: needs penaltyTokens (the tokens it applies to, with their counts)`);
+    }
+  }
   if (opts.stream !== undefined) {
     checkStream('stream', opts.stream);
     if (o.device.kind !== 'cuda') {

@@ -417,6 +417,48 @@ const cases: Record<string, Case> = {
       },
     ],
   },
+  // Logit bias, bans and penalties (B = 3, V = 111)
+  [`RangeError: bannedTokens.tokenIds[1]: expected a token id in [0, 111) (row 0), got 111`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: Int32Array.from([0, 2, 2, 2]), tokenIds: Int32Array.from([5, 111]) } })],
+  },
+  [`RangeError: logitBias.tokenIds[1]: expected a token id not listed before in row 0, got 5`]: {
+    runs: [
+      () =>
+        sampleFused(operands().H, operands().W, {
+          logitBias: { rowOffsets: Int32Array.from([0, 2, 2, 2]), tokenIds: Int32Array.from([5, 5]), values: new Float32Array(2) },
+        }),
+    ],
+  },
+  [`RangeError: bannedTokens.rowOffsets[2]: expected a value >= rowOffsets[1] = 2 (non-decreasing), got 1`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: Int32Array.from([0, 2, 1, 2]), tokenIds: Int32Array.from([5, 6]) } })],
+  },
+  [`RangeError: bannedTokens.rowOffsets[3]: expected the length of tokenIds (2), got 3`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1, 2, 3]), tokenIds: Int32Array.from([5, 6]) } })],
+  },
+  [`RangeError: penaltyTokens.outputCounts[0]: expected a count >= 0, got -1`]: {
+    runs: [
+      () =>
+        sampleFused(operands().H, operands().W, {
+          penaltyTokens: { rowOffsets: Int32Array.from([0, 1, 1, 1]), tokenIds: Int32Array.from([5]), outputCounts: Int32Array.from([-1]), inPrompt: new Uint8Array(1) },
+        }),
+    ],
+  },
+  [`RangeError: repetitionPenalty: expected a finite number > 0, got 0`]: {
+    runs: [
+      () =>
+        sampleFused(operands().H, operands().W, {
+          penaltyTokens: { rowOffsets: Int32Array.from([0, 1, 1, 1]), tokenIds: Int32Array.from([5]), outputCounts: Int32Array.from([1]), inPrompt: new Uint8Array(1) },
+          repetitionPenalty: 0,
+        }),
+    ],
+  },
+  [`TypeError: presencePenalty: needs penaltyTokens (the tokens it applies to, with their counts)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { presencePenalty: 0.5 })],
+  },
+  [`TypeError: bannedTokens: not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`]: {
+    needs: 'gpu',
+    runs: [() => sampleFused(operands(gpu()).H, operands(gpu()).W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1, 1, 1]), tokenIds: Int32Array.from([3]) } })],
+  },
   [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
     needs: 'gpu',
     runs: [() => gpu().destroyStream(12345n)],

@@ -49,6 +49,21 @@ struct SampleParams {
   float softcap = 0.0f;                // logits -> softcap * tanh(logit / softcap) before T; 0 = off
   const uint32_t* allowed = nullptr;   // [batch, ceil(vocab / 32)] bitmask, bit set = allowed
 
+  // ---- logit bias, banned tokens and penalties (SEMANTICS §2, steps 2a-2d): per-row sparse lists
+  // in CSR form (row b's entries at [offsets[b], offsets[b + 1])); nullptr = none ---------------
+  const int32_t* bias_offsets = nullptr;     // [batch + 1]
+  const int32_t* bias_tokens = nullptr;      // token ids, distinct within a row
+  const float* bias_values = nullptr;        // added to the logit
+  const int32_t* banned_offsets = nullptr;   // [batch + 1]
+  const int32_t* banned_tokens = nullptr;    // probability 0 (min_tokens bans)
+  const int32_t* penalty_offsets = nullptr;  // [batch + 1]
+  const int32_t* penalty_tokens = nullptr;   // token ids, distinct within a row
+  const int32_t* penalty_counts = nullptr;   // occurrences in the output so far (>= 0)
+  const uint8_t* penalty_in_prompt = nullptr;  // 1: the token occurs in the prompt
+  const float* repetition_penalty = nullptr;   // [batch] r > 0, 1 = off
+  const float* frequency_penalty = nullptr;    // [batch], 0 = off
+  const float* presence_penalty = nullptr;     // [batch], 0 = off
+
   // ---- outputs -----------------------------------------------------------------------------------
   int32_t* tokens = nullptr;           // [batch, num_samples]
   int32_t* row_status = nullptr;       // [batch] RowStatus; nullptr = not reported
@@ -65,6 +80,10 @@ struct SampleParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
+
+inline bool has_penalties(const SampleParams& p) {
+  return p.bias_offsets != nullptr || p.banned_offsets != nullptr || p.penalty_offsets != nullptr;
+}
 
 inline bool has_filters(const SampleParams& p) {
   return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr || p.allowed != nullptr ||

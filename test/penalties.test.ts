@@ -1,0 +1,232 @@
+// Logit bias, banned tokens and the repetition / frequency / presence penalties (issue 20,
+// SEMANTICS §2 steps 2a-2d) on the CPU backend: chi-square of each alone and combined with filters
+// against a float64 model (fp32 rounding of each step mirrored), fused = reference (gumbel),
+// penalties that flip the argmax, and the argument errors. CUDA refuses them with a clear error.
+
+import { open, sampleFused, type SampleOptions } from '../lib/index';
+import {
+  MAX_S,
+  agreement,
+  cudaStatus,
+  draw,
+  failure,
+  flatLogits,
+  goodnessOfFit,
+  keptDistribution,
+  plantLogits,
+  rowCounts,
+  zipfLogits,
+  type FilterSpec,
+  type SamplerName,
+} from './helpers';
+
+const cpu = open('cpu');
+
+interface Listed {
+  bias?: [number, number][];                       // [token, value]
+  banned?: number[];
+  penalized?: [number, number, boolean][];         // [token, output count, in prompt]
+  repetition?: number;
+  frequency?: number;
+  presence?: number;
+}
+
+/** The logits after steps 2a-2d, each step rounded to float32 as the library computes it. */
+function adjusted(logits: ArrayLike<number>, row: Listed): Float64Array {
+  const l = Float64Array.from(logits);
+  for (const [t, value] of row.bias ?? []) l[t] = Math.fround(l[t] + Math.fround(value));
+  for (const t of row.banned ?? []) l[t] = -Infinity;
+  const r = Math.fround(row.repetition ?? 1);
+  const f = Math.fround(row.frequency ?? 0);
+  const p = Math.fround(row.presence ?? 0);
+  for (const [t, count, inPrompt] of row.penalized ?? []) {
+    if (r !== 1 && (count > 0 || inPrompt)) l[t] = Math.fround(l[t] > 0 ? l[t] / r : l[t] * r);
+    if (count > 0) l[t] = Math.fround(l[t] - Math.fround(f * count + p));
+  }
+  return l;
+}
+
+/** The options for rows of Listed (CSR lists in row order). */
+function listedOptions(rows: Listed[]): SampleOptions {
+  const B = rows.length;
+  const o: SampleOptions = {};
+  const csr = <T>(get: (r: Listed) => T[] | undefined) => {
+    const offsets = new Int32Array(B + 1);
+    const items: T[] = [];
+    rows.forEach((r, b) => {
+      items.push(...(get(r) ?? []));
+      offsets[b + 1] = items.length;
+    });
+    return { offsets, items };
+  };
+  if (rows.some((r) => r.bias)) {
+    const { offsets, items } = csr((r) => r.bias);
+    o.logitBias = { rowOffsets: offsets, tokenIds: Int32Array.from(items, (x) => x[0]), values: Float32Array.from(items, (x) => x[1]) };
+  }
+  if (rows.some((r) => r.banned)) {
+    const { offsets, items } = csr((r) => r.banned);
+    o.bannedTokens = { rowOffsets: offsets, tokenIds: Int32Array.from(items) };
+  }
+  if (rows.some((r) => r.penalized)) {
+    const { offsets, items } = csr((r) => r.penalized);
+    o.penaltyTokens = {
+      rowOffsets: offsets,
+      tokenIds: Int32Array.from(items, (x) => x[0]),
+      outputCounts: Int32Array.from(items, (x) => x[1]),
+      inPrompt: Uint8Array.from(items, (x) => (x[2] ? 1 : 0)),
+    };
+    o.repetitionPenalty = Float32Array.from(rows, (r) => r.repetition ?? 1);
+    o.frequencyPenalty = Float32Array.from(rows, (r) => r.frequency ?? 0);
+    o.presencePenalty = Float32Array.from(rows, (r) => r.presence ?? 0);
+  }
+  return o;
+}
+
+/** The k most probable tokens of a row (ties to the smaller index). */
+function topTokens(l: ArrayLike<number>, k: number): number[] {
+  return Array.from(l, (x, v) => [x, v] as const)
+    .sort((a, b) => b[0] - a[0] || a[1] - b[1])
+    .slice(0, k)
+    .map(([, v]) => v);
+}
+
+describe('cpu: logit bias, bans and penalties', () => {
+  for (const V of [111, 1000]) {
+    // Three rows: the top tokens of each are the ones listed, so every step moves real mass.
+    const logits = [zipfLogits(V, 1.0, 31), flatLogits(V, 32, 3), zipfLogits(V, 0.7, 33)];
+    const tops = logits.map((l) => topTokens(l, 12));
+    const cases: { name: string; rows: Listed[]; filters?: FilterSpec[] }[] = [
+      { name: 'logit bias', rows: tops.map((t) => ({ bias: [[t[0], -1.5], [t[3], 2.25], [t[7], 0.5]] })) },
+      { name: 'banned tokens', rows: tops.map((t) => ({ banned: [t[0], t[2], t[2]] })) },
+      {
+        name: 'repetition penalty',
+        rows: tops.map((t) => ({ penalized: [[t[0], 1, false], [t[1], 0, true], [t[5], 0, false]], repetition: 1.6 })),
+      },
+      {
+        name: 'frequency and presence penalties',
+        rows: tops.map((t) => ({ penalized: [[t[0], 3, false], [t[1], 1, true], [t[4], 0, true]], frequency: 0.4, presence: 0.7 })),
+      },
+      {
+        name: 'all of them with top-k / top-p / min-p and temperature',
+        rows: tops.map((t, b) => ({
+          bias: [[t[1], 1.0], [t[9], 3.0]],
+          banned: b === 1 ? [t[0]] : [],
+          penalized: [[t[0], 2, true], [t[2], 0, true], [t[9], 1, false]],
+          repetition: 1.3,
+          frequency: 0.25,
+          presence: -0.5,
+        })),
+        filters: [{ temperature: 0.8, topK: 20 }, { temperature: 1.2, topP: 0.9 }, { temperature: 0.7, minP: 0.02 }],
+      },
+    ];
+    for (const c of cases) {
+      for (const sampler of ['fused', 'reference-inverse-cdf'] as SamplerName[]) {
+        test(`V ${V}, B 3, ${c.name}, ${sampler}: chi-square against float64`, async () => {
+          const p = plantLogits(cpu, 'f32', logits, { D: 8 });
+          const f = c.filters ?? [{}, {}, {}];
+          const o: SampleOptions = {
+            ...listedOptions(c.rows),
+            seed: 41n,
+            numSamples: MAX_S,
+            temperature: Float32Array.from(f, (x) => x.temperature ?? 1),
+          };
+          if (f.some((x) => x.topK)) o.topK = Int32Array.from(f, (x) => x.topK ?? 0);
+          if (f.some((x) => x.topP)) o.topP = Float32Array.from(f, (x) => x.topP ?? 1);
+          if (f.some((x) => x.minP)) o.minP = Float32Array.from(f, (x) => x.minP ?? 0);
+          const res = await draw(sampler, p.H, p.W, o);
+          const counts = rowCounts(res.tokens, 3, MAX_S, V);
+          for (let b = 0; b < 3; b++) {
+            const kept = keptDistribution(adjusted(p.logits[b], c.rows[b]), f[b]);
+            const fit = goodnessOfFit(counts[b], kept.probs);
+            expect(`row ${b}: ${fit.summary}`).toBe(fit.ok ? `row ${b}: ${fit.summary}` : 'a good fit');
+            // The negative control: the same counts reject the distribution without the lists.
+            expect(goodnessOfFit(counts[b], keptDistribution(p.logits[b], f[b]).probs).ok).toBe(false);
+          }
+          p.dispose();
+        });
+      }
+    }
+  }
+
+  test('fused draws the Gumbel reference\'s tokens with every list given', async () => {
+    const V = 1000;
+    const logits = [zipfLogits(V, 1, 51), zipfLogits(V, 1, 52), flatLogits(V, 53, 2)];
+    const tops = logits.map((l) => topTokens(l, 8));
+    const rows: Listed[] = tops.map((t) => ({
+      bias: [[t[2], 2]], banned: [t[0]], penalized: [[t[1], 2, true], [t[3], 0, true]], repetition: 1.2, frequency: 0.3, presence: 0.3,
+    }));
+    const p = plantLogits(cpu, 'bf16', logits, { D: 16 });
+    const o = { ...listedOptions(rows), seed: 5n, numSamples: 4096, topP: 0.95 };
+    const a = await sampleFused(p.H, p.W, o);
+    const g = await draw('reference-gumbel', p.H, p.W, o);
+    expect(agreement(a.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+    p.dispose();
+  });
+
+  test('each of them flips the argmax', async () => {
+    const V = 111;
+    const l = zipfLogits(V, 1, 61).map((x) => x + 5); // positive: the repetition penalty divides
+    const [first, second] = topTokens(l, 2);
+    const p = plantLogits(cpu, 'f32', [l], { D: 8 });
+    const greedy = async (o: SampleOptions) => (await sampleFused(p.H, p.W, { ...o, temperature: 0 })).tokens[0];
+    expect(await greedy({})).toBe(first);
+    const one = (x: Listed) => listedOptions([x]);
+    expect(await greedy(one({ bias: [[first, -10]] }))).toBe(second);
+    expect(await greedy(one({ bias: [[V - 1, 100]] }))).toBe(V - 1);
+    expect(await greedy(one({ banned: [first] }))).toBe(second);
+    expect(await greedy(one({ penalized: [[first, 0, true]], repetition: 1e6 }))).toBe(second);
+    expect(await greedy(one({ penalized: [[first, 0, true]], repetition: 0.5 }))).toBe(first);
+    expect(await greedy(one({ penalized: [[first, 2, false]], frequency: 1 }))).toBe(second);
+    expect(await greedy(one({ penalized: [[first, 1, false]], presence: 1 }))).toBe(second);
+    // listed but not counted: no frequency or presence penalty
+    expect(await greedy(one({ penalized: [[first, 0, false]], frequency: 5, presence: 5 }))).toBe(first);
+    p.dispose();
+    // negative logits: the repetition penalty multiplies (rank 1 at -5, rank 2 at -5 - ln 2)
+    const q = plantLogits(cpu, 'f32', [zipfLogits(V, 1, 61).map((x) => x - 5)], { D: 8 });
+    const greedyQ = async (o: SampleOptions) => (await sampleFused(q.H, q.W, { ...o, temperature: 0 })).tokens[0];
+    expect(await greedyQ({})).toBe(first);
+    expect(await greedyQ(one({ penalized: [[first, 1, false]], repetition: 1.5 }))).toBe(second);
+    q.dispose();
+  });
+
+  test('argument errors name the argument and what was expected', async () => {
+    const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1), zipfLogits(111, 1, 2)], { D: 8 });
+    const call = (o: SampleOptions) => failure(() => sampleFused(p.H, p.W, o));
+    const csr = (offsets: number[], ids: number[]) => ({ rowOffsets: Int32Array.from(offsets), tokenIds: Int32Array.from(ids) });
+    const pen = (offsets: number[], ids: number[], counts?: number[]) => ({
+      ...csr(offsets, ids), outputCounts: Int32Array.from(counts ?? ids.map(() => 1)), inPrompt: new Uint8Array(ids.length),
+    });
+    const cases: [SampleOptions, RegExp][] = [
+      [{ bannedTokens: csr([0, 1, 2], [5, 111]) }, /^bannedTokens\.tokenIds\[1\]: expected a token id in \[0, 111\) \(row 1\), got 111$/],
+      [{ bannedTokens: csr([0, 1, 2], [5, -1]) }, /^bannedTokens\.tokenIds\[1\]: /],
+      [{ bannedTokens: csr([0, 2, 1], [5, 6]) }, /^bannedTokens\.rowOffsets\[2\]: expected a value >= rowOffsets\[1\] = 2 \(non-decreasing\), got 1$/],
+      [{ bannedTokens: csr([1, 1, 2], [5, 6]) }, /^bannedTokens\.rowOffsets\[0\]: expected 0, got 1$/],
+      [{ bannedTokens: csr([0, 1, 3], [5, 6]) }, /^bannedTokens\.rowOffsets\[2\]: expected the length of tokenIds \(2\), got 3$/],
+      [{ bannedTokens: csr([0, 1], [5]) }, /^bannedTokens\.rowOffsets: expected an Int32Array of length 3 \(B \+ 1\)/],
+      [{ bannedTokens: { rowOffsets: [0, 1, 1], tokenIds: Int32Array.from([5]) } as never }, /^bannedTokens\.rowOffsets: expected an Int32Array/],
+      [{ bannedTokens: { ...csr([0, 1, 1], [5]), extra: 1 } as never }, /^bannedTokens: unknown option "extra"/],
+      [{ logitBias: { ...csr([0, 2, 2], [5, 5]), values: new Float32Array(2) } }, /^logitBias\.tokenIds\[1\]: expected a token id not listed before in row 0, got 5$/],
+      [{ logitBias: { ...csr([0, 1, 1], [5]), values: new Float32Array(2) } }, /^logitBias\.values: expected a Float32Array of length 1 \(one per token id\)/],
+      [{ logitBias: { ...csr([0, 1, 1], [5]), values: Float32Array.from([NaN]) } }, /^logitBias\.values\[0\]: expected a finite number, got NaN$/],
+      [{ penaltyTokens: pen([0, 1, 1], [5], [-1]) }, /^penaltyTokens\.outputCounts\[0\]: expected a count >= 0, got -1$/],
+      [{ penaltyTokens: pen([0, 2, 2], [7, 7]) }, /^penaltyTokens\.tokenIds\[1\]: expected a token id not listed before in row 0/],
+      [{ penaltyTokens: pen([0, 1, 1], [5]), repetitionPenalty: 0 }, /^repetitionPenalty: expected a finite number > 0, got 0$/],
+      [{ penaltyTokens: pen([0, 1, 1], [5]), frequencyPenalty: Infinity }, /^frequencyPenalty: expected a finite number, got Infinity$/],
+      [{ penaltyTokens: pen([0, 1, 1], [5]), presencePenalty: Float32Array.from([0, NaN]) }, /^presencePenalty\[1\]: expected a finite number, got NaN$/],
+      [{ presencePenalty: 0.5 }, /^presencePenalty: needs penaltyTokens/],
+    ];
+    for (const [o, message] of cases) expect((await call(o)).message).toMatch(message);
+    // Banned tokens may repeat (a ban is idempotent).
+    await expect(sampleFused(p.H, p.W, { bannedTokens: csr([0, 2, 2], [5, 5]) })).resolves.toBeDefined();
+    p.dispose();
+  });
+
+  const gpu = cudaStatus();
+  (gpu.usable ? test : test.skip)(`CUDA refuses them with a clear error${gpu.usable ? '' : ` — skipped: ${gpu.reason}`}`, async () => {
+    const dev = open('cuda');
+    const p = plantLogits(dev, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
+    const e = await failure(() => sampleFused(p.H, p.W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1]), tokenIds: Int32Array.from([3]) } }));
+    expect(e.message).toMatch(/^bannedTokens: not supported on 'cuda' devices yet/);
+    p.dispose();
+  });
+});
