@@ -77,6 +77,9 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
   p.per_row_seed = get_bool(spec, "perRowSeed");
   p.softcap = static_cast<float>(get_number(spec, "softcap", 0.0));
   p.top_logprobs = static_cast<int32_t>(get_int(spec, "topLogprobs", 0, 1 << 20));
+  if (!spec.Get("filterOrder").IsUndefined()) {
+    p.filter_order = static_cast<FilterOrder>(get_int(spec, "filterOrder", 0, 1));
+  }
   call->want_logprobs = get_bool(spec, "logprobs");
   call->stream = get_stream(spec);
 
@@ -146,6 +149,8 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
     throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
   if (call->on_device && (!rows.bias_offsets.empty() || !rows.banned_offsets.empty() || !rows.penalty_offsets.empty()))
     throw_error(env, "logitBias / bannedTokens / penalties: not supported on CUDA devices yet");
+  if (call->on_device && p.filter_order != FilterOrder::kHuggingFace)
+    throw_error(env, "filterOrder: 'vllm' is not supported on CUDA devices yet");
   Napi::Value out = spec.Get("out");
   if (!out.IsUndefined()) {
     StorageRef s = NativeBuffer::storage_of(out, "out");

@@ -184,6 +184,7 @@ struct RowFilters {
   int64_t top_k = 0;          // 0 = off
   double top_p = 1.0;         // >= 1 = off
   double min_p = 0.0;         // <= 0 = off
+  bool min_p_first = false;   // vLLM's filter order: min-p, then top-k and top-p
 };
 RowFilters row_filters(const SampleParams& p, int64_t row);
 inline uint32_t noise_stream(const SampleParams& p, int64_t row) {

@@ -17,6 +17,7 @@ RowFilters row_filters(const SampleParams& p, int64_t row) {
   if (p.top_k != nullptr && p.top_k[row] > 0) f.top_k = p.top_k[row];
   if (p.top_p != nullptr && p.top_p[row] < 1.0f) f.top_p = p.top_p[row];
   if (p.min_p != nullptr && p.min_p[row] > 0.0f) f.min_p = p.min_p[row];
+  f.min_p_first = p.filter_order == FilterOrder::kMinPFirst;
   return f;
 }
 
@@ -37,43 +38,57 @@ KeptDecision decide_kept(const TierView& tier, const RowFilters& filters, int64_
   KeptDecision kept;
   kept.size = tier.size;
   kept.total = tier.total;
+  const KeptDecision fallback{0, 0.0, true};
   // The +Inf tier shares the mass uniformly: top-k, top-p and min-p cannot rank equal infinite
   // logits and are not applied (docs/SEMANTICS.md §2.3).
   const bool rank_filters = !tier.inf_tier;
   // top-k: the k first of the order.
-  if (rank_filters && filters.top_k > 0 && filters.top_k < kept.size) {
-    kept.size = filters.top_k;
-    if (kept.size > tier.num_best) return KeptDecision{0, 0.0, true};
-    kept.total = prefix_weight(tier, kept.size);
-  }
-  // top-p: the shortest prefix whose mass reaches p of the (top-k renormalized) total.
-  if (rank_filters && filters.top_p < 1.0) {
-    const double target = filters.top_p * kept.total;
-    double cumulative = 0.0;
-    for (int64_t i = 0; i < kept.size; ++i) {
-      if (i >= tier.num_best) return KeptDecision{0, 0.0, true};
-      cumulative += tier.weight(tier.best[i]);
-      if (cumulative >= target) {
-        kept.size = i + 1;
-        kept.total = cumulative;
-        break;
+  auto top_k = [&] {
+    if (rank_filters && filters.top_k > 0 && filters.top_k < kept.size) {
+      kept.size = filters.top_k;
+      if (kept.size > tier.num_best) return false;
+      kept.total = prefix_weight(tier, kept.size);
+    }
+    return true;
+  };
+  // top-p: the shortest prefix whose mass reaches p of the total kept so far.
+  auto top_p = [&] {
+    if (rank_filters && filters.top_p < 1.0) {
+      const double target = filters.top_p * kept.total;
+      double cumulative = 0.0;
+      for (int64_t i = 0; i < kept.size; ++i) {
+        if (i >= tier.num_best) return false;
+        cumulative += tier.weight(tier.best[i]);
+        if (cumulative >= target) {
+          kept.size = i + 1;
+          kept.total = cumulative;
+          break;
+        }
       }
     }
-  }
+    return true;
+  };
   // min-p: z >= z_max + log(m); the first token (p = p_max) always stays. In the +Inf tier every
   // token has p = p_max.
-  if (filters.min_p > 0.0 && !tier.inf_tier) {
-    const double threshold = tier.z_max + log(filters.min_p);
-    for (int64_t i = 1; i < kept.size; ++i) {
-      if (i >= tier.num_best) return KeptDecision{0, 0.0, true};
-      if (tier.z(tier.best[i]) < threshold) {
-        kept.size = i;
-        kept.total = prefix_weight(tier, i);
-        break;
+  auto min_p = [&] {
+    if (filters.min_p > 0.0 && !tier.inf_tier) {
+      const double threshold = tier.z_max + log(filters.min_p);
+      for (int64_t i = 1; i < kept.size; ++i) {
+        if (i >= tier.num_best) return false;
+        if (tier.z(tier.best[i]) < threshold) {
+          kept.size = i;
+          kept.total = prefix_weight(tier, i);
+          break;
+        }
       }
     }
-  }
-  if (std::min(top_logprobs, kept.size) > tier.num_best) return KeptDecision{0, 0.0, true};
+    return true;
+  };
+  // Hugging Face's order (default): top-k, top-p, min-p. vLLM's: min-p first, so top-p's mass is
+  // that of the min-p survivors (SEMANTICS §2, filterOrder).
+  const bool ok = filters.min_p_first ? (min_p() && top_k() && top_p()) : (top_k() && top_p() && min_p());
+  if (!ok) return fallback;
+  if (std::min(top_logprobs, kept.size) > tier.num_best) return fallback;
   return kept;
 }
 

@@ -23,7 +23,7 @@ inline cudaError_t check_params(const SampleParams& p) {
     return cudaErrorInvalidValue;
   // Logit bias, banned tokens and penalties: the CPU backend only, so far (lib/options.ts says so
   // before a call gets here).
-  if (has_penalties(p)) return cudaErrorNotSupported;
+  if (has_penalties(p) || p.filter_order != FilterOrder::kHuggingFace) return cudaErrorNotSupported;
   return cudaSuccess;
 }
 

@@ -58,6 +58,7 @@ export interface NativeSpec {
   repetitionPenalty?: Float32Array;
   frequencyPenalty?: Float32Array;
   presencePenalty?: Float32Array;
+  filterOrder?: 0 | 1; // Hugging Face's (top-k, top-p, min-p), vLLM's (min-p first)
 }
 
 export interface NativeResult {

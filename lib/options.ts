@@ -44,6 +44,9 @@ export interface SampleOptions {
   frequencyPenalty?: number | Float32Array;
   /** Subtracted once from a listed token that occurs in the output (0 = off). */
   presencePenalty?: number | Float32Array;
+  /** 'hf' (default): top-k, top-p, then min-p; 'vllm': min-p first, so top-p's mass is that of the
+   *  min-p survivors. CPU only so far for 'vllm'. */
+  filterOrder?: 'hf' | 'vllm';
 }
 
 export interface ReferenceOptions extends SampleOptions {
@@ -54,7 +57,7 @@ export interface ReferenceOptions extends SampleOptions {
 const SAMPLE_KEYS = [
   'temperature', 'seed', 'offset', 'numSamples', 'bias', 'topK', 'topP', 'minP', 'softcap',
   'allowedTokens', 'logprobs', 'topLogprobs', 'stream', 'logitBias', 'bannedTokens', 'penaltyTokens',
-  'repetitionPenalty', 'frequencyPenalty', 'presencePenalty',
+  'repetitionPenalty', 'frequencyPenalty', 'presencePenalty', 'filterOrder',
 ] as const;
 const REFERENCE_KEYS = [...SAMPLE_KEYS, 'method'] as const;
 
@@ -383,6 +386,13 @@ export function buildSpec(
     for (const k of ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'] as const) {
       if (opts[k] !== undefined) throw new TypeError(`${k}: needs penaltyTokens (the tokens it applies to, with their counts)`);
     }
+  }
+  if (opts.filterOrder !== undefined) {
+    if (opts.filterOrder !== 'hf' && opts.filterOrder !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", opts.filterOrder);
+    if (opts.filterOrder === 'vllm' && o.device.kind === 'cuda') {
+      throw new TypeError("filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)");
+    }
+    spec.filterOrder = opts.filterOrder === 'vllm' ? 1 : 0;
   }
   if (opts.stream !== undefined) {
     checkStream('stream', opts.stream);

@@ -221,12 +221,82 @@ describe('cpu: logit bias, bans and penalties', () => {
     p.dispose();
   });
 
+  // vLLM's filter order: min-p first, then top-k, then top-p over the min-p survivors' mass.
+  function vllmKept(logits: ArrayLike<number>, f: { temperature: number; topK?: number; topP?: number; minP?: number }): Float64Array {
+    const V = logits.length;
+    const order = Array.from({ length: V }, (_, v) => v)
+      .filter((v) => Number.isFinite(logits[v]))
+      .sort((a, b) => logits[b] - logits[a] || a - b);
+    const m = logits[order[0]];
+    const w = (v: number) => Math.exp((logits[v] - m) / f.temperature);
+    let kept = order;
+    if (f.minP) kept = kept.filter((v, i) => i === 0 || w(v) >= f.minP!);
+    if (f.topK) kept = kept.slice(0, f.topK);
+    if (f.topP !== undefined && f.topP < 1) {
+      const total = kept.reduce((a, v) => a + w(v), 0);
+      let cumulative = 0;
+      let n = 0;
+      while (n < kept.length) {
+        cumulative += w(kept[n++]);
+        if (cumulative >= f.topP * total) break;
+      }
+      kept = kept.slice(0, n);
+    }
+    const probs = new Float64Array(V);
+    const z = kept.reduce((a, v) => a + w(v), 0);
+    for (const v of kept) probs[v] = w(v) / z;
+    return probs;
+  }
+
+  for (const sampler of ['fused', 'reference-inverse-cdf'] as SamplerName[]) {
+    test(`filterOrder 'vllm': min-p before top-k and top-p, V 1000, B 3, ${sampler}: chi-square against float64`, async () => {
+      const V = 1000;
+      // Rows whose min-p set ends inside the top-p nucleus, so that the two orders keep different sets.
+      const logits = [flatLogits(V, 71, 4), zipfLogits(V, 0.6, 72), flatLogits(V, 73, 6)];
+      const f = [
+        { temperature: 1, topP: 0.8, minP: 0.3 },
+        { temperature: 0.9, topK: 200, topP: 0.7, minP: 0.05 },
+        { temperature: 1.1, topP: 0.6, minP: 0.2 },
+      ];
+      const p = plantLogits(cpu, 'f32', logits, { D: 8 });
+      const o: SampleOptions = {
+        seed: 81n,
+        numSamples: MAX_S,
+        filterOrder: 'vllm',
+        temperature: Float32Array.from(f, (x) => x.temperature),
+        topK: Int32Array.from(f, (x) => x.topK ?? 0),
+        topP: Float32Array.from(f, (x) => x.topP),
+        minP: Float32Array.from(f, (x) => x.minP),
+      };
+      const counts = rowCounts((await draw(sampler, p.H, p.W, o)).tokens, 3, MAX_S, V);
+      for (let b = 0; b < 3; b++) {
+        const fit = goodnessOfFit(counts[b], vllmKept(p.logits[b], f[b]));
+        expect(`row ${b}: ${fit.summary}`).toBe(fit.ok ? `row ${b}: ${fit.summary}` : 'a good fit');
+        // The negative control: Hugging Face's order keeps another set.
+        expect(goodnessOfFit(counts[b], keptDistribution(p.logits[b], f[b]).probs).ok).toBe(false);
+      }
+      // 'hf' is the default.
+      const hf = await draw(sampler, p.H, p.W, { ...o, filterOrder: 'hf', numSamples: 256 });
+      const dflt = await draw(sampler, p.H, p.W, { ...o, filterOrder: undefined, numSamples: 256 });
+      expect(Array.from(hf.tokens)).toEqual(Array.from(dflt.tokens));
+      p.dispose();
+    });
+  }
+
+  test("filterOrder of the wrong kind", async () => {
+    const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
+    expect((await failure(() => sampleFused(p.H, p.W, { filterOrder: 'tgi' as never }))).message).toMatch(/^filterOrder: expected 'hf' or 'vllm', got "tgi"$/);
+    p.dispose();
+  });
+
   const gpu = cudaStatus();
   (gpu.usable ? test : test.skip)(`CUDA refuses them with a clear error${gpu.usable ? '' : ` — skipped: ${gpu.reason}`}`, async () => {
     const dev = open('cuda');
     const p = plantLogits(dev, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
     const e = await failure(() => sampleFused(p.H, p.W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1]), tokenIds: Int32Array.from([3]) } }));
     expect(e.message).toMatch(/^bannedTokens: not supported on 'cuda' devices yet/);
+    const order = await failure(() => sampleFused(p.H, p.W, { filterOrder: 'vllm', minP: 0.1 }));
+    expect(order.message).toMatch(/^filterOrder: 'vllm' is not supported on 'cuda' devices yet/);
     p.dispose();
   });
 });

@@ -19,6 +19,10 @@ enum class ReferenceMethod : int32_t {
   kGumbel = 1,      // logits -> argmax(logit / T + g) with the same noise as the fused path
 };
 
+// The order of top-k, top-p and min-p (SEMANTICS §2): Hugging Face's (top-k, top-p, then min-p,
+// the default) or vLLM's (min-p first, so top-p's mass is that of the min-p survivors).
+enum class FilterOrder : int32_t { kHuggingFace = 0, kMinPFirst = 1 };
+
 // Row status codes written to SampleParams::row_status.
 enum RowStatus : int32_t {
   kRowOk = 0,
@@ -47,6 +51,7 @@ struct SampleParams {
   const float* top_p = nullptr;        // [batch]: nucleus mass in (0, 1], 1 = off
   const float* min_p = nullptr;        // [batch]: keep p >= min_p * p_max, 0 = off
   float softcap = 0.0f;                // logits -> softcap * tanh(logit / softcap) before T; 0 = off
+  FilterOrder filter_order = FilterOrder::kHuggingFace;  // CPU only so far for kMinPFirst
   const uint32_t* allowed = nullptr;   // [batch, ceil(vocab / 32)] bitmask, bit set = allowed
 
   // ---- logit bias, banned tokens and penalties (SEMANTICS §2, steps 2a-2d): per-row sparse lists
