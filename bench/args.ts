@@ -31,6 +31,10 @@ export interface OptionSet {
   readonly temperature?: number;
   /** An allowed-token bitmask with about half of the vocabulary allowed. */
   readonly mask?: boolean;
+  /** Tokens listed per row (logit bias, a ban, penalties: bench/inputs.ts listedLists). */
+  readonly listed?: number;
+  /** The same list for every row (else distinct per row, the worst case). */
+  readonly listedShared?: boolean;
 }
 
 /** The sampling defaults of model cards, usable as `--options` items (alone or joined by '+'). */
@@ -105,7 +109,9 @@ Run
   --options LIST            extra fused columns, one per option set, each with its PyTorch
                             counterpart and the rows that needed the extra pass: plain,
                             topk50, topp0.9, minp0.05, logprobs, toplogprobs5, mask,
-                            softcap30, temp0.7, or a model card's defaults: llama3 (temp0.6
+                            listed512 (512 tokens a row, distinct per row, under logit
+                            bias, a ban and penalties; listedshared512: one list for every
+                            row), softcap30, temp0.7, or a model card's defaults: llama3 (temp0.6
                             + topp0.9), qwen3 (temp0.6 + topk20 + topp0.95), gemma3 (topk64
                             + topp0.95, T 1); combine with '+', e.g. topk50+topp0.9,
                             llama3+logprobs
@@ -278,7 +284,9 @@ export function parseOptionSet(text: string): OptionSet {
     const m = /^([a-z]+)(.*)$/.exec(part.toLowerCase());
     const name = m ? m[1] : part;
     const arg = m ? m[2] : '';
-    const example: Record<string, string> = { topk: '50', topp: '0.9', minp: '0.05', toplogprobs: '5', softcap: '30', temp: '0.7' };
+    const example: Record<string, string> = {
+      topk: '50', topp: '0.9', minp: '0.05', toplogprobs: '5', softcap: '30', temp: '0.7', listed: '512', listedshared: '512',
+    };
     const need = (what: string): void => {
       if (arg === '') throw new ArgError(`${flag}: ${show(part)} needs a value (${what}), e.g. ${name}${example[name]}`);
     };
@@ -320,6 +328,13 @@ export function parseOptionSet(text: string): OptionSet {
         if (arg !== '') throw new ArgError(`${flag}: 'mask' takes no value, got ${show(part)}`);
         set.mask = true;
         break;
+      case 'listed':
+      case 'listedshared':
+        need('a count n >= 1 of tokens listed per row');
+        if (set.listed !== undefined) throw new ArgError(`${flag}: ${show(text)} sets listed twice`);
+        set.listed = parseInteger(flag, arg, 1, 1 << 20);
+        set.listedShared = name === 'listedshared';
+        break;
       case 'softcap':
         need('a cap c > 0');
         twice('softcap');
@@ -331,11 +346,11 @@ export function parseOptionSet(text: string): OptionSet {
         set.temperature = parseNumber(flag, arg, `a temperature >= 0 in ${show(part)}`, (x) => x >= 0);
         break;
       default: {
-        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'softcap', 'temp'];
+        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'listed', 'listedshared', 'softcap', 'temp'];
         const hint = suggest(part.toLowerCase(), OPTION_PRESET_NAMES) || suggest(name, names);
         throw new ArgError(
           `${flag}: unknown option ${show(part)}${hint}; expected plain, topk<k>, topp<p>, minp<m>, ` +
-            `logprobs, toplogprobs<n>, mask, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
+            `logprobs, toplogprobs<n>, mask, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
         );
       }
     }

@@ -75,6 +75,50 @@ export function halfMask(batch: number, vocab: number, seed: number): Uint32Arra
   return mask;
 }
 
+/**
+ * Per-row token lists of `n` distinct tokens a row (the same tokens for every row when `shared`):
+ * the first n / 8 get a logit bias, one is banned, the rest are penalty tokens with output counts
+ * 0-3 and every third in the prompt (repetition 1.1, frequency 0.2, presence 0.1).
+ */
+export function listedLists(batch: number, vocab: number, n: number, shared: boolean, seed: number) {
+  const rand = mulberry32(seed);
+  const nb = Math.max(1, Math.floor(n / 8));
+  const np = Math.max(0, n - nb - 1);
+  const rowTokens: number[][] = [];
+  for (let b = 0; b < batch; b++) {
+    if (shared && b > 0) {
+      rowTokens.push(rowTokens[0]);
+      continue;
+    }
+    const picked = new Set<number>();
+    while (picked.size < Math.min(n, vocab)) picked.add(Math.floor(rand() * vocab));
+    rowTokens.push([...picked]);
+  }
+  const csr = (take: (t: number[]) => number[]) => {
+    const rowOffsets = new Int32Array(batch + 1);
+    const ids: number[] = [];
+    for (let b = 0; b < batch; b++) {
+      ids.push(...take(rowTokens[b]));
+      rowOffsets[b + 1] = ids.length;
+    }
+    return { rowOffsets, tokenIds: Int32Array.from(ids) };
+  };
+  const bias = csr((t) => t.slice(0, nb));
+  const pen = csr((t) => t.slice(nb + 1, nb + 1 + np));
+  return {
+    logitBias: { ...bias, values: Float32Array.from(bias.tokenIds, (_, i) => (i % 2 ? 1.5 : -2)) },
+    bannedTokens: csr((t) => t.slice(nb, nb + 1)),
+    penaltyTokens: {
+      ...pen,
+      outputCounts: Int32Array.from(pen.tokenIds, (_, i) => i % 4),
+      inPrompt: Uint8Array.from(pen.tokenIds, (_, i) => (i % 3 === 0 ? 1 : 0)),
+    },
+    repetitionPenalty: 1.1,
+    frequencyPenalty: 0.2,
+    presencePenalty: 0.1,
+  };
+}
+
 /** Disposes every tensor given, ignoring ones already disposed. */
 export function disposeAll(tensors: Iterable<Tensor>): void {
   for (const t of tensors) t.dispose();

@@ -13,7 +13,7 @@ import {
 } from '../lib/index';
 import type { BenchArgs, BenchDType, LogitsMode, OptionSet } from './args';
 import { BASELINE_TITLES, CORE_BASELINES, TorchReport, isStats, runTorchBaselines } from './baselines';
-import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, rotationCopies } from './inputs';
+import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, listedLists, rotationCopies } from './inputs';
 import { BENCH_H_SEED, BENCH_W_SEED, MODEL_LOGITS, logitsInputs } from './logits';
 import type { Shape } from './presets';
 import type { Progress } from './progress';
@@ -252,6 +252,7 @@ function sampleOptionsFor(
   if (set.logprobs) o.logprobs = true;
   if (set.topLogprobs !== undefined) o.topLogprobs = set.topLogprobs;
   if (set.softcap !== undefined) o.softcap = set.softcap;
+  if (set.listed !== undefined) Object.assign(o, listedLists(batch, vocab, set.listed, set.listedShared ?? false, 98));
   if (set.mask) {
     const mask = halfMask(batch, vocab, 99);
     // On the device the mask should already live there: a host array would add a copy per call.
@@ -343,7 +344,7 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
   const torchOptions: OptionSet[] = [];
   if (args.baselines) {
     ids.push(...CORE_BASELINES);
-    torchOptions.push(...args.optionSets);
+    torchOptions.push(...args.optionSets.filter((s) => s.listed === undefined)); // no PyTorch counterpart
   }
   let torch: TorchReport | null = null;
   let torchSkip: string | null = null;

@@ -93,6 +93,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
+    if (set.listed !== undefined) throw new Error(`${set.label}: the engine sampler takes no token lists yet (--mode sample measures them)`);
     const filters = (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined);
     sampler = device.createSampler({
       maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,

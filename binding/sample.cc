@@ -147,8 +147,7 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
   check_csr(rows.penalty_offsets, rows.penalty_tokens.size(), "penaltyTokens");
   if (rows.penalty_counts.size() != rows.penalty_tokens.size() || rows.penalty_in_prompt.size() != rows.penalty_tokens.size())
     throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
-  if (call->on_device && (!rows.bias_offsets.empty() || !rows.banned_offsets.empty() || !rows.penalty_offsets.empty()))
-    throw_error(env, "logitBias / bannedTokens / penalties: not supported on CUDA devices yet");
+  p.listed_entries = static_cast<int64_t>(rows.bias_tokens.size() + rows.banned_tokens.size() + rows.penalty_tokens.size());
   if (call->on_device && p.filter_order != FilterOrder::kHuggingFace)
     throw_error(env, "filterOrder: 'vllm' is not supported on CUDA devices yet");
   Napi::Value out = spec.Get("out");

@@ -21,9 +21,9 @@ inline cudaError_t check_params(const SampleParams& p) {
     return cudaErrorInvalidValue;
   if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16)
     return cudaErrorInvalidValue;
-  // Logit bias, banned tokens and penalties: the CPU backend only, so far (lib/options.ts says so
-  // before a call gets here).
-  if (has_penalties(p) || p.filter_order != FilterOrder::kHuggingFace) return cudaErrorNotSupported;
+  if (has_penalties(p) && p.listed_entries < 0) return cudaErrorInvalidValue;
+  // vLLM's filter order: the CPU backend only, so far (the binding says so before a call gets here).
+  if (p.filter_order != FilterOrder::kHuggingFace) return cudaErrorNotSupported;
   return cudaSuccess;
 }
 

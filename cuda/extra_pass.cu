@@ -30,6 +30,7 @@
 
 #include "internal_launchers.h"
 #include "kernels/common.cuh"
+#include "kernels/listed.cuh"
 #include "launch.cuh"
 #include "kernels/row_select.cuh"
 
@@ -105,14 +106,7 @@ using detail::Min;
 using detail::order_key;
 using detail::Sum;
 
-// softcap, then the mask and the non-finite rules; NaN = not a candidate.
-__device__ __forceinline__ float candidate_value(const SampleParams& p, int64_t b, int64_t v, float raw) {
-  const float l = softcap_logit(raw, p.softcap);
-  const bool allowed =
-      p.allowed == nullptr || ((p.allowed[b * ((p.vocab + 31) / 32) + (v >> 5)] >> (v & 31)) & 1u) != 0;
-  if (!allowed || l != l || l == -INFINITY) return NAN;
-  return l;
-}
+using detail::candidate_value;
 
 // ---- block helpers ------------------------------------------------------------------------------
 template <typename T, typename Op>

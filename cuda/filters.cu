@@ -20,6 +20,7 @@
 
 #include "check_params.h"
 #include "kernels/convert.cuh"
+#include "kernels/listed.cuh"
 #include "kernels/row_select.cuh"
 #include "internal_launchers.h"
 #include "include/launchers.h"
@@ -42,18 +43,7 @@ using detail::Max;
 using detail::order_key;
 using detail::Sum;
 
-__device__ __forceinline__ bool allowed_bit(const uint32_t* allowed, int64_t words, int64_t b,
-                                            int64_t v) {
-  return allowed == nullptr || ((allowed[b * words + (v >> 5)] >> (v & 31)) & 1u) != 0;
-}
-
-// The value a raw logit (bias included) contributes: softcap first, then the mask and the
-// non-finite rules; NaN marks "not a candidate" (masked, NaN or -Inf).
-__device__ __forceinline__ float candidate_value(float raw, float softcap, bool allowed) {
-  const float l = softcap_logit(raw, softcap);
-  if (!allowed || l != l || l == -INFINITY) return NAN;
-  return l;
-}
+using detail::candidate_value;
 
 // ---- block reductions ---------------------------------------------------------------------------------
 template <typename T, typename Op>
@@ -554,10 +544,9 @@ __global__ void __launch_bounds__(kThreads)
   if (any != nullptr && *any == 0) return;
   const int64_t b = blockIdx.x;
   if (only_rows != nullptr && only_rows[b] == 0) return;
-  const int64_t V = p.vocab, words = (V + 31) / 32;
+  const int64_t V = p.vocab;
   float* row = logits + b * V;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    row[v] = candidate_value(row[v], p.softcap, allowed_bit(p.allowed, words, b, v));
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) row[v] = candidate_value(p, b, v, row[v]);
   __syncthreads();
   const Elems e{row, nullptr, V};
   decide_row(p, e, load_control(p, b), nullptr, nullptr, inverse_cdf);
@@ -639,7 +628,6 @@ __global__ void __launch_bounds__(kThreads)
   // The running winners serve every row that ends up keeping all its candidates: rows without
   // filters, but also rows whose filters turn out to be void (top-k >= the row's candidates, or
   // +Inf logits present), which only the whole-row statistics decide. So every row keeps them.
-  const int64_t words = (p.vocab + 31) / 32;
   const float T = c.temperature;
   const bool greedy = T == 0.0f;
   const float inv_t = greedy ? 0.0f : 1.0f / T;
@@ -647,7 +635,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = chunk_logits + b * count;
   auto value_at = [&](int64_t i) {  // i: position in the chunk
     const int64_t v = v0 + i;
-    return candidate_value(row[i], p.softcap, allowed_bit(p.allowed, words, b, v));
+    return candidate_value(p, b, v, row[i]);
   };
 
   for (int i = threadIdx.x; i < stats.count; i += blockDim.x) {
@@ -1386,22 +1374,27 @@ cudaError_t launch_flagged_logits_any(const SampleParams& p, const int32_t* rows
 
 }  // namespace
 
-cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
+cudaError_t launch_reference_filtered(const SampleParams& call, ReferenceMethod method,
                                       cudaStream_t stream) {
-  cudaError_t err = check(p);
+  cudaError_t err = check(call);
   if (err != cudaSuccess) return err;
+  Scratch scratch(call, stream);
+  SampleParams p;
+  void* listed = nullptr;
   float* logits = nullptr;
-  const size_t bytes = static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float);
-  if ((err = cudaMallocAsync(reinterpret_cast<void**>(&logits), bytes, stream)) != cudaSuccess) return err;
-  err = launch_logits_store(p, 0, p.vocab, logits, stream);
+  err = build_listed_table(call, scratch, &p, &listed, stream);
+  if (err == cudaSuccess)
+    err = scratch.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float), &logits);
+  if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
   if (err == cudaSuccess) {
     if (p.fallback_rows) cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
     whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(
         logits, p, nullptr, nullptr, method == ReferenceMethod::kInverseCdf);
     err = cudaGetLastError();
   }
-  const cudaError_t freed = cudaFreeAsync(logits, stream);
-  return err != cudaSuccess ? err : freed;
+  const cudaError_t freed = scratch.give_back(logits);
+  const cudaError_t freed_listed = scratch.give_back(listed);
+  return err != cudaSuccess ? err : freed != cudaSuccess ? freed : freed_listed;
 }
 
 cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
@@ -1500,7 +1493,7 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
       one_pass += row_logits_bytes(p) + extra;
     }
   }
-  *bytes = chunked > one_pass ? chunked : one_pass;
+  *bytes = listed_table_bytes(p) + (chunked > one_pass ? chunked : one_pass);
   return cudaSuccess;
 }
 
@@ -1530,6 +1523,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.min_p = p.min_p;
   f.allowed = p.allowed;
   f.allowed_words = (p.vocab + 31) / 32;
+  f.listed = reinterpret_cast<const uint2*>(p.listed_marks);
+  f.listed_table = reinterpret_cast<const detail::ListedEntry*>(p.listed_table);
   f.softcap = p.softcap;
   f.top_logprobs = p.top_logprobs;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
@@ -1571,10 +1566,9 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   return err != cudaSuccess ? err : freed;
 }
 
-cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
-  cudaError_t err = check(p);
-  if (err != cudaSuccess) return err;
-  if (!p.fallback_rows) return cudaErrorInvalidValue;
+// launch_fused_filtered once the listed tokens' table is built (p.listed_* set where p lists any).
+static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
   if (filtered_gemm_supported(p)) {
     err = launch_one_pass_filtered(p, stream);
     if (err != cudaErrorNotSupported) return err;
@@ -1633,6 +1627,19 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream) {
     }
   }
   const cudaError_t freed = scratch.give_back(ws);
+  return err != cudaSuccess ? err : freed;
+}
+
+cudaError_t launch_fused_filtered(const SampleParams& call, cudaStream_t stream) {
+  cudaError_t err = check(call);
+  if (err != cudaSuccess) return err;
+  if (!call.fallback_rows) return cudaErrorInvalidValue;
+  Scratch scratch(call, stream);
+  SampleParams p;
+  void* listed = nullptr;
+  err = build_listed_table(call, scratch, &p, &listed, stream);
+  if (err == cudaSuccess) err = launch_filtered_passes(scratch.rest(p), stream);
+  const cudaError_t freed = scratch.give_back(listed);
   return err != cudaSuccess ? err : freed;
 }
 

@@ -56,6 +56,13 @@ class Scratch {
   cudaStream_t stream_;
 };
 
+// The listed tokens' marks and table (kernels/listed.cuh) for p's lists, in scratch's next region,
+// by one kernel on `stream`: *q is p with listed_marks and listed_table set (p itself when it lists
+// nothing), *region what to give back to scratch once the call's kernels are enqueued.
+cudaError_t build_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region,
+                               cudaStream_t stream);
+size_t listed_table_bytes(const SampleParams& p);  // 0 when p lists nothing
+
 // The workspace of launch_fused_filtered (every path `p`'s options may take) and of
 // launch_extra_pass, in bytes, the way fused_workspace_bytes promises.
 cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes);

@@ -343,11 +343,6 @@ export function buildSpec(
     spec.logprobs = opts.logprobs;
   }
   if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
-  const listed = ['logitBias', 'bannedTokens', 'penaltyTokens', 'repetitionPenalty', 'frequencyPenalty', 'presencePenalty'] as const;
-  const given = listed.find((k) => opts[k] !== undefined);
-  if (given !== undefined && o.device.kind === 'cuda') {
-    throw new TypeError(`${given}: not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`);
-  }
   if (opts.logitBias !== undefined) {
     const c = checkCsr('logitBias', opts.logitBias, batch, vocab, { values: 'Float32Array' }, false);
     const values = c.arrays.values as Float32Array;

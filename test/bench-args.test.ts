@@ -55,7 +55,7 @@ describe('--options', () => {
   test('unknown names: an ArgError with a suggestion and the list of names', () => {
     expect(argError(() => parseOptionSet('llama'))).toBe(
       `--options: unknown option "llama" (did you mean llama3?); expected plain, topk<k>, topp<p>, minp<m>, logprobs, ` +
-        `toplogprobs<n>, mask, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
+        `toplogprobs<n>, mask, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
     );
     expect(argError(() => parseOptionSet('llama3.1'))).toMatch(/unknown option "llama3.1" \(did you mean llama3\?\)/);
     expect(argError(() => parseOptionSet('qwen2'))).toMatch(/unknown option "qwen2" \(did you mean qwen3\?\)/);

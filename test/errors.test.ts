@@ -455,9 +455,9 @@ const cases: Record<string, Case> = {
   [`TypeError: presencePenalty: needs penaltyTokens (the tokens it applies to, with their counts)`]: {
     runs: [() => sampleFused(operands().H, operands().W, { presencePenalty: 0.5 })],
   },
-  [`TypeError: bannedTokens: not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`]: {
+  [`TypeError: filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`]: {
     needs: 'gpu',
-    runs: [() => sampleFused(operands(gpu()).H, operands(gpu()).W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1, 1, 1]), tokenIds: Int32Array.from([3]) } })],
+    runs: [() => sampleFused(operands(gpu()).H, operands(gpu()).W, { filterOrder: 'vllm', minP: 0.1 })],
   },
   [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
     needs: 'gpu',

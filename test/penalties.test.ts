@@ -1,13 +1,17 @@
 // Logit bias, banned tokens and the repetition / frequency / presence penalties (issue 20,
-// SEMANTICS §2 steps 2a-2d) on the CPU backend: chi-square of each alone and combined with filters
-// against a float64 model (fp32 rounding of each step mirrored), fused = reference (gumbel),
-// penalties that flip the argmax, and the argument errors. CUDA refuses them with a clear error.
+// SEMANTICS §2 steps 2a-2d) on every device: chi-square of each alone and combined with filters
+// against a float64 model (fp32 rounding of each step mirrored), on the GPU also one sample per row
+// (the one-pass epilogue) and rows sent through the extra pass; fused = reference (gumbel) at V =
+// 128256 with 512 listed tokens a row; penalties that flip the argmax; the argument errors.
 
-import { open, sampleFused, type SampleOptions } from '../lib/index';
+import { open, sampleFused, sampleReference, type SampleOptions } from '../lib/index';
 import {
   MAX_S,
+  addInto,
   agreement,
   cudaStatus,
+  describeDevices,
+  dominantLogits,
   draw,
   failure,
   flatLogits,
@@ -15,6 +19,8 @@ import {
   keptDistribution,
   plantLogits,
   rowCounts,
+  rng,
+  scaled,
   zipfLogits,
   type FilterSpec,
   type SamplerName,
@@ -90,7 +96,17 @@ function topTokens(l: ArrayLike<number>, k: number): number[] {
     .map(([, v]) => v);
 }
 
-describe('cpu: logit bias, bans and penalties', () => {
+/** Row b's lists repeated for `copies` rows (row i gets rows[i % rows.length]). */
+function repeatRows(rows: Listed[], copies: number): Listed[] {
+  return Array.from({ length: copies }, (_, i) => rows[i % rows.length]);
+}
+
+/** Per-row seeds 1000 + b, one sample per row, at `offset`. */
+function perRowSeeds(B: number, offset: number): SampleOptions {
+  return { seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b)), offset };
+}
+
+describeDevices((devName, dev) => {
   for (const V of [111, 1000]) {
     // Three rows: the top tokens of each are the ones listed, so every step moves real mass.
     const logits = [zipfLogits(V, 1.0, 31), flatLogits(V, 32, 3), zipfLogits(V, 0.7, 33)];
@@ -122,7 +138,7 @@ describe('cpu: logit bias, bans and penalties', () => {
     for (const c of cases) {
       for (const sampler of ['fused', 'reference-inverse-cdf'] as SamplerName[]) {
         test(`V ${V}, B 3, ${c.name}, ${sampler}: chi-square against float64`, async () => {
-          const p = plantLogits(cpu, 'f32', logits, { D: 8 });
+          const p = plantLogits(dev(), 'f32', logits, { D: 8 });
           const f = c.filters ?? [{}, {}, {}];
           const o: SampleOptions = {
             ...listedOptions(c.rows),
@@ -155,7 +171,7 @@ describe('cpu: logit bias, bans and penalties', () => {
     const rows: Listed[] = tops.map((t) => ({
       bias: [[t[2], 2]], banned: [t[0]], penalized: [[t[1], 2, true], [t[3], 0, true]], repetition: 1.2, frequency: 0.3, presence: 0.3,
     }));
-    const p = plantLogits(cpu, 'bf16', logits, { D: 16 });
+    const p = plantLogits(dev(), 'bf16', logits, { D: 16 });
     const o = { ...listedOptions(rows), seed: 5n, numSamples: 4096, topP: 0.95 };
     const a = await sampleFused(p.H, p.W, o);
     const g = await draw('reference-gumbel', p.H, p.W, o);
@@ -167,7 +183,7 @@ describe('cpu: logit bias, bans and penalties', () => {
     const V = 111;
     const l = zipfLogits(V, 1, 61).map((x) => x + 5); // positive: the repetition penalty divides
     const [first, second] = topTokens(l, 2);
-    const p = plantLogits(cpu, 'f32', [l], { D: 8 });
+    const p = plantLogits(dev(), 'f32', [l], { D: 8 });
     const greedy = async (o: SampleOptions) => (await sampleFused(p.H, p.W, { ...o, temperature: 0 })).tokens[0];
     expect(await greedy({})).toBe(first);
     const one = (x: Listed) => listedOptions([x]);
@@ -182,13 +198,129 @@ describe('cpu: logit bias, bans and penalties', () => {
     expect(await greedy(one({ penalized: [[first, 0, false]], frequency: 5, presence: 5 }))).toBe(first);
     p.dispose();
     // negative logits: the repetition penalty multiplies (rank 1 at -5, rank 2 at -5 - ln 2)
-    const q = plantLogits(cpu, 'f32', [zipfLogits(V, 1, 61).map((x) => x - 5)], { D: 8 });
+    const q = plantLogits(dev(), 'f32', [zipfLogits(V, 1, 61).map((x) => x - 5)], { D: 8 });
     const greedyQ = async (o: SampleOptions) => (await sampleFused(q.H, q.W, { ...o, temperature: 0 })).tokens[0];
     expect(await greedyQ({})).toBe(first);
     expect(await greedyQ(one({ penalized: [[first, 1, false]], repetition: 1.5 }))).toBe(second);
     q.dispose();
   });
 
+  // One sample per row: on compute capability 9.0 the lists go through the one-pass epilogue.
+  describe('one sample per row', () => {
+    test('all of them with filters, 2048 rows x 32 offsets (V=1000, bf16): chi-square against float64', async () => {
+      const V = 1000;
+      const base = zipfLogits(V, 1.1, 91);
+      const t = topTokens(base, 12);
+      const row: Listed = {
+        bias: [[t[1], 1.0], [t[9], 3.0], [t[11], -0.5]],
+        banned: [t[0]],
+        penalized: [[t[2], 2, true], [t[3], 0, true], [t[9], 1, false], [t[10], 0, false]],
+        repetition: 1.3,
+        frequency: 0.25,
+        presence: -0.5,
+      };
+      const B = 2048;
+      const calls = scaled(32, 32);
+      for (const spec of [{ temperature: 0.7, topK: 8 }, { temperature: 1, minP: 0.05 }, { temperature: 1 }] as FilterSpec[]) {
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+        try {
+          const o: SampleOptions = { ...listedOptions(repeatRows([row], B)), temperature: spec.temperature };
+          if (spec.topK) o.topK = spec.topK;
+          if (spec.minP) o.minP = spec.minP;
+          const counts = new Float64Array(V);
+          for (let c = 0; c < calls; c++) {
+            const one = new Float64Array(V);
+            for (const tok of (await sampleFused(p.H, p.W, { ...o, ...perRowSeeds(B, c) })).tokens) one[tok] += 1;
+            addInto(counts, one);
+          }
+          const fit = goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), spec).probs);
+          expect(`${JSON.stringify(spec)}: ${fit.summary}`).toBe(fit.ok ? `${JSON.stringify(spec)}: ${fit.summary}` : 'a good fit');
+          expect(goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs).ok).toBe(false);
+        } finally {
+          p.dispose();
+        }
+      }
+    });
+
+    test('near-flat rows through the extra pass (top-p 0.99, V=3000, T 4): tokens and logprobs equal reference(gumbel)', async () => {
+      const V = 3000;
+      const flat = flatLogits(V, 9, 8);
+      const t = topTokens(flat, 40);
+      const rows = Array.from({ length: 64 }, (_, b): Listed => ({
+        bias: [[t[b % 40], 2.5]],
+        banned: [t[(b + 1) % 40]],
+        penalized: [[t[(b + 2) % 40], 3, true], [t[(b + 3) % 40], 0, true]],
+        repetition: 1.5,
+        frequency: 0.5,
+        presence: 0.5,
+      }));
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: 64 }, () => flat), { D: 8 });
+      try {
+        let fallbackRows = 0;
+        for (let c = 0; c < 4; c++) {
+          const o: SampleOptions = { ...listedOptions(rows), ...perRowSeeds(64, c), topP: 0.99, temperature: 4, logprobs: true };
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          fallbackRows += f.fallbackRows ?? 0;
+          expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+          for (let b = 0; b < 64; b++) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
+        }
+        if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
+  (devName === 'cuda' ? test : test.skip)('V = 128256, B = 33, 512 distinct listed tokens a row under the model-card defaults: fused == reference(gumbel)', async () => {
+    const V = 128256;
+    const B = 33;
+    const logitRows = Array.from({ length: B }, (_, b) => (b % 2 ? zipfLogits(V, 1.0, b) : dominantLogits(V, b, 14)));
+    const r = rng(2020);
+    const rows = logitRows.map((l, b): Listed => {
+      // the row's 8 best tokens and 504 random ones, split between the three lists
+      const picked = new Set(topTokens(l, 8));
+      while (picked.size < 512) picked.add(Math.floor(r() * V));
+      const ids = [...picked];
+      return {
+        bias: ids.slice(0, 100).map((t, i) => [t, i % 2 ? 1.5 : -2] as [number, number]),
+        banned: [ids[0], ...(b % 3 === 0 ? ids.slice(100, 110) : [])], // ids[0]: the row's argmax
+        penalized: ids.slice(110).map((t, i) => [t, i % 4, i % 3 === 0] as [number, number, boolean]),
+        repetition: 1.2,
+        frequency: 0.3,
+        presence: 0.4,
+      };
+    });
+    const p = plantLogits(dev(), 'bf16', logitRows, { D: 40 });
+    try {
+      for (const spec of [{ temperature: 1 }, { temperature: 0.6, topP: 0.9 }, { temperature: 0.6, topK: 20, topP: 0.95 }, { minP: 0.05 }, { temperature: 0 }] as FilterSpec[]) {
+        let same = 0;
+        for (let c = 0; c < 4; c++) {
+          const o: SampleOptions = { ...listedOptions(rows), ...perRowSeeds(B, c), temperature: spec.temperature ?? 1, logprobs: true };
+          if (spec.topK) o.topK = spec.topK;
+          if (spec.topP) o.topP = spec.topP;
+          if (spec.minP) o.minP = spec.minP;
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          same += agreement(f.tokens, g.tokens);
+          for (let b = 0; b < B; b++) {
+            if (f.tokens[b] === g.tokens[b]) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
+          }
+        }
+        expect(`${JSON.stringify(spec)}: ${same / 4}`).toBe(same / 4 >= 0.999 ? `${JSON.stringify(spec)}: ${same / 4}` : 'agreement >= 0.999');
+      }
+      // the negative control: without the lists the draws differ
+      const o = { ...perRowSeeds(B, 0), temperature: 1 };
+      const with_ = await sampleFused(p.H, p.W, { ...o, ...listedOptions(rows) });
+      const without = await sampleFused(p.H, p.W, o);
+      expect(agreement(with_.tokens, without.tokens)).toBeLessThan(0.9);
+    } finally {
+      p.dispose();
+    }
+  });
+});
+
+describe('cpu: argument errors and the filter order', () => {
   test('argument errors name the argument and what was expected', async () => {
     const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1), zipfLogits(111, 1, 2)], { D: 8 });
     const call = (o: SampleOptions) => failure(() => sampleFused(p.H, p.W, o));
@@ -290,11 +422,9 @@ describe('cpu: logit bias, bans and penalties', () => {
   });
 
   const gpu = cudaStatus();
-  (gpu.usable ? test : test.skip)(`CUDA refuses them with a clear error${gpu.usable ? '' : ` — skipped: ${gpu.reason}`}`, async () => {
+  (gpu.usable ? test : test.skip)(`CUDA refuses filterOrder 'vllm' with a clear error${gpu.usable ? '' : ` — skipped: ${gpu.reason}`}`, async () => {
     const dev = open('cuda');
     const p = plantLogits(dev, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
-    const e = await failure(() => sampleFused(p.H, p.W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1]), tokenIds: Int32Array.from([3]) } }));
-    expect(e.message).toMatch(/^bannedTokens: not supported on 'cuda' devices yet/);
     const order = await failure(() => sampleFused(p.H, p.W, { filterOrder: 'vllm', minP: 0.1 }));
     expect(order.message).toMatch(/^filterOrder: 'vllm' is not supported on 'cuda' devices yet/);
     p.dispose();

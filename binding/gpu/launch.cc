@@ -34,6 +34,18 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
   l.top_p = take(rows.top_p.size() * 4);
   l.min_p = take(rows.min_p.size() * 4);
   l.allowed = take(rows.allowed.size() * 4);
+  l.bias_offsets = take(rows.bias_offsets.size() * 4);
+  l.bias_tokens = take(rows.bias_tokens.size() * 4);
+  l.bias_values = take(rows.bias_values.size() * 4);
+  l.banned_offsets = take(rows.banned_offsets.size() * 4);
+  l.banned_tokens = take(rows.banned_tokens.size() * 4);
+  l.penalty_offsets = take(rows.penalty_offsets.size() * 4);
+  l.penalty_tokens = take(rows.penalty_tokens.size() * 4);
+  l.penalty_counts = take(rows.penalty_counts.size() * 4);
+  l.penalty_in_prompt = take(rows.penalty_in_prompt.size());
+  l.repetition = take(rows.repetition_penalty.size() * 4);
+  l.frequency = take(rows.frequency_penalty.size() * 4);
+  l.presence = take(rows.presence_penalty.size() * 4);
   l.input_bytes = at;
   l.tokens = take(B * S * 4);
   l.row_status = take(B * 4);
@@ -59,6 +71,18 @@ std::vector<uint8_t> pack_inputs(const ScratchLayout& l, const SampleParams& p,
   put(l.top_p, rows.top_p.data(), rows.top_p.size() * 4);
   put(l.min_p, rows.min_p.data(), rows.min_p.size() * 4);
   put(l.allowed, rows.allowed.data(), rows.allowed.size() * 4);
+  put(l.bias_offsets, rows.bias_offsets.data(), rows.bias_offsets.size() * 4);
+  put(l.bias_tokens, rows.bias_tokens.data(), rows.bias_tokens.size() * 4);
+  put(l.bias_values, rows.bias_values.data(), rows.bias_values.size() * 4);
+  put(l.banned_offsets, rows.banned_offsets.data(), rows.banned_offsets.size() * 4);
+  put(l.banned_tokens, rows.banned_tokens.data(), rows.banned_tokens.size() * 4);
+  put(l.penalty_offsets, rows.penalty_offsets.data(), rows.penalty_offsets.size() * 4);
+  put(l.penalty_tokens, rows.penalty_tokens.data(), rows.penalty_tokens.size() * 4);
+  put(l.penalty_counts, rows.penalty_counts.data(), rows.penalty_counts.size() * 4);
+  put(l.penalty_in_prompt, rows.penalty_in_prompt.data(), rows.penalty_in_prompt.size());
+  put(l.repetition, rows.repetition_penalty.data(), rows.repetition_penalty.size() * 4);
+  put(l.frequency, rows.frequency_penalty.data(), rows.frequency_penalty.size() * 4);
+  put(l.presence, rows.presence_penalty.data(), rows.presence_penalty.size() * 4);
   return staging;
 }
 
@@ -74,6 +98,28 @@ void bind_scratch(SampleParams* p, const ScratchLayout& l, uint8_t* base, const 
   p->allowed = rows.device_allowed ? rows.device_allowed
                : rows.allowed.empty() ? nullptr
                                       : reinterpret_cast<const uint32_t*>(base + l.allowed);
+  // The listed tokens' CSR lists (an empty list stays null; an empty tokenIds of a given list is
+  // valid: its offsets are all 0, and the kernels never read past them).
+  auto i32 = [&](size_t at) { return reinterpret_cast<const int32_t*>(base + at); };
+  auto f32 = [&](size_t at) { return reinterpret_cast<const float*>(base + at); };
+  if (!rows.bias_offsets.empty()) {
+    p->bias_offsets = i32(l.bias_offsets);
+    p->bias_tokens = i32(l.bias_tokens);
+    p->bias_values = f32(l.bias_values);
+  }
+  if (!rows.banned_offsets.empty()) {
+    p->banned_offsets = i32(l.banned_offsets);
+    p->banned_tokens = i32(l.banned_tokens);
+  }
+  if (!rows.penalty_offsets.empty()) {
+    p->penalty_offsets = i32(l.penalty_offsets);
+    p->penalty_tokens = i32(l.penalty_tokens);
+    p->penalty_counts = i32(l.penalty_counts);
+    p->penalty_in_prompt = reinterpret_cast<const uint8_t*>(base + l.penalty_in_prompt);
+    p->repetition_penalty = rows.repetition_penalty.empty() ? nullptr : f32(l.repetition);
+    p->frequency_penalty = rows.frequency_penalty.empty() ? nullptr : f32(l.frequency);
+    p->presence_penalty = rows.presence_penalty.empty() ? nullptr : f32(l.presence);
+  }
   p->tokens = reinterpret_cast<int32_t*>(base + l.tokens);
   p->row_status = reinterpret_cast<int32_t*>(base + l.row_status);
   p->logprobs = want_logprobs ? reinterpret_cast<float*>(base + l.logprobs) : nullptr;

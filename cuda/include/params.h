@@ -68,6 +68,11 @@ struct SampleParams {
   const float* repetition_penalty = nullptr;   // [batch] r > 0, 1 = off
   const float* frequency_penalty = nullptr;    // [batch], 0 = off
   const float* presence_penalty = nullptr;     // [batch], 0 = off
+  int64_t listed_entries = 0;  // the three lists' entries together (the CUDA table's size)
+
+  // ---- built by the CUDA launchers from the lists above (callers leave them null) ---------------
+  const uint32_t* listed_marks = nullptr;  // [batch, ceil(vocab / 32)] pairs: bits, first table index
+  const float* listed_table = nullptr;     // [listed_entries, 4]: kernels/listed.cuh's ListedEntry
 
   // ---- outputs -----------------------------------------------------------------------------------
   int32_t* tokens = nullptr;           // [batch, num_samples]
@@ -90,9 +95,10 @@ inline bool has_penalties(const SampleParams& p) {
   return p.bias_offsets != nullptr || p.banned_offsets != nullptr || p.penalty_offsets != nullptr;
 }
 
+// Whether a call takes the filtered path: filters, masks, softcap, logprobs or listed tokens.
 inline bool has_filters(const SampleParams& p) {
   return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr || p.allowed != nullptr ||
-         p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0;
+         p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0 || has_penalties(p);
 }
 
 }  // namespace flashsample

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common.cuh"
+#include "listed.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -67,7 +68,9 @@ struct FilterArgs {
   const float* top_p;
   const float* min_p;
   const uint32_t* allowed; // [batch, allowed_words] or nullptr
-  int64_t allowed_words;
+  int64_t allowed_words;   // also the row stride of `listed`
+  const uint2* listed;     // [batch, allowed_words] marks of the listed tokens, or nullptr
+  const ListedEntry* listed_table;  // their steps 2a-2d (listed.cuh)
   float softcap;
   int32_t top_logprobs;
 };

@@ -298,12 +298,25 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
         if constexpr (kFiltered) {
-          // the values that can be drawn: softcap, then NaN for masked, NaN, -Inf and past the vocabulary
+          // the values that can be drawn: softcap, the listed tokens' steps, then NaN for masked,
+          // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
+          const bool in_row = vq < V && b < B;
           const uint32_t allowed =
-              f.allowed == nullptr ? 0xfu : vq < V && b < B ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u;
+              f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u;
+          const uint2 marks =
+              f.listed != nullptr && in_row ? f.listed[b * f.allowed_words + (vq >> 5)] : make_uint2(0u, 0u);
+#pragma unroll
+          for (int o = 0; o < 4; ++o) l[jj][o] = softcap_logit(l[jj][o], f.softcap);
+          if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
+            const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
+            l[jj][0] = q4.x;
+            l[jj][1] = q4.y;
+            l[jj][2] = q4.z;
+            l[jj][3] = q4.w;
+          }
 #pragma unroll
           for (int o = 0; o < 4; ++o) {
-            const float x = softcap_logit(l[jj][o], f.softcap);
+            const float x = l[jj][o];
             l[jj][o] = ((allowed >> o) & 1u) == 0u || vq + o >= V || x == -INFINITY ? NAN : x;
           }
         }

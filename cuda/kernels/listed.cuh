@@ -1,0 +1,76 @@
+// The tokens a row lists (SEMANTICS §2, steps 2a-2d: logit bias, bans, repetition, frequency and
+// presence penalties) as every CUDA kernel that turns a raw logit into a candidate value reads them,
+// and that turn itself (candidate_value).
+//
+// build_listed_table (listed.cu) folds a call's three CSR lists into two arrays:
+// - marks [batch, ceil(V / 32)] uint2: x = the word's bits (bit v % 32 set: token v is listed),
+//   y = the table index of the word's first listed token;
+// - table: one ListedEntry per listed (row, token), in token order within the row.
+// A kernel then pays one 8-byte load per 32 tokens where nothing is listed (like the allowed mask)
+// and one more dependent load for a listed token: no search, no [batch, V] table.
+#pragma once
+
+#include <stdint.h>
+
+#include "../include/noise.h"
+#include "../include/params.h"
+
+namespace flashsample {
+namespace cuda {
+namespace detail {
+
+enum ListedFlag : uint32_t {
+  kListedBias = 1u,        // 2a: + bias
+  kListedBanned = 2u,      // 2b: probability 0
+  kListedRepetition = 4u,  // 2c: / r if positive, * r otherwise
+  kListedSubtract = 8u,    // 2d: - fmaf(f, count, p), folded once per call
+};
+
+struct alignas(16) ListedEntry {
+  float bias;
+  float repetition;
+  float subtract;
+  uint32_t flags;  // ListedFlag bits
+};
+
+// Steps 2a-2d on one logit, each in float32 in SEMANTICS' order (the CPU backend's apply_listed).
+__device__ __forceinline__ float apply_listed_entry(const ListedEntry& e, float x) {
+  if (e.flags & kListedBias) x += e.bias;
+  if (e.flags & kListedBanned) return -INFINITY;
+  if (e.flags & kListedRepetition) x = x > 0.0f ? x / e.repetition : x * e.repetition;
+  if (e.flags & kListedSubtract) x -= e.subtract;
+  return x;
+}
+
+// The table entry of listed token v, given its word's mark m (bit v % 32 set).
+__device__ __forceinline__ const ListedEntry& listed_entry(const ListedEntry* table, uint2 m, int64_t v) {
+  return table[m.y + __popc(m.x & ((1u << (v & 31)) - 1u))];
+}
+
+// The listed tokens' steps on the quad of tokens vq .. vq + 3 (vq a multiple of 4, m its word's mark).
+static __device__ __noinline__ float4 apply_listed_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
+  float l[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int o = 0; o < 4; ++o)
+    if ((m.x >> ((vq & 31) + o)) & 1u) l[o] = apply_listed_entry(listed_entry(table, m, vq + o), l[o]);
+  return make_float4(l[0], l[1], l[2], l[3]);
+}
+
+// softcap, the listed tokens' steps, then the mask and the non-finite rules (SEMANTICS §2): the
+// value a raw logit (bias included) contributes, NaN = not a candidate (masked, NaN or -Inf).
+__device__ __forceinline__ float candidate_value(const SampleParams& p, int64_t b, int64_t v, float raw) {
+  const int64_t words = (p.vocab + 31) / 32;
+  float l = softcap_logit(raw, p.softcap);
+  if (p.listed_marks != nullptr) {
+    const uint2 m = reinterpret_cast<const uint2*>(p.listed_marks)[b * words + (v >> 5)];
+    if ((m.x >> (v & 31)) & 1u)
+      l = apply_listed_entry(listed_entry(reinterpret_cast<const ListedEntry*>(p.listed_table), m, v), l);
+  }
+  const bool allowed = p.allowed == nullptr || ((p.allowed[b * words + (v >> 5)] >> (v & 31)) & 1u) != 0;
+  if (!allowed || l != l || l == -INFINITY) return NAN;
+  return l;
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace flashsample

@@ -1,0 +1,139 @@
+// The listed tokens' marks and table (kernels/listed.cuh), built from a call's CSR lists on the
+// device: one block per row, one launch, capturable (fixed grid, no host reads).
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "internal_launchers.h"
+#include "kernels/listed.cuh"
+
+namespace flashsample {
+namespace cuda {
+namespace {
+
+using detail::ListedEntry;
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t b) {
+  return offsets == nullptr ? 0 : offsets[b];
+}
+
+// The rows' tables are packed at the sum of the three lists' offsets: a row lists at most as many
+// distinct tokens as its three lists hold entries.
+__global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, uint2* marks, ListedEntry* table) {
+  __shared__ uint32_t warp_sums[kThreads / 32];
+  const int64_t b = blockIdx.x, V = p.vocab, words = (V + 31) / 32;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint2* row = marks + b * words;
+  for (int64_t w = tid; w < words; w += kThreads) row[w] = make_uint2(0u, 0u);
+  __syncthreads();
+  // Token ids the binding did not check (device-side lists) outside [0, V) are skipped.
+  auto each = [&](const int32_t* offsets, const int32_t* tokens, auto&& f) {
+    if (offsets == nullptr) return;
+    for (int64_t i = offsets[b] + tid; i < offsets[b + 1]; i += kThreads) {
+      const int32_t t = tokens[i];
+      if (t >= 0 && t < V) f(i, t);
+    }
+  };
+  auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
+  each(p.bias_offsets, p.bias_tokens, mark);
+  each(p.banned_offsets, p.banned_tokens, mark);
+  each(p.penalty_offsets, p.penalty_tokens, mark);
+  __syncthreads();
+
+  // Exclusive prefix of the words' listed counts: each thread a contiguous span of words.
+  const int64_t span = (words + kThreads - 1) / kThreads;
+  const int64_t lo = tid * span < words ? tid * span : words;
+  const int64_t hi = lo + span < words ? lo + span : words;
+  uint32_t mine = 0;
+  for (int64_t w = lo; w < hi; ++w) mine += __popc(row[w].x);
+  uint32_t incl = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  uint32_t before = 0, total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    if (w < warp) before += warp_sums[w];
+    total += warp_sums[w];
+  }
+  const uint32_t base = static_cast<uint32_t>(row_begin(p.bias_offsets, b) + row_begin(p.banned_offsets, b) +
+                                              row_begin(p.penalty_offsets, b));
+  uint32_t at = base + before + incl - mine;
+  for (int64_t w = lo; w < hi; ++w) {
+    row[w].y = at;
+    at += __popc(row[w].x);
+  }
+  for (uint32_t i = tid; i < total; i += kThreads) table[base + i] = ListedEntry{0.0f, 1.0f, 0.0f, 0u};
+  __syncthreads();
+
+  auto entry = [&](int32_t t) -> ListedEntry& {
+    const uint2 m = row[t >> 5];
+    return table[m.y + __popc(m.x & ((1u << (t & 31)) - 1u))];
+  };
+  each(p.bias_offsets, p.bias_tokens, [&](int64_t i, int32_t t) {
+    ListedEntry& e = entry(t);
+    e.bias = p.bias_values[i];
+    atomicOr(&e.flags, static_cast<uint32_t>(detail::kListedBias));
+  });
+  each(p.banned_offsets, p.banned_tokens, [&](int64_t, int32_t t) {
+    atomicOr(&entry(t).flags, static_cast<uint32_t>(detail::kListedBanned));
+  });
+  const float r = p.repetition_penalty ? p.repetition_penalty[b] : 1.0f;
+  const float f = p.frequency_penalty ? p.frequency_penalty[b] : 0.0f;
+  const float pres = p.presence_penalty ? p.presence_penalty[b] : 0.0f;
+  each(p.penalty_offsets, p.penalty_tokens, [&](int64_t i, int32_t t) {
+    ListedEntry& e = entry(t);
+    const int32_t count = p.penalty_counts[i];
+    uint32_t flags = 0u;
+    if (r != 1.0f && (count > 0 || p.penalty_in_prompt[i] != 0)) {
+      e.repetition = r;
+      flags |= detail::kListedRepetition;
+    }
+    if (count > 0) {
+      e.subtract = fmaf(f, static_cast<float>(count), pres);
+      flags |= detail::kListedSubtract;
+    }
+    if (flags) atomicOr(&e.flags, flags);
+  });
+}
+
+size_t marks_bytes(const SampleParams& p) {
+  return static_cast<size_t>(p.batch) * static_cast<size_t>((p.vocab + 31) / 32) * sizeof(uint2);
+}
+
+}  // namespace
+
+size_t listed_table_bytes(const SampleParams& p) {
+  if (!has_penalties(p)) return 0;
+  WorkspaceLayout layout;
+  layout.take(marks_bytes(p));
+  layout.take(static_cast<size_t>(p.listed_entries) * sizeof(ListedEntry));
+  return layout.bytes;
+}
+
+cudaError_t build_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region,
+                               cudaStream_t stream) {
+  *q = p;
+  *region = nullptr;
+  if (!has_penalties(p)) return cudaSuccess;
+  if (p.listed_entries < 0) return cudaErrorInvalidValue;
+  uint8_t* base = nullptr;
+  cudaError_t err = scratch.take(listed_table_bytes(p), &base);
+  if (err != cudaSuccess) return err;
+  *region = base;
+  WorkspaceLayout layout;
+  uint2* marks = reinterpret_cast<uint2*>(base + layout.take(marks_bytes(p)));
+  ListedEntry* table = reinterpret_cast<ListedEntry*>(base + layout.take(0));
+  build_listed_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(p, marks, table);
+  err = cudaGetLastError();
+  q->listed_marks = reinterpret_cast<const uint32_t*>(marks);
+  q->listed_table = reinterpret_cast<const float*>(table);
+  return err;
+}
+
+}  // namespace cuda
+}  // namespace flashsample
