@@ -61,7 +61,7 @@ struct HostRowInputs {
   std::vector<float> top_p, min_p;
   std::vector<uint32_t> allowed;
   const uint32_t* device_allowed = nullptr;
-  // Logit bias, bans and penalties (CSR per row; the CPU backend only so far).
+  // Logit bias, bans and penalties (CSR per row), uploaded with the other per-row inputs on CUDA.
   std::vector<int32_t> bias_offsets, bias_tokens, banned_offsets, banned_tokens;
   std::vector<float> bias_values;
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;

@@ -1500,7 +1500,9 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row
 // decision, then the extra pass for the rows it could not decide. cudaErrorNotSupported, with
 // nothing enqueued, where the shape's tensor maps cannot be encoded.
-static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream) {
+// The listed tokens' table (p.listed_*) is built here, between the zeroing kernel and the GEMM,
+// where the GEMM's main loop hides it; *built says whether that kernel was launched.
+static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream, bool* built) {
   const size_t B = static_cast<size_t>(p.batch);
   const OnePassLayout l = one_pass_layout(p);
   Scratch scratch(p, stream);
@@ -1535,8 +1537,13 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
       reinterpret_cast<uint4*>(ws), words, p.fallback_rows);
   err = cudaGetLastError();
+  const bool programmatic = detail::programmatic_launch_supported();
   if (err == cudaSuccess) {
-    err = launch_filtered_gemm(p, winners, f, detail::programmatic_launch_supported(), stream);
+    err = launch_build_listed(p, programmatic, stream);
+    *built = err == cudaSuccess;
+  }
+  if (err == cudaSuccess) {
+    err = launch_filtered_gemm(p, winners, f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
       scratch.give_back(ws);
       return err;
@@ -1569,10 +1576,12 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
 // launch_fused_filtered once the listed tokens' table is built (p.listed_* set where p lists any).
 static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
+  bool built = false;
   if (filtered_gemm_supported(p)) {
-    err = launch_one_pass_filtered(p, stream);
+    err = launch_one_pass_filtered(p, stream, &built);
     if (err != cudaErrorNotSupported) return err;
   }
+  if (!built && (err = launch_build_listed(p, false, stream)) != cudaSuccess) return err;
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
   const ChunkedLayout l = chunked_layout(p);
   const int64_t chunk = l.chunk;
@@ -1637,7 +1646,7 @@ cudaError_t launch_fused_filtered(const SampleParams& call, cudaStream_t stream)
   Scratch scratch(call, stream);
   SampleParams p;
   void* listed = nullptr;
-  err = build_listed_table(call, scratch, &p, &listed, stream);
+  err = take_listed_table(call, scratch, &p, &listed);
   if (err == cudaSuccess) err = launch_filtered_passes(scratch.rest(p), stream);
   const cudaError_t freed = scratch.give_back(listed);
   return err != cudaSuccess ? err : freed;

@@ -62,6 +62,11 @@ class Scratch {
 cudaError_t build_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region,
                                cudaStream_t stream);
 size_t listed_table_bytes(const SampleParams& p);  // 0 when p lists nothing
+// The two halves of build_listed_table: the regions (*q points at them, nothing built yet), then
+// the kernel that builds them (nothing when q lists nothing); `programmatic`: it lets the next
+// kernel start at once and completes only after the kernel before it.
+cudaError_t take_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region);
+cudaError_t launch_build_listed(const SampleParams& q, bool programmatic, cudaStream_t stream);
 
 // The workspace of launch_fused_filtered (every path `p`'s options may take) and of
 // launch_extra_pass, in bytes, the way fused_workspace_bytes promises.

@@ -1,10 +1,14 @@
 // The listed tokens' marks and table (kernels/listed.cuh), built from a call's CSR lists on the
-// device: one block per row, one launch, capturable (fixed grid, no host reads).
+// device: one block per row, one launch, capturable (fixed grid, no host reads). On the one-pass
+// path it is launched programmatically between the zeroing kernel and the GEMM, so that it runs
+// beside the GEMM's main loop instead of before it (the epilogue waits for it).
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "internal_launchers.h"
 #include "kernels/listed.cuh"
+#include "kernels/wgmma_common.cuh"
+#include "launch.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -21,6 +25,9 @@ __device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t b) 
 // The rows' tables are packed at the sum of the three lists' offsets: a row lists at most as many
 // distinct tokens as its three lists hold entries.
 __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, uint2* marks, ListedEntry* table) {
+  // Launched programmatically: the GEMM after it may start now; it reads the table only after
+  // this grid completed, and this grid completes only after the kernel before it (see the end).
+  detail::griddep_launch_dependents();
   __shared__ uint32_t warp_sums[kThreads / 32];
   const int64_t b = blockIdx.x, V = p.vocab, words = (V + 31) / 32;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -99,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     }
     if (flags) atomicOr(&e.flags, flags);
   });
+  detail::griddep_wait();  // launched programmatically: complete only after the previous kernel
 }
 
 size_t marks_bytes(const SampleParams& p) {
@@ -115,24 +123,32 @@ size_t listed_table_bytes(const SampleParams& p) {
   return layout.bytes;
 }
 
-cudaError_t build_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region,
-                               cudaStream_t stream) {
+cudaError_t take_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region) {
   *q = p;
   *region = nullptr;
   if (!has_penalties(p)) return cudaSuccess;
   if (p.listed_entries < 0) return cudaErrorInvalidValue;
   uint8_t* base = nullptr;
-  cudaError_t err = scratch.take(listed_table_bytes(p), &base);
+  const cudaError_t err = scratch.take(listed_table_bytes(p), &base);
   if (err != cudaSuccess) return err;
   *region = base;
   WorkspaceLayout layout;
-  uint2* marks = reinterpret_cast<uint2*>(base + layout.take(marks_bytes(p)));
-  ListedEntry* table = reinterpret_cast<ListedEntry*>(base + layout.take(0));
-  build_listed_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(p, marks, table);
-  err = cudaGetLastError();
-  q->listed_marks = reinterpret_cast<const uint32_t*>(marks);
-  q->listed_table = reinterpret_cast<const float*>(table);
-  return err;
+  q->listed_marks = reinterpret_cast<const uint32_t*>(base + layout.take(marks_bytes(p)));
+  q->listed_table = reinterpret_cast<const float*>(base + layout.take(0));
+  return cudaSuccess;
+}
+
+cudaError_t launch_build_listed(const SampleParams& q, bool programmatic, cudaStream_t stream) {
+  if (q.listed_marks == nullptr) return cudaSuccess;
+  return detail::launch_kernel(build_listed_kernel, dim3(static_cast<unsigned>(q.batch)), dim3(kThreads), 0, stream,
+                               programmatic, q, reinterpret_cast<uint2*>(const_cast<uint32_t*>(q.listed_marks)),
+                               reinterpret_cast<ListedEntry*>(const_cast<float*>(q.listed_table)));
+}
+
+cudaError_t build_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region,
+                               cudaStream_t stream) {
+  const cudaError_t err = take_listed_table(p, scratch, q, region);
+  return err != cudaSuccess ? err : launch_build_listed(*q, false, stream);
 }
 
 }  // namespace cuda
