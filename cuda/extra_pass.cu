@@ -99,6 +99,7 @@ struct Work {
 };
 
 // ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
+using detail::block_exclusive_scan;
 using detail::key_index;
 using detail::key_value;
 using detail::Max;
@@ -122,37 +123,6 @@ __device__ T block_all_reduce(T v, Op op) {
   return r;
 }
 
-// Exclusive prefix of x over the block's threads (thread order), and the total; fixed order, so
-// float64 sums do not depend on timing.
-template <typename T>
-__device__ T block_exclusive_scan(T x, T& total) {
-  __shared__ T warp_sums[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  T inc = x;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const T y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  T excl = __shfl_up_sync(0xffffffffu, inc, 1);
-  if (lane == 0) excl = T(0);
-  __syncthreads();
-  if (lane == 31) warp_sums[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    T s = lane < warps ? warp_sums[lane] : T(0);
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const T y = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += y;
-    }
-    __syncwarp();
-    if (lane < warps) warp_sums[lane] = s;
-  }
-  __syncthreads();
-  total = warp_sums[warps - 1];
-  return (warp > 0 ? warp_sums[warp - 1] : T(0)) + excl;
-}
 
 // Block-wide compaction in thread order, one round at a time: this thread's position among the
 // flagged threads of the round, after `base` earlier ones (meaningful where f). Every thread calls

@@ -37,6 +37,7 @@ constexpr int kSubChunk = 4096;       // chunk entries one row block holds in sh
 constexpr int64_t kChunkVocab = 16384;  // [B, 16384] fp32 = 4 MB at B = 64: stays in the 60 MB L2
 constexpr int kMaxTopLogprobs = 1024;
 
+using detail::block_exclusive_scan;
 using detail::key_index;
 using detail::key_value;
 using detail::Max;
@@ -852,28 +853,6 @@ struct PrefixShared {
   unsigned long long found;
 };
 
-// Exclusive prefix of x over the block's threads in thread order, and the total.
-template <typename T>
-__device__ T block_exclusive_scan(T x, T& total) {
-  __shared__ T warp_sum[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  T incl = x;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const T y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  __syncthreads();  // warp_sum may still be read by the previous call
-  if (lane == 31) warp_sum[warp] = incl;
-  __syncthreads();
-  T before = 0, all = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
-    if (w < warp) before += warp_sum[w];
-    all += warp_sum[w];
-  }
-  total = all;
-  return before + incl - x;
-}
 
 struct PrefixRow {
   int n;          // prefix keys in s.key

@@ -7,6 +7,7 @@
 
 #include "internal_launchers.h"
 #include "kernels/listed.cuh"
+#include "kernels/row_select.cuh"
 #include "kernels/wgmma_common.cuh"
 #include "launch.cuh"
 
@@ -28,9 +29,8 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   // Launched programmatically: the GEMM after it may start now; it reads the table only after
   // this grid completed, and this grid completes only after the kernel before it (see the end).
   detail::griddep_launch_dependents();
-  __shared__ uint32_t warp_sums[kThreads / 32];
   const int64_t b = blockIdx.x, V = p.vocab, words = (V + 31) / 32;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   uint2* row = marks + b * words;
   for (int64_t w = tid; w < words; w += kThreads) row[w] = make_uint2(0u, 0u);
   __syncthreads();
@@ -54,22 +54,11 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   const int64_t hi = lo + span < words ? lo + span : words;
   uint32_t mine = 0;
   for (int64_t w = lo; w < hi; ++w) mine += __popc(row[w].x);
-  uint32_t incl = mine;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  uint32_t before = 0, total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) {
-    if (w < warp) before += warp_sums[w];
-    total += warp_sums[w];
-  }
+  uint32_t total = 0;
+  const uint32_t before = detail::block_exclusive_scan(mine, total);
   const uint32_t base = static_cast<uint32_t>(row_begin(p.bias_offsets, b) + row_begin(p.banned_offsets, b) +
                                               row_begin(p.penalty_offsets, b));
-  uint32_t at = base + before + incl - mine;
+  uint32_t at = base + before;
   for (int64_t w = lo; w < hi; ++w) {
     row[w].y = at;
     at += __popc(row[w].x);
