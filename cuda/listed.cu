@@ -98,32 +98,36 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   detail::griddep_wait();  // launched programmatically: complete only after the previous kernel
 }
 
-size_t marks_bytes(const SampleParams& p) {
-  return static_cast<size_t>(p.batch) * static_cast<size_t>((p.vocab + 31) / 32) * sizeof(uint2);
+// The table's two regions (byte offsets): the marks, then the entries.
+struct ListedLayout {
+  size_t marks, entries, bytes;
+};
+
+ListedLayout listed_layout(const SampleParams& p) {
+  WorkspaceLayout layout;
+  ListedLayout l;
+  l.marks = layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>((p.vocab + 31) / 32) * sizeof(uint2));
+  l.entries = layout.take(static_cast<size_t>(p.listed_entries) * sizeof(ListedEntry));
+  l.bytes = layout.bytes;
+  return l;
 }
 
 }  // namespace
 
-size_t listed_table_bytes(const SampleParams& p) {
-  if (!has_penalties(p)) return 0;
-  WorkspaceLayout layout;
-  layout.take(marks_bytes(p));
-  layout.take(static_cast<size_t>(p.listed_entries) * sizeof(ListedEntry));
-  return layout.bytes;
-}
+size_t listed_table_bytes(const SampleParams& p) { return has_penalties(p) ? listed_layout(p).bytes : 0; }
 
 cudaError_t take_listed_table(const SampleParams& p, Scratch& scratch, SampleParams* q, void** region) {
   *q = p;
   *region = nullptr;
   if (!has_penalties(p)) return cudaSuccess;
   if (p.listed_entries < 0) return cudaErrorInvalidValue;
+  const ListedLayout l = listed_layout(p);
   uint8_t* base = nullptr;
-  const cudaError_t err = scratch.take(listed_table_bytes(p), &base);
+  const cudaError_t err = scratch.take(l.bytes, &base);
   if (err != cudaSuccess) return err;
   *region = base;
-  WorkspaceLayout layout;
-  q->listed_marks = reinterpret_cast<const uint32_t*>(base + layout.take(marks_bytes(p)));
-  q->listed_table = reinterpret_cast<const float*>(base + layout.take(0));
+  q->listed_marks = reinterpret_cast<const uint32_t*>(base + l.marks);
+  q->listed_table = reinterpret_cast<const float*>(base + l.entries);
   return cudaSuccess;
 }
 
