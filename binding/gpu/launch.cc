@@ -15,6 +15,37 @@ namespace {
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+template <class T>
+size_t bytes_of(const std::vector<T>& v) {
+  return v.size() * sizeof(T);
+}
+
+// The per-row inputs of a call, in scratch order, once for plan_scratch and pack_inputs:
+// f(layout slot, host data or nullptr when the array already lives on the device, bytes).
+template <class Layout, class F>
+void each_input(Layout& l, const SampleParams& p, const HostRowInputs& rows, F&& f) {
+  const size_t B = static_cast<size_t>(p.batch);
+  f(l.temperature, rows.temperature.data(), B * 4);
+  f(l.seed, rows.device_seed ? nullptr : rows.seed.data(), B * 8);
+  f(l.offset, rows.device_offset ? nullptr : rows.offset.data(), B * 8);
+  f(l.top_k, rows.top_k.data(), bytes_of(rows.top_k));
+  f(l.top_p, rows.top_p.data(), bytes_of(rows.top_p));
+  f(l.min_p, rows.min_p.data(), bytes_of(rows.min_p));
+  f(l.allowed, rows.allowed.data(), bytes_of(rows.allowed));
+  f(l.bias_offsets, rows.bias_offsets.data(), bytes_of(rows.bias_offsets));
+  f(l.bias_tokens, rows.bias_tokens.data(), bytes_of(rows.bias_tokens));
+  f(l.bias_values, rows.bias_values.data(), bytes_of(rows.bias_values));
+  f(l.banned_offsets, rows.banned_offsets.data(), bytes_of(rows.banned_offsets));
+  f(l.banned_tokens, rows.banned_tokens.data(), bytes_of(rows.banned_tokens));
+  f(l.penalty_offsets, rows.penalty_offsets.data(), bytes_of(rows.penalty_offsets));
+  f(l.penalty_tokens, rows.penalty_tokens.data(), bytes_of(rows.penalty_tokens));
+  f(l.penalty_counts, rows.penalty_counts.data(), bytes_of(rows.penalty_counts));
+  f(l.penalty_in_prompt, rows.penalty_in_prompt.data(), bytes_of(rows.penalty_in_prompt));
+  f(l.repetition, rows.repetition_penalty.data(), bytes_of(rows.repetition_penalty));
+  f(l.frequency, rows.frequency_penalty.data(), bytes_of(rows.frequency_penalty));
+  f(l.presence, rows.presence_penalty.data(), bytes_of(rows.presence_penalty));
+}
+
 }  // namespace
 
 ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
@@ -27,25 +58,7 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
     at = align_up(at + bytes, 256);
     return start;
   };
-  l.temperature = take(B * 4);
-  l.seed = take(B * 8);
-  l.offset = take(B * 8);
-  l.top_k = take(rows.top_k.size() * 4);
-  l.top_p = take(rows.top_p.size() * 4);
-  l.min_p = take(rows.min_p.size() * 4);
-  l.allowed = take(rows.allowed.size() * 4);
-  l.bias_offsets = take(rows.bias_offsets.size() * 4);
-  l.bias_tokens = take(rows.bias_tokens.size() * 4);
-  l.bias_values = take(rows.bias_values.size() * 4);
-  l.banned_offsets = take(rows.banned_offsets.size() * 4);
-  l.banned_tokens = take(rows.banned_tokens.size() * 4);
-  l.penalty_offsets = take(rows.penalty_offsets.size() * 4);
-  l.penalty_tokens = take(rows.penalty_tokens.size() * 4);
-  l.penalty_counts = take(rows.penalty_counts.size() * 4);
-  l.penalty_in_prompt = take(rows.penalty_in_prompt.size());
-  l.repetition = take(rows.repetition_penalty.size() * 4);
-  l.frequency = take(rows.frequency_penalty.size() * 4);
-  l.presence = take(rows.presence_penalty.size() * 4);
+  each_input(l, p, rows, [&](size_t& slot, const void*, size_t bytes) { slot = take(bytes); });
   l.input_bytes = at;
   l.tokens = take(B * S * 4);
   l.row_status = take(B * 4);
@@ -60,29 +73,9 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
 std::vector<uint8_t> pack_inputs(const ScratchLayout& l, const SampleParams& p,
                                  const HostRowInputs& rows) {
   std::vector<uint8_t> staging(l.input_bytes, 0);
-  auto put = [&](size_t at, const void* src, size_t bytes) {
-    if (bytes) std::memcpy(staging.data() + at, src, bytes);
-  };
-  const size_t B = static_cast<size_t>(p.batch);
-  put(l.temperature, rows.temperature.data(), B * 4);
-  if (!rows.device_seed) put(l.seed, rows.seed.data(), B * 8);
-  if (!rows.device_offset) put(l.offset, rows.offset.data(), B * 8);
-  put(l.top_k, rows.top_k.data(), rows.top_k.size() * 4);
-  put(l.top_p, rows.top_p.data(), rows.top_p.size() * 4);
-  put(l.min_p, rows.min_p.data(), rows.min_p.size() * 4);
-  put(l.allowed, rows.allowed.data(), rows.allowed.size() * 4);
-  put(l.bias_offsets, rows.bias_offsets.data(), rows.bias_offsets.size() * 4);
-  put(l.bias_tokens, rows.bias_tokens.data(), rows.bias_tokens.size() * 4);
-  put(l.bias_values, rows.bias_values.data(), rows.bias_values.size() * 4);
-  put(l.banned_offsets, rows.banned_offsets.data(), rows.banned_offsets.size() * 4);
-  put(l.banned_tokens, rows.banned_tokens.data(), rows.banned_tokens.size() * 4);
-  put(l.penalty_offsets, rows.penalty_offsets.data(), rows.penalty_offsets.size() * 4);
-  put(l.penalty_tokens, rows.penalty_tokens.data(), rows.penalty_tokens.size() * 4);
-  put(l.penalty_counts, rows.penalty_counts.data(), rows.penalty_counts.size() * 4);
-  put(l.penalty_in_prompt, rows.penalty_in_prompt.data(), rows.penalty_in_prompt.size());
-  put(l.repetition, rows.repetition_penalty.data(), rows.repetition_penalty.size() * 4);
-  put(l.frequency, rows.frequency_penalty.data(), rows.frequency_penalty.size() * 4);
-  put(l.presence, rows.presence_penalty.data(), rows.presence_penalty.size() * 4);
+  each_input(l, p, rows, [&](size_t slot, const void* src, size_t bytes) {
+    if (src != nullptr && bytes) std::memcpy(staging.data() + slot, src, bytes);
+  });
   return staging;
 }
 
