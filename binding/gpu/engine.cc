@@ -97,6 +97,16 @@ void poll_retired() {
   // `done` goes out of scope here, outside the lock: the last references free their memory.
 }
 
+// The prologue of the calls that run outside a capture (or begin one): the device's library
+// streams, the device made current, the retired resources whose work completed freed.
+std::string enter_device(int ordinal, DeviceStreams** streams) {
+  std::string error = device_streams(ordinal, streams);
+  if (!error.empty()) return error;
+  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
+  poll_retired();
+  return "";
+}
+
 // Queues `r` behind the work enqueued so far on `stream`. If no event can be recorded, waits for
 // the stream instead (an error path): freeing memory the device may still read is never an option.
 void retire_after(int ordinal, cudaStream_t stream, Retired r) {
@@ -276,10 +286,8 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
   }
   if (staging_bytes > s->layout.bytes - s->layout.staging) return "setRows: staging block too large";
   DeviceStreams* streams;
-  std::string error = device_streams(s->ordinal, &streams);
+  std::string error = enter_device(s->ordinal, &streams);
   if (!error.empty()) return error;
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
-  poll_retired();
   cudaStream_t target = stream ? as_stream(stream) : streams->compute;
   size_t capacity = 0;
   void* pinned = pinned_pool().acquire(staging_bytes, &capacity);
@@ -367,10 +375,8 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
 std::string gpu_read_block_start(const std::shared_ptr<EngineSampler>& s, GpuRead** out) {
   if (gpu_capturing()) return "readRows: a host read cannot happen during graph capture";
   DeviceStreams* streams;
-  std::string error = device_streams(s->ordinal, &streams);
+  std::string error = enter_device(s->ordinal, &streams);
   if (!error.empty()) return error;
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
-  poll_retired();
   auto read = std::make_unique<GpuRead>();
   read->ordinal = s->ordinal;
   read->bytes = s->layout.staging;  // the fields and the fallback counter, not the staging region
@@ -398,10 +404,8 @@ std::string gpu_read_block_start(const std::shared_ptr<EngineSampler>& s, GpuRea
 std::string gpu_synchronize_start(int ordinal, uint64_t stream, GpuRead** out) {
   if (gpu_capturing()) return "synchronize: cannot wait for the GPU during graph capture";
   DeviceStreams* streams;
-  std::string error = device_streams(ordinal, &streams);
+  std::string error = enter_device(ordinal, &streams);
   if (!error.empty()) return error;
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  poll_retired();
   auto read = std::make_unique<GpuRead>();
   read->ordinal = ordinal;
   cudaError_t status = event_pool().acquire(ordinal, &read->done);
@@ -432,12 +436,10 @@ std::string gpu_read_block_wait(GpuRead* read, std::vector<uint8_t>* bytes) {
 
 std::string gpu_capture_begin(int ordinal, uint64_t stream) {
   if (gpu_capturing()) return "captureGraph: a capture is already in progress (captures do not nest)";
+  // (enter_device frees what is due now, not inside the capture)
   DeviceStreams* streams;
-  std::string error = device_streams(ordinal, &streams);
+  std::string error = enter_device(ordinal, &streams);
   if (!error.empty()) return error;
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  // Frees that are due happen now, not inside the capture.
-  poll_retired();
   cudaStream_t target = stream ? as_stream(stream) : streams->graph;
   cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
   FS_CUDA_TRY("cudaStreamIsCapturing", cudaStreamIsCapturing(target, &capture_status));
@@ -490,10 +492,8 @@ void gpu_capture_abort() {
 std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>& g, uint64_t stream) {
   if (gpu_capturing()) return "launch: a graph cannot be launched during a capture";
   DeviceStreams* streams;
-  std::string error = device_streams(g->ordinal, &streams);
+  std::string error = enter_device(g->ordinal, &streams);
   if (!error.empty()) return error;
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(g->ordinal));
-  poll_retired();
   cudaStream_t target = stream ? as_stream(stream) : streams->compute;
   cudaError_t status = cudaSuccess;
   for (const auto& s : g->samplers) {
