@@ -20,23 +20,11 @@ import {
   keptDistribution,
   makeTensor,
   plantLogits,
+  rowOptions,
   safeTopP,
   scaled,
   zipfLogits,
 } from './helpers';
-
-/** Per-row seeds 1000 + b and the filter options of `spec`, broadcast to every row. */
-function rowOptions(B: number, spec: FilterSpec, offset: number): SampleOptions {
-  const o: SampleOptions = {
-    seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b)),
-    offset,
-    temperature: spec.temperature ?? 1,
-  };
-  if (spec.topK !== undefined) o.topK = spec.topK;
-  if (spec.topP !== undefined) o.topP = spec.topP;
-  if (spec.minP !== undefined) o.minP = spec.minP;
-  return o;
-}
 
 /** Counts of one sample per row, pooled over rows and `calls` offsets. */
 async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: SampleOptions = {}) {

@@ -464,6 +464,19 @@ export interface FilterSpec {
   allowed?: (v: number) => boolean;
 }
 
+/** Per-row seeds 1000 + b and the filter options of `spec`, broadcast to every row. */
+export function rowOptions(B: number, spec: FilterSpec, offset: number): SampleOptions {
+  const o: SampleOptions = {
+    seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b)),
+    offset,
+    temperature: spec.temperature ?? 1,
+  };
+  if (spec.topK !== undefined) o.topK = spec.topK;
+  if (spec.topP !== undefined) o.topP = spec.topP;
+  if (spec.minP !== undefined) o.minP = spec.minP;
+  return o;
+}
+
 export interface Kept {
   probs: Float64Array;          // normalized, 0 outside the kept set
   logprob: Float64Array;        // log p (−Infinity outside)

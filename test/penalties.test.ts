@@ -20,6 +20,7 @@ import {
   plantLogits,
   rowCounts,
   rng,
+  rowOptions,
   scaled,
   zipfLogits,
   type FilterSpec,
@@ -99,11 +100,6 @@ function topTokens(l: ArrayLike<number>, k: number): number[] {
 /** Row b's lists repeated for `copies` rows (row i gets rows[i % rows.length]). */
 function repeatRows(rows: Listed[], copies: number): Listed[] {
   return Array.from({ length: copies }, (_, i) => rows[i % rows.length]);
-}
-
-/** Per-row seeds 1000 + b, one sample per row, at `offset`. */
-function perRowSeeds(B: number, offset: number): SampleOptions {
-  return { seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b)), offset };
 }
 
 describeDevices((devName, dev) => {
@@ -224,13 +220,11 @@ describeDevices((devName, dev) => {
       for (const spec of [{ temperature: 0.7, topK: 8 }, { temperature: 1, minP: 0.05 }, { temperature: 1 }] as FilterSpec[]) {
         const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
         try {
-          const o: SampleOptions = { ...listedOptions(repeatRows([row], B)), temperature: spec.temperature };
-          if (spec.topK) o.topK = spec.topK;
-          if (spec.minP) o.minP = spec.minP;
+          const lists = listedOptions(repeatRows([row], B));
           const counts = new Float64Array(V);
           for (let c = 0; c < calls; c++) {
             const one = new Float64Array(V);
-            for (const tok of (await sampleFused(p.H, p.W, { ...o, ...perRowSeeds(B, c) })).tokens) one[tok] += 1;
+            for (const tok of (await sampleFused(p.H, p.W, { ...lists, ...rowOptions(B, spec, c) })).tokens) one[tok] += 1;
             addInto(counts, one);
           }
           const fit = goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), spec).probs);
@@ -258,7 +252,7 @@ describeDevices((devName, dev) => {
       try {
         let fallbackRows = 0;
         for (let c = 0; c < 4; c++) {
-          const o: SampleOptions = { ...listedOptions(rows), ...perRowSeeds(64, c), topP: 0.99, temperature: 4, logprobs: true };
+          const o: SampleOptions = { ...listedOptions(rows), ...rowOptions(64, { topP: 0.99, temperature: 4 }, c), logprobs: true };
           const f = await sampleFused(p.H, p.W, o);
           const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
           fallbackRows += f.fallbackRows ?? 0;
@@ -296,10 +290,7 @@ describeDevices((devName, dev) => {
       for (const spec of [{ temperature: 1 }, { temperature: 0.6, topP: 0.9 }, { temperature: 0.6, topK: 20, topP: 0.95 }, { minP: 0.05 }, { temperature: 0 }] as FilterSpec[]) {
         let same = 0;
         for (let c = 0; c < 4; c++) {
-          const o: SampleOptions = { ...listedOptions(rows), ...perRowSeeds(B, c), temperature: spec.temperature ?? 1, logprobs: true };
-          if (spec.topK) o.topK = spec.topK;
-          if (spec.topP) o.topP = spec.topP;
-          if (spec.minP) o.minP = spec.minP;
+          const o: SampleOptions = { ...listedOptions(rows), ...rowOptions(B, spec, c), logprobs: true };
           const f = await sampleFused(p.H, p.W, o);
           const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
           same += agreement(f.tokens, g.tokens);
@@ -310,7 +301,7 @@ describeDevices((devName, dev) => {
         expect(`${JSON.stringify(spec)}: ${same / 4}`).toBe(same / 4 >= 0.999 ? `${JSON.stringify(spec)}: ${same / 4}` : 'agreement >= 0.999');
       }
       // the negative control: without the lists the draws differ
-      const o = { ...perRowSeeds(B, 0), temperature: 1 };
+      const o = rowOptions(B, { temperature: 1 }, 0);
       const with_ = await sampleFused(p.H, p.W, { ...o, ...listedOptions(rows) });
       const without = await sampleFused(p.H, p.W, o);
       expect(agreement(with_.tokens, without.tokens)).toBeLessThan(0.9);
