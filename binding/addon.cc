@@ -19,6 +19,7 @@ namespace binding {
 
 void register_sample(Napi::Env env, Napi::Object exports);
 void register_engine(Napi::Env env, Napi::Object exports);
+void register_nccl(Napi::Env env, Napi::Object exports);
 
 namespace {
 
@@ -121,6 +122,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("maxSamples", Napi::Number::New(env, static_cast<double>(kMaxSamples)));
   register_sample(env, exports);
   register_engine(env, exports);
+  register_nccl(env, exports);
   return exports;
 }
 

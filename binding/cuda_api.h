@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/include/merge.h"
 #include "../cuda/include/params.h"
 #include "storage.h"
 
@@ -48,6 +49,9 @@ struct GpuOutputs {
   std::vector<int32_t> top_tokens;
   std::vector<float> top_logprobs;
   int32_t fallback_rows = 0;
+  int32_t merge_error = 0;  // mergePartials: a PartialError, and the index of the partial
+  int32_t merge_which = 0;
+  int32_t merge_largest_shard = 0;  // the most rows of W any merged shard holds
 };
 
 // Per-row inputs as the JS layer expanded them (host vectors), or device pointers for seeds and
@@ -78,6 +82,9 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
                               const HostRowInputs& rows, int32_t* device_tokens,
                               uint64_t stream_handle, GpuCall** call);
 std::string gpu_wait(GpuCall* call, GpuOutputs* outputs);  // also frees `call`
+// Launches merge_partials (include/merge.h) over `set`'s device blocks; gpu_wait completes it.
+std::string gpu_launch_merge(int ordinal, const SampleParams& params, const HostRowInputs& rows,
+                             const PartialSet& set, uint64_t stream_handle, GpuCall** call);
 
 // Benchmark support, run on a worker thread: times `iters` launches (after `warmup`) rotating over
 // `params`, each with CUDA events; microseconds per launch.
@@ -85,6 +92,40 @@ std::string gpu_time_sampler(int ordinal, SamplerKind kind, const std::vector<Sa
                              const HostRowInputs& rows, int warmup, int iters,
                              std::vector<double>* microseconds);
 std::string gpu_read_bandwidth(int ordinal, size_t bytes, int iters, double* bytes_per_second);
+
+// ---- NCCL (binding/gpu/nccl.cc): libnccl loaded at run time (FLASHSAMPLE_NCCL_LIB or libnccl.so.2) ----
+constexpr size_t kNcclUniqueIdBytes = 128;
+struct NcclStatus {
+  bool loaded = false;
+  std::string path;   // the library that was loaded
+  std::string error;  // why none was: every path tried, with dlerror's reason
+  int version = 0;    // ncclGetVersion's code (e.g. 22703)
+};
+NcclStatus nccl_status();  // loads the library on the first call
+std::string nccl_unique_id(std::vector<uint8_t>* id);
+struct NcclComm;  // a communicator of one rank
+struct NcclCommInfo {
+  int rank, size, ordinal;
+  bool closed;  // aborted or destroyed
+};
+NcclCommInfo nccl_comm_info(const NcclComm& comm);
+// Blocking (a worker thread): ncclCommInitRankConfig, aborted after timeout_ms if the other ranks
+// do not join.
+std::string nccl_init_rank(const uint8_t* id, int nranks, int rank, int ordinal, int timeout_ms,
+                           std::shared_ptr<NcclComm>* out);
+// Blocking: ncclCommInitAll, one communicator per device of this process.
+std::string nccl_init_all(const std::vector<int>& ordinals, std::vector<std::shared_ptr<NcclComm>>* out);
+// JS thread: all-gathers `bytes` from send[i] into recv[i] (size x bytes) on comms[i], one NCCL
+// group when there are several, on `stream` (0: each device's library stream); nccl_wait then
+// waits on a worker thread for completion, a communicator's error or timeout_ms (then every
+// communicator of the call is aborted), and frees `wait`.
+struct NcclWait;
+std::string nccl_all_gather(const std::vector<std::shared_ptr<NcclComm>>& comms,
+                            const std::vector<const void*>& send, const std::vector<void*>& recv, size_t bytes,
+                            uint64_t stream, NcclWait** wait);
+std::string nccl_wait(NcclWait* wait, int timeout_ms);
+void nccl_abort(NcclComm& comm);
+void nccl_destroy(NcclComm& comm);
 
 // ---- The engine's way in (binding/gpu/engine.cc): samplers sized once, enqueue, CUDA graphs ----
 

@@ -31,6 +31,7 @@ struct CallInputs {
   uint64_t stream = 0;
   std::vector<StorageRef> keep_alive;
   int32_t* out_tokens = nullptr;  // the `out` tensor's memory, or nullptr
+  PartialSet partials{};          // mergePartials: the shards' blocks
 };
 
 uint64_t get_stream(const Napi::Object& spec) {
@@ -62,7 +63,18 @@ void read_u64_rows(const Napi::Object& spec, const char* name, size_t batch, Cal
   }
 }
 
-std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
+uint64_t get_u64(const Napi::Object& spec, const char* name) {
+  Napi::Value v = spec.Get(name);
+  if (v.IsUndefined()) return 0;
+  if (!v.IsBigInt()) throw_error(spec.Env(), std::string(name) + ": expected a bigint");
+  bool lossless = false;
+  const uint64_t x = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw_error(spec.Env(), std::string(name) + ": expected a 64-bit value");
+  return x;
+}
+
+// `merge`: a mergePartials spec (no operands; the partial blocks instead).
+std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = false) {
   Napi::Env env = spec.Env();
   auto call = std::make_unique<CallInputs>();
   call->kind = static_cast<SamplerKind>(get_int(spec, "kind", 0, 2));
@@ -97,9 +109,48 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec) {
     call->keep_alive.push_back(s);
     return s->data();
   };
-  p.hidden = operand("hidden", B * static_cast<size_t>(p.dim));
-  p.weight = operand("weight", static_cast<size_t>(p.vocab) * static_cast<size_t>(p.dim));
-  if (!spec.Get("bias").IsUndefined()) p.bias = operand("bias", static_cast<size_t>(p.vocab));
+  if (!merge) {
+    p.hidden = operand("hidden", B * static_cast<size_t>(p.dim));
+    p.weight = operand("weight", static_cast<size_t>(p.vocab) * static_cast<size_t>(p.dim));
+    if (!spec.Get("bias").IsUndefined()) p.bias = operand("bias", static_cast<size_t>(p.vocab));
+  }
+  // Vocabulary shards (lib/parallel.ts checked the ranges).
+  p.options_hash = get_u64(spec, "optionsHash");
+  if (!spec.Get("partial").IsUndefined()) {
+    p.vocab_offset = get_int(spec, "vocabOffset", 0, INT32_MAX - 1);
+    p.vocab_total = get_int(spec, "vocabTotal", 1, INT32_MAX - 1);
+    p.partial_capacity = static_cast<int32_t>(get_int(spec, "partialCapacity", 0, kMaxPartialCapacity));
+    p.partial_max_batch = static_cast<int32_t>(get_int(spec, "partialMaxBatch", p.batch, kMaxBatch));
+    if (p.vocab_offset % 4 != 0 || p.vocab_offset + p.vocab > p.vocab_total)
+      throw_error(env, "vocabOffset: expected a multiple of 4 with vocabOffset + V <= vocabSize");
+    StorageRef s = NativeBuffer::storage_of(spec.Get("partial"), "partial");
+    if (s->bytes() < partial_bytes(p.partial_max_batch, p.num_samples, p.partial_capacity))
+      throw_error(env, "partial: the tensor is smaller than the partial state");
+    if ((s->kind() == MemoryKind::kDevice) != call->on_device) throw_error(env, "partial: the tensor lives on another device");
+    call->keep_alive.push_back(s);
+    p.partial = s->data();
+  }
+  if (merge) {
+    Napi::Value list = spec.Get("partials");
+    if (!list.IsArray()) throw_error(env, "partials: expected an array");
+    Napi::Array blocks = list.As<Napi::Array>();
+    if (blocks.Length() < 1 || blocks.Length() > static_cast<uint32_t>(kMaxShards))
+      throw_error(env, "partials: expected 1 .. 64 partial states");
+    // partialStride: one buffer of `partialCount` blocks of that many bytes (an all-gather's output).
+    const int64_t stride = spec.Get("partialStride").IsUndefined() ? 0 : get_int(spec, "partialStride", 64, INT64_MAX / 2);
+    const int64_t count = stride ? get_int(spec, "partialCount", 1, kMaxShards) : blocks.Length();
+    for (int64_t i = 0; i < count; ++i) {
+      StorageRef s = NativeBuffer::storage_of(blocks.Get(stride ? 0u : static_cast<uint32_t>(i)), "partials[]");
+      if ((s->kind() == MemoryKind::kDevice) != call->on_device)
+        throw_error(env, "partials[" + std::to_string(i) + "]: the tensor lives on another device");
+      if (stride && s->bytes() < static_cast<size_t>(stride * count))
+        throw_error(env, "partials: the buffer is smaller than partialCount x partialStride");
+      call->keep_alive.push_back(s);
+      call->partials.blocks[i] = static_cast<const uint8_t*>(s->data()) + i * stride;
+      call->partials.bytes[i] = stride ? static_cast<uint64_t>(stride) : s->bytes();
+    }
+    call->partials.count = static_cast<int32_t>(count);
+  }
 
   HostRowInputs& rows = call->rows;
   rows.temperature = get_array<float, napi_float32_array>(spec, "temperature", B);
@@ -279,6 +330,44 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
       });
 }
 
+// mergePartials(spec): Promise<{tokens, rowStatus, logprobs?, topTokens?, topLogprobs?,
+// mergeError, mergeWhich}>: the shards' partial states merged as the unsharded call draws.
+Napi::Value MergePartials(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "mergePartials(spec): expected an object");
+  std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>(), true);
+  auto results = std::make_shared<GpuOutputs>();
+  auto to_js = [results](Napi::Env env) {
+    Napi::Object out = results_to_js(env, *results, false).As<Napi::Object>();
+    out.Set("mergeError", Napi::Number::New(env, results->merge_error));
+    out.Set("mergeWhich", Napi::Number::New(env, results->merge_which));
+    out.Set("largestShard", Napi::Number::New(env, results->merge_largest_shard));
+    return out;
+  };
+  if (!call->on_device) {
+    return PromiseWorker::Start(
+        env,
+        [call, results]() -> std::string {
+          SampleParams p = call->params;
+          bind_host(&p, call->rows, call->want_logprobs, nullptr, results.get());
+          int32_t status[3] = {0, 0, 0};
+          const std::string error = cpu::merge_partials(p, call->partials, status, 0);
+          results->merge_error = status[0];
+          results->merge_which = status[1];
+          results->merge_largest_shard = status[2];
+          return error;
+        },
+        to_js);
+  }
+  if (gpu_capturing()) throw_error(env, "mergePartials: cannot run during graph capture: it copies results to the host");
+  GpuCall* gpu_call = nullptr;
+  const std::string error =
+      gpu_launch_merge(call->ordinal, call->params, call->rows, call->partials, call->stream, &gpu_call);
+  if (!error.empty()) return rejected(env, error);
+  return PromiseWorker::Start(
+      env, [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); }, to_js);
+}
+
 // timeSampler(spec, inputs: {hidden, weight}[], warmup, iters): Promise<Float64Array> of
 // microseconds per call. CUDA: events around each launch. CPU: steady clock around each call.
 Napi::Value TimeSampler(const Napi::CallbackInfo& info) {
@@ -360,6 +449,7 @@ Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
 
 void register_sample(Napi::Env env, Napi::Object exports) {
   exports.Set("sample", Napi::Function::New<Sample>(env, "sample"));
+  exports.Set("mergePartials", Napi::Function::New<MergePartials>(env, "mergePartials"));
   exports.Set("timeSampler", Napi::Function::New<TimeSampler>(env, "timeSampler"));
   exports.Set("readBandwidth", Napi::Function::New<ReadBandwidth>(env, "readBandwidth"));
 }

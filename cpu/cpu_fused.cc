@@ -8,11 +8,13 @@
 //   - with filters: the row's kCandidateCap best entries, the tile's mass partial, the tier counts.
 // Second stage, per row: merge the threads' results (candidate_better / entry order: independent of
 // the thread count), decide the kept set from the candidates or fall back to the materializing
-// procedure for that row, then draw.
+// procedure for that row, then draw. A vocabulary shard (p.partial) instead writes what it found,
+// with global token ids and noise, as its partial state (include/partial.h).
 #include <algorithm>
 #include <atomic>
 #include <string>
 
+#include "../cuda/include/partial.h"
 #include "cpu_internal.h"
 #include "cpu_sampler.h"
 
@@ -124,6 +126,47 @@ void update_argmax(const float* logits, int64_t vocab_begin, int64_t count, Winn
   }
 }
 
+// Row b of a shard's partial state from the parts' findings.
+void write_partial_row(const SampleParams& p, const PartialHeader& h, int64_t b, const RowSetup& r,
+                       std::vector<VocabPart>& parts, const MassPartial* tile_masses, int64_t tiles) {
+  const PartialRowView v = partial_row(p.partial, h, b);
+  const int64_t samples = p.num_samples;
+  *v.row = PartialRow{-INFINITY, 0.0, 0, 0, 0, 1};
+  if (r.filters.greedy) {
+    Winner argmax = parts[0].argmax[b];
+    for (const VocabPart& part : parts) {
+      if (winner_better(part.argmax[b], argmax)) argmax = part.argmax[b];
+    }
+    for (int64_t j = 0; j < samples; ++j) v.winners[j] = PartialWinner{argmax.score, argmax.key, argmax.logit, 0u};
+    return;
+  }
+  for (int64_t j = 0; j < samples; ++j) {
+    Winner w = parts[0].winners[b * samples + j];
+    for (size_t k = 1; k < parts.size(); ++k) {
+      if (winner_better(parts[k].winners[b * samples + j], w)) w = parts[k].winners[b * samples + j];
+    }
+    v.winners[j] = PartialWinner{w.score, w.key, w.logit, 0u};
+  }
+  if (!(h.flags & kPartialStats)) return;
+  BestEntries best = std::move(parts[0].best[b]);
+  for (size_t k = 1; k < parts.size(); ++k) {
+    best.absorb(parts[k].best[b]);
+    v.row->finite_count += parts[k].finite_count[b];
+    v.row->inf_count += parts[k].inf_count[b];
+  }
+  v.row->finite_count += parts[0].finite_count[b];
+  v.row->inf_count += parts[0].inf_count[b];
+  const MassPartial mass = combine_mass(tile_masses + b * tiles, tiles);
+  v.row->z_max = mass.max_z;
+  v.row->sum = mass.sum;
+  const std::vector<Entry>& sorted = best.finish();
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    v.keys[i] = partial_key(sorted[i].logit, static_cast<uint32_t>(sorted[i].index));
+  }
+  v.row->num_candidates = static_cast<int32_t>(sorted.size());
+  v.row->complete = static_cast<int64_t>(sorted.size()) == v.row->finite_count + v.row->inf_count ? 1 : 0;
+}
+
 }  // namespace
 
 std::string sample_fused(const SampleParams& p, int num_threads) {
@@ -134,6 +177,10 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
     const bool filtered = has_filters(p);
     const int64_t batch = p.batch, samples = p.num_samples;
     const int64_t tiles = (p.vocab + kVocabTile - 1) / kVocabTile;
+    // A shard's tokens and noise are global: tile v0 of W is token vocab_offset + v0.
+    const bool partial = p.partial != nullptr;
+    const int64_t base = p.vocab_offset;
+    const int64_t capacity = partial ? p.partial_capacity : kCandidateCap;
 
     std::vector<RowSetup> rows(static_cast<size_t>(batch));
     bool any_winners = false;
@@ -142,7 +189,7 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       r.filters = row_filters(p, b);
       const bool small_top_k = r.filters.top_k > 0 && r.filters.top_k <= kCandidateCap;
       r.needs_winners = !r.filters.greedy &&
-                        (!filtered || (p.vocab > kCandidateCap && !small_top_k));
+                        (partial || !filtered || (p.vocab > kCandidateCap && !small_top_k));
       any_winners = any_winners || r.needs_winners;
     }
 
@@ -158,7 +205,7 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       if (any_winners) part.winners.resize(static_cast<size_t>(batch * samples));
       part.argmax.resize(static_cast<size_t>(batch));
       if (filtered) {
-        part.best.resize(static_cast<size_t>(batch));
+        part.best.assign(static_cast<size_t>(batch), BestEntries(capacity));
         part.finite_count.assign(static_cast<size_t>(batch), 0);
         part.inf_count.assign(static_cast<size_t>(batch), 0);
       }
@@ -182,7 +229,7 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
           const float* logits = s.logits.data() + b * kVocabTile;
           const RowSetup& r = rows[b];
           if (r.filters.greedy) {
-            if (collects) update_argmax(logits, v0, count, part.argmax[b]);
+            if (collects) update_argmax(logits, base + v0, count, part.argmax[b]);
             continue;
           }
           if (filtered && collects) {
@@ -190,16 +237,25 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
             for (int64_t i = 0; i < count; ++i) {
               if (!is_drawable(logits[i])) continue;
               ++(logits[i] == INFINITY ? part.inf_count[b] : part.finite_count[b]);
-              part.best[b].push(Entry{logits[i], static_cast<int32_t>(v0 + i)});
+              part.best[b].push(Entry{logits[i], static_cast<int32_t>(base + v0 + i)});
             }
           }
           if (r.needs_winners) {
-            scan_tile(p, b, r.filters, logits, v0, count, sample_begin, sample_end,
+            scan_tile(p, b, r.filters, logits, base + v0, count, sample_begin, sample_end,
                       part.winners.data() + b * samples, s);
           }
         }
       }
     });
+
+    if (partial) {
+      PartialHeader& h = *static_cast<PartialHeader*>(p.partial);
+      init_partial_header(&h, static_cast<int32_t>(batch), p.partial_max_batch, p.num_samples,
+                          static_cast<int32_t>(capacity), p.options_hash, base, p.vocab,
+                          p.vocab_total > 0 ? p.vocab_total : p.vocab, filtered);
+      parallel_for(batch, threads, [&](int64_t b) { write_partial_row(p, h, b, rows[b], parts, mass.data(), tiles); });
+      return std::string();
+    }
 
     // Second stage, per row: merge the parts, decide the kept set, plan the draw.
     std::vector<RowPlan> plans(static_cast<size_t>(batch));

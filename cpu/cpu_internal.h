@@ -90,15 +90,17 @@ inline bool entry_before(const Entry& a, const Entry& b) {
 }
 inline bool is_drawable(float logit) { return logit > -INFINITY; }  // false for NaN and -Inf
 
-// The k best entries pushed so far (k = kCandidateCap). Amortized O(1) per push: entries go into a
-// buffer of 2k, and a full buffer is cut back to its k best (nth_element); after the first cut,
-// entries that cannot make the k best are rejected by one comparison.
+// The k best entries pushed so far (k = kCandidateCap, or a partial's capacity). Amortized O(1)
+// per push: entries go into a buffer of 2k, and a full buffer is cut back to its k best
+// (nth_element); after the first cut, entries that cannot make the k best are rejected by one
+// comparison.
 class BestEntries {
  public:
+  explicit BestEntries(int64_t cap = kCandidateCap) : cap_(cap) {}
   void push(const Entry& e) {
-    if (has_cutoff_ && !entry_before(e, cutoff_)) return;
+    if (cap_ == 0 || (has_cutoff_ && !entry_before(e, cutoff_))) return;
     items_.push_back(e);
-    if (static_cast<int64_t>(items_.size()) == 2 * kCandidateCap) cut();
+    if (static_cast<int64_t>(items_.size()) == 2 * cap_) cut();
   }
   // Appends another list's entries (merging per-thread lists of one row).
   void absorb(const BestEntries& other);
@@ -107,6 +109,7 @@ class BestEntries {
 
  private:
   void cut();
+  int64_t cap_;
   std::vector<Entry> items_;
   Entry cutoff_{0.0f, 0};
   bool has_cutoff_ = false;

@@ -174,9 +174,8 @@ MassPartial combine_mass(const MassPartial* partials, int64_t count) {
 }
 
 void BestEntries::cut() {
-  std::nth_element(items_.begin(), items_.begin() + (kCandidateCap - 1), items_.end(),
-                   entry_before);
-  items_.resize(kCandidateCap);
+  std::nth_element(items_.begin(), items_.begin() + (cap_ - 1), items_.end(), entry_before);
+  items_.resize(static_cast<size_t>(cap_));
   cutoff_ = items_.back();  // the k-th best: every kept entry is before or equal to it
   has_cutoff_ = true;
 }
@@ -186,7 +185,7 @@ void BestEntries::absorb(const BestEntries& other) {
 }
 
 const std::vector<Entry>& BestEntries::finish() {
-  if (static_cast<int64_t>(items_.size()) > kCandidateCap) cut();
+  if (static_cast<int64_t>(items_.size()) > cap_) cut();
   std::sort(items_.begin(), items_.end(), entry_before);
   return items_;
 }

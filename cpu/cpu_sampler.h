@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "../cuda/include/merge.h"
 #include "../cuda/include/params.h"
 
 namespace flashsample {
@@ -21,6 +22,12 @@ std::string sample_fused(const SampleParams& p, int num_threads);
 // CPU both see bit-identical logits), applies the filters per row in float64, samples by `method`.
 // With kGumbel it draws exactly the fused path's tokens.
 std::string sample_reference(const SampleParams& p, ReferenceMethod method, int num_threads);
+
+// Merges vocabulary shards' partial states (include/partial.h, written by sample_fused with
+// p.partial set) into p's outputs, as the unsharded call would have drawn (SEMANTICS §6).
+// status[0]: a PartialError (then nothing is written), status[1]: the partial it concerns,
+// status[2]: the most rows of W a shard holds.
+std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status, int num_threads);
 
 }  // namespace cpu
 }  // namespace flashsample

@@ -37,54 +37,17 @@ constexpr int kSubChunk = 4096;       // chunk entries one row block holds in sh
 constexpr int64_t kChunkVocab = 16384;  // [B, 16384] fp32 = 4 MB at B = 64: stays in the 60 MB L2
 constexpr int kMaxTopLogprobs = 1024;
 
+using detail::block_best;
 using detail::block_exclusive_scan;
+using detail::block_reduce;
 using detail::key_index;
 using detail::key_value;
 using detail::Max;
 using detail::order_key;
+using detail::Pick;
 using detail::Sum;
 
 using detail::candidate_value;
-
-// ---- block reductions ---------------------------------------------------------------------------------
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T identity) {
-  __shared__ T partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // `partial` may still be read by the previous call
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  T r = identity;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
-  return r;
-}
-
-// A Gumbel-max candidate carrying its logit (for logprobs).
-struct Pick {
-  float score;
-  uint32_t key;
-  float logit;
-};
-
-__device__ Pick block_best(Pick p) {
-  __shared__ Pick partial[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    Pick q;
-    q.score = __shfl_xor_sync(0xffffffffu, p.score, o);
-    q.key = __shfl_xor_sync(0xffffffffu, p.key, o);
-    q.logit = __shfl_xor_sync(0xffffffffu, p.logit, o);
-    if (candidate_better(q.score, q.key, p.score, p.key)) p = q;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = p;
-  __syncthreads();
-  Pick r{-INFINITY, kNoToken, 0.0f};
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w)
-    if (candidate_better(partial[w].score, partial[w].key, r.score, r.key)) r = partial[w];
-  return r;
-}
 
 // ---- the row's elements ---------------------------------------------------------------------------
 // Candidate values (NaN = not a candidate) with their vocabulary indices (idx == nullptr: the

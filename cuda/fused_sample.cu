@@ -102,6 +102,7 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
 }
 
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
+  if (p.partial != nullptr) return launch_partial_sample(p, stream);
   // Filters, logprobs and masks: the chunked candidate pass of filters.cu.
   if (has_filters(p)) return launch_fused_filtered(p, stream);
   cudaError_t err = detail::check_params(p);

@@ -59,6 +59,17 @@ export interface NativeSpec {
   frequencyPenalty?: Float32Array;
   presencePenalty?: Float32Array;
   filterOrder?: 0 | 1; // Hugging Face's (top-k, top-p, min-p), vLLM's (min-p first)
+  // Vocabulary shards (lib/parallel.ts): the partial state's tensor and layout, or the blocks to merge.
+  optionsHash?: bigint;
+  partial?: NativeBufferHandle;
+  vocabOffset?: number;
+  vocabTotal?: number;
+  partialCapacity?: number;
+  partialMaxBatch?: number;
+  partials?: NativeBufferHandle[];
+  /** partials[0] holds partialCount blocks of partialStride bytes (an all-gather's output). */
+  partialStride?: number;
+  partialCount?: number;
 }
 
 export interface NativeResult {
@@ -140,6 +151,13 @@ export interface NativeGraphHandle {
   readonly disposed: boolean;
 }
 
+/** binding/nccl.cc: one rank of an NCCL communicator. */
+export interface NativeCommHandle {
+  readonly info: { rank: number; size: number; ordinal: number; closed: boolean };
+  abort(): void;
+  dispose(): void;
+}
+
 export interface NativeAddon {
   NativeBuffer: NativeBufferClass;
   memoryStats(): NativeMemoryStats;
@@ -151,6 +169,18 @@ export interface NativeAddon {
   maxBatch: number;
   maxSamples: number;
   sample(spec: NativeSpec): Promise<NativeResult>;
+  /** binding/sample.cc: include/merge.h over spec.partials; mergeError is a PartialError (0 = none). */
+  mergePartials(
+    spec: NativeSpec,
+  ): Promise<NativeResult & { tokens: Int32Array; mergeError: number; mergeWhich: number; largestShard: number }>;
+  ncclStatus(): { loaded: boolean; path: string; version: number; error: string };
+  ncclUniqueId(): Uint8Array;
+  ncclInitRank(id: Uint8Array, nranks: number, rank: number, ordinal: number, timeoutMs: number): Promise<NativeCommHandle>;
+  ncclInitAll(ordinals: number[]): Promise<NativeCommHandle[]>;
+  ncclAllGather(
+    comms: NativeCommHandle[], sends: NativeBufferHandle[], recvs: NativeBufferHandle[], bytes: number,
+    stream: bigint | undefined, timeoutMs: number,
+  ): Promise<void>;
   timeSampler(
     spec: NativeSpec,
     inputs: { hidden: NativeBufferHandle; weight: NativeBufferHandle }[],

@@ -250,19 +250,21 @@ function checkCsr(
 
 export type SamplerCode = 0 | 1 | 2;
 
-/** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
-export function buildSpec(
-  H: unknown, W: unknown, options: unknown, sampler: 'fused' | 'reference',
-): { spec: NativeSpec; operands: Operands; numSamples: number } {
-  const o = checkOperands(H, W);
-  if (options === undefined) options = {};
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw typeError('options', 'an object', options);
-  }
-  checkKnownKeys('options', options, sampler === 'reference' ? REFERENCE_KEYS : SAMPLE_KEYS);
-  const opts = options as ReferenceOptions;
-  const { batch, vocab } = o;
+/** The options that say how a row is drawn, whatever W holds: what sampleFused and mergePartials
+ *  share (and what a partial state's options hash covers). */
+export const ROW_KEYS = [
+  'temperature', 'seed', 'offset', 'numSamples', 'topK', 'topP', 'minP', 'logprobs', 'topLogprobs',
+  'filterOrder', 'stream',
+] as const;
 
+type RowSpec = Pick<
+  NativeSpec,
+  'numSamples' | 'temperature' | 'seed' | 'offset' | 'perRowSeed' | 'topK' | 'topP' | 'minP' | 'logprobs' |
+  'topLogprobs' | 'filterOrder' | 'stream'
+>;
+
+/** Validates the ROW_KEYS options of a call of `batch` rows on `device`. */
+export function buildRowSpec(batch: number, device: Device, opts: SampleOptions): RowSpec {
   const temperature = perRowFloat(
     'temperature', opts.temperature, batch, 1, (x) => Number.isFinite(x) && x >= 0, 'a finite number >= 0',
   );
@@ -274,8 +276,59 @@ export function buildSpec(
   if (batch * numSamples > 2 ** 31 - 1) {
     throw rangeError('numSamples', `batch * numSamples below 2^31 (batch is ${batch})`, numSamples);
   }
-  const seed = perRowU64('seed', opts.seed, batch, o.device);
-  const offset = perRowU64('offset', opts.offset, batch, o.device);
+  const seed = perRowU64('seed', opts.seed, batch, device);
+  const offset = perRowU64('offset', opts.offset, batch, device);
+  const spec: RowSpec = {
+    numSamples,
+    temperature,
+    seed: seed.rows instanceof Tensor ? seed.rows.handle('seed') : seed.rows,
+    offset: offset.rows instanceof Tensor ? offset.rows.handle('offset') : offset.rows,
+    perRowSeed: seed.perRow,
+    logprobs: false,
+    topLogprobs: 0,
+  };
+  if (opts.topK !== undefined) spec.topK = perRowInt('topK', opts.topK, batch, 2 ** 31 - 1);
+  if (opts.topP !== undefined) {
+    spec.topP = perRowFloat('topP', opts.topP, batch, 1, (x) => x > 0 && x <= 1, 'a number in (0, 1]');
+  }
+  if (opts.minP !== undefined) {
+    spec.minP = perRowFloat('minP', opts.minP, batch, 0, (x) => x >= 0 && x < 1, 'a number in [0, 1)');
+  }
+  if (opts.logprobs !== undefined) {
+    if (typeof opts.logprobs !== 'boolean') throw typeError('logprobs', 'a boolean', opts.logprobs);
+    spec.logprobs = opts.logprobs;
+  }
+  if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
+  if (opts.filterOrder !== undefined) {
+    if (opts.filterOrder !== 'hf' && opts.filterOrder !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", opts.filterOrder);
+    if (opts.filterOrder === 'vllm' && device.kind === 'cuda') {
+      throw new TypeError("filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)");
+    }
+    spec.filterOrder = opts.filterOrder === 'vllm' ? 1 : 0;
+  }
+  if (opts.stream !== undefined) {
+    checkStream('stream', opts.stream);
+    if (device.kind !== 'cuda') {
+      throw new TypeError(`stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on ${device}`);
+    }
+    spec.stream = opts.stream;
+  }
+  return spec;
+}
+
+/** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
+export function buildSpec(
+  H: unknown, W: unknown, options: unknown, sampler: 'fused' | 'reference', extraKeys: readonly string[] = [],
+): { spec: NativeSpec; operands: Operands; numSamples: number } {
+  const o = checkOperands(H, W);
+  if (options === undefined) options = {};
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw typeError('options', 'an object', options);
+  }
+  checkKnownKeys('options', options, [...(sampler === 'reference' ? REFERENCE_KEYS : SAMPLE_KEYS), ...extraKeys]);
+  const opts = options as ReferenceOptions;
+  const { batch, vocab } = o;
+  const rows = buildRowSpec(batch, o.device, opts);
 
   let kind: SamplerCode = 0;
   if (sampler === 'reference') {
@@ -294,14 +347,8 @@ export function buildSpec(
     batch,
     vocab,
     dim: o.dim,
-    numSamples,
-    temperature,
-    seed: seed.rows instanceof Tensor ? seed.rows.handle('seed') : seed.rows,
-    offset: offset.rows instanceof Tensor ? offset.rows.handle('offset') : offset.rows,
-    perRowSeed: seed.perRow,
     softcap: 0,
-    logprobs: false,
-    topLogprobs: 0,
+    ...rows,
   };
 
   if (opts.bias !== undefined) {
@@ -310,13 +357,6 @@ export function buildSpec(
     if (!bias.device.sameAs(o.device)) throw typeError('bias', `a tensor on ${o.device}`, raw(`${bias}`));
     if (bias.size !== vocab || bias.shape.length !== 1) throw rangeError('bias', `shape [${vocab}]`, shapeText(bias));
     spec.bias = bias.handle('bias');
-  }
-  if (opts.topK !== undefined) spec.topK = perRowInt('topK', opts.topK, batch, 2 ** 31 - 1);
-  if (opts.topP !== undefined) {
-    spec.topP = perRowFloat('topP', opts.topP, batch, 1, (x) => x > 0 && x <= 1, 'a number in (0, 1]');
-  }
-  if (opts.minP !== undefined) {
-    spec.minP = perRowFloat('minP', opts.minP, batch, 0, (x) => x >= 0 && x < 1, 'a number in [0, 1)');
   }
   if (opts.softcap !== undefined) spec.softcap = checkSoftcap(opts.softcap);
   if (opts.allowedTokens !== undefined) {
@@ -338,11 +378,6 @@ export function buildSpec(
       throw typeError('allowedTokens', `a Uint32Array of ${words} words or an i32 tensor`, a);
     }
   }
-  if (opts.logprobs !== undefined) {
-    if (typeof opts.logprobs !== 'boolean') throw typeError('logprobs', 'a boolean', opts.logprobs);
-    spec.logprobs = opts.logprobs;
-  }
-  if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
   if (opts.logitBias !== undefined) {
     const c = checkCsr('logitBias', opts.logitBias, batch, vocab, { values: 'Float32Array' }, false);
     const values = c.arrays.values as Float32Array;
@@ -382,21 +417,7 @@ export function buildSpec(
       if (opts[k] !== undefined) throw new TypeError(`${k}: needs penaltyTokens (the tokens it applies to, with their counts)`);
     }
   }
-  if (opts.filterOrder !== undefined) {
-    if (opts.filterOrder !== 'hf' && opts.filterOrder !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", opts.filterOrder);
-    if (opts.filterOrder === 'vllm' && o.device.kind === 'cuda') {
-      throw new TypeError("filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)");
-    }
-    spec.filterOrder = opts.filterOrder === 'vllm' ? 1 : 0;
-  }
-  if (opts.stream !== undefined) {
-    checkStream('stream', opts.stream);
-    if (o.device.kind !== 'cuda') {
-      throw new TypeError(`stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on ${o.device}`);
-    }
-    spec.stream = opts.stream;
-  }
-  return { spec, operands: o, numSamples };
+  return { spec, operands: o, numSamples: rows.numSamples };
 }
 
 export { describe };

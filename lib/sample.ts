@@ -2,51 +2,25 @@
 // errors naming the row.
 import type { Device } from './device';
 import { raw, rangeError, typeError } from './errors';
-import { native, NativeResult, NativeSpec } from './native';
+import { native, NativeSpec } from './native';
 import { buildSpec, checkTensor, ReferenceOptions, SampleOptions } from './options';
+import { PartialState, samplePartial, ShardOptions } from './parallel';
+import { SampleResult, toResult } from './result';
 import { Tensor } from './tensor';
 
-export interface SampleResult {
-  /** Int32Array(B * numSamples), row-major. */
-  tokens: Int32Array;
-  /** With logprobs: true: log p(token) under the distribution it was drawn from. */
-  logprobs?: Float32Array;
-  /** With topLogprobs: n: the n most probable tokens of each row (B * n; -1 where fewer are kept). */
-  topTokens?: Int32Array;
-  /** Their log-probabilities (B * n; -Infinity where fewer are kept). */
-  topLogprobs?: Float32Array;
-  /** Rows that the fused path finished through the materializing path (top-p / min-p). */
-  fallbackRows: number;
-}
-
-const ROW_NO_CANDIDATE = 1;
-
-function checkRows(result: NativeResult): void {
-  for (let b = 0; b < result.rowStatus.length; b++) {
-    if (result.rowStatus[b] === ROW_NO_CANDIDATE) {
-      throw new RangeError(
-        `row ${b}: no token can be drawn: every logit of the row is NaN or -Infinity, or masked out by allowedTokens`,
-      );
-    }
-  }
-}
-
-function toResult(result: NativeResult): SampleResult {
-  checkRows(result);
-  const out: SampleResult = { tokens: result.tokens ?? new Int32Array(0), fallbackRows: result.fallbackRows };
-  if (result.logprobs) out.logprobs = result.logprobs;
-  if (result.topTokens) {
-    out.topTokens = result.topTokens;
-    out.topLogprobs = result.topLogprobs;
-  }
-  return out;
-}
+export type { SampleResult } from './result';
 
 /**
  * Samples tokens straight from the LM-head product H · Wᵀ, without materializing the logits.
  * H: [B, D], W: [V, D] (nn.Linear layout), one float dtype, one device.
  */
-export async function sampleFused(H: Tensor, W: Tensor, options?: SampleOptions): Promise<SampleResult> {
+export function sampleFused(H: Tensor, W: Tensor, options: ShardOptions): Promise<PartialState>;
+export function sampleFused(H: Tensor, W: Tensor, options?: SampleOptions): Promise<SampleResult>;
+export async function sampleFused(
+  H: Tensor, W: Tensor, options?: SampleOptions | ShardOptions,
+): Promise<SampleResult | PartialState> {
+  // A vocabulary shard (W holds tokens [vocabOffset, vocabOffset + V)): its partial state (parallel.ts).
+  if (options !== null && typeof options === 'object' && 'partial' in options) return samplePartial(H, W, options);
   const { spec } = buildSpec(H, W, options, 'fused');
   return toResult(await native.sample(spec));
 }

@@ -12,6 +12,13 @@
 # cannot eat the call; logs under $OUT (or ./gpu-session-logs), a summary table printed last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# NCCL (test/nccl.test.ts): NVLink multicast stays off (the machines forbid it); libnccl from
+# PyTorch's wheel unless FLASHSAMPLE_NCCL_LIB already names one.
+export NCCL_NVLS_ENABLE=0
+if [ -z "${FLASHSAMPLE_NCCL_LIB:-}" ]; then
+  FLASHSAMPLE_NCCL_LIB=$(python3 -c "import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null) &&
+    export FLASHSAMPLE_NCCL_LIB
+fi
 out=${OUT:-gpu-session-logs}
 mkdir -p "$out"
 steps=${STEPS:-tests bench sanitize}

@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
-import { open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type Sampler, type SamplerConfig } from '../lib/index';
+import { mergePartials, open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
 import { cudaStatus, failure, rng } from './helpers';
 
 const cpu = open('cpu');
@@ -458,6 +458,48 @@ const cases: Record<string, Case> = {
   [`TypeError: filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`]: {
     needs: 'gpu',
     runs: [() => sampleFused(operands(gpu()).H, operands(gpu()).W, { filterOrder: 'vllm', minP: 0.1 })],
+  },
+  // Vocabulary shards (B = 3, a shard of 111 rows)
+  [`RangeError: vocabOffset: expected a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4), got 2`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 2, vocabSize: 200 })],
+  },
+  [`RangeError: vocabOffset: expected an integer in [0, 89] (vocabOffset + 111 rows of W <= vocabSize), got 92`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 92, vocabSize: 200 })],
+  },
+  [`RangeError: vocabSize: expected an integer in [111, 2147483646] (the unsharded vocabulary, >= the rows of W), got 100`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 100 })],
+  },
+  [`RangeError: partials[1]: made with other per-row options than the merge's (temperature, seed, offset, numSamples, topK, topP, minP, logprobs, topLogprobs or filterOrder differ)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const W112 = tensor(cpu, [112, 8], 'bf16', 3);
+        const a = await sampleFused(H, W112, { partial: true, vocabOffset: 0, vocabSize: 223, seed: 1n });
+        const b = await sampleFused(H, W, { partial: true, vocabOffset: 112, vocabSize: 223, seed: 2n });
+        return mergePartials([a, b], { seed: 1n });
+      },
+    ],
+  },
+  [`RangeError: partials: the shards do not cover the vocabulary [0, 200) exactly once (partials[0] overlaps another or leaves a gap)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 200 });
+        const b = await sampleFused(H, W, { partial: true, vocabOffset: 88, vocabSize: 200 });
+        return mergePartials([a, b]);
+      },
+    ],
+  },
+  [`TypeError: softcap: applies to a shard's own rows of W: give it to sampleFused(H, Wshard, { partial: true, ... })`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        return mergePartials([await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111 })], { softcap: 2 });
+      },
+    ],
+  },
+  [`TypeError: partials[0]: expected a partial state (sampleFused with partial: true), got an object`]: {
+    runs: [() => mergePartials([{} as PartialState])],
   },
   [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
     needs: 'gpu',

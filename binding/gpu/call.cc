@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../cuda_api.h"
+#include "../../cuda/include/launchers.h"
 #include "host_steps.h"
 #include "launch.h"
 #include "pools.h"
@@ -43,11 +44,15 @@ struct GpuCall {
   size_t batch = 0, samples = 0, top_n = 0;
   bool tokens_on_device = false;
   bool want_logprobs = false;
+  bool merge = false;
 };
 
-std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams& params,
-                              const HostRowInputs& rows, int32_t* device_tokens,
-                              uint64_t stream_handle, GpuCall** out_call) {
+namespace {
+
+// One call: a sampler `kind`, or (merge != nullptr) merge_partials over the blocks of `merge`.
+std::string launch_call(int ordinal, SamplerKind kind, const PartialSet* merge, const SampleParams& params,
+                        const HostRowInputs& rows, int32_t* device_tokens, uint64_t stream_handle,
+                        GpuCall** out_call) {
   DeviceStreams* s;
   std::string error = device_streams(ordinal, &s);
   if (!error.empty()) return error;
@@ -90,13 +95,16 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   if (device_tokens) p.tokens = device_tokens;
   status = timed(HostStep::kCallKernels, [&] {
     const cudaError_t e = cudaMemsetAsync(p.fallback_rows, 0, 4, stream);
-    return e != cudaSuccess ? e : launch(kind, p, stream);
+    if (e != cudaSuccess) return e;
+    if (merge == nullptr) return launch(kind, p, stream);
+    return cuda::launch_merge_partials(p, *merge, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(scratch) + layout.merge_status),
+                                       stream);
   });
   if (status == cudaSuccess) status = cudaGetLastError();
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     release();
-    return launch_message(kind, status);
+    return merge ? cuda_message("merge_partials launch", status) : launch_message(kind, status);
   }
   auto* call = new GpuCall();
   call->ordinal = ordinal;
@@ -110,6 +118,7 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   call->top_n = static_cast<size_t>(std::max(p.top_logprobs, 0));
   call->tokens_on_device = device_tokens != nullptr;
   call->want_logprobs = params.logprobs != nullptr;
+  call->merge = merge != nullptr;
   status = timed(HostStep::kCallEvent, [&] {
     const cudaError_t e = event_pool().acquire(ordinal, &call->done);
     return e != cudaSuccess ? e : cudaEventRecord(call->done, stream);
@@ -123,6 +132,19 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
   }
   *out_call = call;
   return "";
+}
+
+}  // namespace
+
+std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams& params,
+                              const HostRowInputs& rows, int32_t* device_tokens,
+                              uint64_t stream_handle, GpuCall** out_call) {
+  return launch_call(ordinal, kind, nullptr, params, rows, device_tokens, stream_handle, out_call);
+}
+
+std::string gpu_launch_merge(int ordinal, const SampleParams& params, const HostRowInputs& rows,
+                             const PartialSet& set, uint64_t stream_handle, GpuCall** out_call) {
+  return launch_call(ordinal, SamplerKind::kFused, &set, params, rows, nullptr, stream_handle, out_call);
 }
 
 std::string gpu_wait(GpuCall* call, GpuOutputs* out) {
@@ -170,6 +192,8 @@ std::string gpu_wait(GpuCall* call, GpuOutputs* out) {
     fetch(out->top_logprobs.data(), l.top_logprobs, B * n * 4);
   }
   fetch(&out->fallback_rows, l.fallback, 4);
+  int32_t merge_status[3] = {0, 0, 0};
+  if (call->merge) fetch(merge_status, l.merge_status, 12);
   if (s) {
     status = cudaStreamSynchronize(s->copy);
     if (status != cudaSuccess) fail("cudaStreamSynchronize (results)", status);
@@ -177,6 +201,9 @@ std::string gpu_wait(GpuCall* call, GpuOutputs* out) {
   } else {
     cudaFree(call->scratch);
   }
+  out->merge_error = merge_status[0];
+  out->merge_which = merge_status[1];
+  out->merge_largest_shard = merge_status[2];
   return error;
 }
 

@@ -66,6 +66,7 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
   l.top_tokens = take(B * n * 4);
   l.top_logprobs = take(B * n * 4);
   l.fallback = take(4);
+  l.merge_status = take(12);
   l.total = at;
   return l;
 }

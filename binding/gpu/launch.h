@@ -23,6 +23,7 @@ struct ScratchLayout {
   size_t penalty_offsets = 0, penalty_tokens = 0, penalty_counts = 0, penalty_in_prompt = 0;
   size_t repetition = 0, frequency = 0, presence = 0;
   size_t tokens = 0, row_status = 0, logprobs = 0, top_tokens = 0, top_logprobs = 0, fallback = 0;
+  size_t merge_status = 0;  // mergePartials: PartialError, partial index, largest shard
   size_t input_bytes = 0, total = 0;
 };
 

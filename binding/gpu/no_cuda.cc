@@ -27,6 +27,10 @@ std::string gpu_launch_sample(int, SamplerKind, const SampleParams&, const HostR
   return kNoCuda;
 }
 std::string gpu_wait(GpuCall*, GpuOutputs*) { return kNoCuda; }
+std::string gpu_launch_merge(int, const SampleParams&, const HostRowInputs&, const PartialSet&, uint64_t,
+                             GpuCall**) {
+  return kNoCuda;
+}
 std::string gpu_time_sampler(int, SamplerKind, const std::vector<SampleParams>&,
                              const HostRowInputs&, int, int, std::vector<double>*) {
   return kNoCuda;
@@ -56,6 +60,25 @@ std::string gpu_graph_launch(const std::shared_ptr<GpuGraph>&, uint64_t) { retur
 int gpu_graph_ordinal(const GpuGraph&) { return 0; }
 std::string gpu_stream_create(int, uint64_t*) { return kNoCuda; }
 std::string gpu_stream_destroy(int, uint64_t) { return kNoCuda; }
+
+NcclStatus nccl_status() {
+  NcclStatus s;
+  s.error = "NCCL: this build of flashsample has no CUDA backend";
+  return s;
+}
+std::string nccl_unique_id(std::vector<uint8_t>*) { return kNoCuda; }
+struct NcclComm {};
+struct NcclWait {};
+NcclCommInfo nccl_comm_info(const NcclComm&) { return NcclCommInfo{0, 0, 0, true}; }
+std::string nccl_init_rank(const uint8_t*, int, int, int, int, std::shared_ptr<NcclComm>*) { return kNoCuda; }
+std::string nccl_init_all(const std::vector<int>&, std::vector<std::shared_ptr<NcclComm>>*) { return kNoCuda; }
+std::string nccl_all_gather(const std::vector<std::shared_ptr<NcclComm>>&, const std::vector<const void*>&,
+                            const std::vector<void*>&, size_t, uint64_t, NcclWait**) {
+  return kNoCuda;
+}
+std::string nccl_wait(NcclWait*, int) { return kNoCuda; }
+void nccl_abort(NcclComm&) {}
+void nccl_destroy(NcclComm&) {}
 
 }  // namespace binding
 }  // namespace flashsample

@@ -10,6 +10,8 @@
 #include "params.h"
 
 namespace flashsample {
+
+struct PartialSet;  // merge.h
 namespace cuda {
 
 // The fused LM-head GEMM + Gumbel-max sampler: never materializes [batch, vocab].
@@ -36,6 +38,16 @@ struct RowScatter {
 };
 cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream);
 cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream);
+
+// A vocabulary shard's partial state (p.partial set; include/partial.h, SEMANTICS §6): W holds
+// rows [p.vocab_offset, p.vocab_offset + p.vocab) of p.vocab_total. launch_fused_sample calls it.
+cudaError_t launch_partial_sample(const SampleParams& p, cudaStream_t stream);
+
+// merge_partials (include/merge.h) over `set`'s device blocks into p's outputs (p.vocab: the
+// unsharded vocabulary); status[0] = PartialError, status[1] = the partial it concerns, status[2]
+// the most rows of W a shard holds.
+cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status,
+                                  cudaStream_t stream);
 
 // The materializing reference: fp32 logits [batch, vocab] in device memory, then `method`.
 cudaError_t launch_reference_sample(const SampleParams& p, ReferenceMethod method,

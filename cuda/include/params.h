@@ -27,6 +27,7 @@ enum class FilterOrder : int32_t { kHuggingFace = 0, kMinPFirst = 1 };
 enum RowStatus : int32_t {
   kRowOk = 0,
   kRowNoCandidate = 1,  // every logit of the row is NaN, -Inf or masked out: no token can be drawn
+  kRowUndecided = 2,    // merge_partials: the shards' candidates do not settle the kept set
 };
 
 struct SampleParams {
@@ -83,6 +84,16 @@ struct SampleParams {
   float* top_token_logprobs = nullptr; // [batch, top_logprobs]
   int32_t* fallback_rows = nullptr;    // [1]: rows that left the fused path for the materializing one
 
+  // ---- vocabulary shards (SEMANTICS §6): W holds rows [vocab_offset, vocab_offset + vocab) of a
+  // vocabulary of vocab_total; the noise and the token ids are global. With `partial` set, the call
+  // writes the shard's partial state there (include/partial.h) instead of tokens and outputs ----
+  int64_t vocab_offset = 0;        // a multiple of 4 (one Philox block serves an aligned quad)
+  int64_t vocab_total = 0;         // 0: vocab (not sharded)
+  void* partial = nullptr;         // partial_bytes(partial_max_batch, num_samples, partial_capacity)
+  int32_t partial_capacity = 0;    // candidate keys per row
+  int32_t partial_max_batch = 0;   // rows the block is sized for (>= batch)
+  uint64_t options_hash = 0;       // written to the header; merge_partials checks it
+
   // ---- workspace -------------------------------------------------------------------------------
   // The fused launchers' temporary arrays: carved from this caller-owned device block (256-byte
   // aligned, at least fused_workspace_bytes) when set, so nothing is allocated per call (an
@@ -91,12 +102,19 @@ struct SampleParams {
   size_t workspace_bytes = 0;
 };
 
-inline bool has_penalties(const SampleParams& p) {
+// Host and device (merge.h's row merge runs on both).
+#if defined(__CUDACC__)
+#define FS_PARAMS_HD __host__ __device__
+#else
+#define FS_PARAMS_HD
+#endif
+
+inline FS_PARAMS_HD bool has_penalties(const SampleParams& p) {
   return p.bias_offsets != nullptr || p.banned_offsets != nullptr || p.penalty_offsets != nullptr;
 }
 
 // Whether a call takes the filtered path: filters, masks, softcap, logprobs or listed tokens.
-inline bool has_filters(const SampleParams& p) {
+inline FS_PARAMS_HD bool has_filters(const SampleParams& p) {
   return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr || p.allowed != nullptr ||
          p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0 || has_penalties(p);
 }

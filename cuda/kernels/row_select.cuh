@@ -1,8 +1,12 @@
-// What the per-row decisions share (filters.cu's decide kernels and extra_pass.cu's): the 64-bit
-// order keys of a row's values, the operators of their block reductions and the block scan.
+// What the per-row decisions share (filters.cu's decide kernels, extra_pass.cu's and partial.cu's):
+// the 64-bit order keys of a row's values, block reductions (with their operators), the block scan
+// and the block-wide Gumbel-max pick.
 #pragma once
 
+#include <math.h>
 #include <stdint.h>
+
+#include "../include/noise.h"
 
 namespace flashsample {
 namespace cuda {
@@ -66,6 +70,46 @@ __device__ T block_exclusive_scan(T x, T& total) {
   __syncthreads();
   total = warp_sums[warps - 1];
   return (warp > 0 ? warp_sums[warp - 1] : T(0)) + excl;
+}
+
+// Block-wide reduction of v by op (every thread gets the result).
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // `partial` may still be read by the previous call
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = identity;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = op(r, partial[w]);
+  return r;
+}
+
+// A Gumbel-max candidate carrying its logit (for logprobs).
+struct Pick {
+  float score;
+  uint32_t key;
+  float logit;
+};
+
+__device__ inline Pick block_best(Pick p) {
+  __shared__ Pick partial[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Pick q;
+    q.score = __shfl_xor_sync(0xffffffffu, p.score, o);
+    q.key = __shfl_xor_sync(0xffffffffu, p.key, o);
+    q.logit = __shfl_xor_sync(0xffffffffu, p.logit, o);
+    if (candidate_better(q.score, q.key, p.score, p.key)) p = q;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = p;
+  __syncthreads();
+  Pick r{-INFINITY, kNoToken, 0.0f};
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w)
+    if (candidate_better(partial[w].score, partial[w].key, r.score, r.key)) r = partial[w];
+  return r;
 }
 
 }  // namespace detail

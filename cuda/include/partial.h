@@ -1,0 +1,136 @@
+// The partial state of one vocabulary shard (docs/SEMANTICS.md §6): what a shard of the LM head
+// (W rows [vocab_offset, vocab_offset + vocab_size) of a vocabulary of vocab_total) knows of each
+// row, in a fixed-size block that ranks exchange as bytes and that merge_partials (merge.h)
+// combines into the unsharded call's tokens. Shared by both backends and the binding, so a CPU
+// shard and a CUDA shard write the same bytes.
+//
+// Layout: a PartialHeader, then max_batch rows of row_bytes each:
+//   PartialRow | PartialWinner[num_samples] | uint64 candidate keys[capacity]
+// Only the first `batch` rows are written. Token ids are global throughout.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "noise.h"
+
+namespace flashsample {
+
+constexpr uint32_t kPartialMagic = 0x31505346u;  // "FSP1" in memory order
+constexpr uint32_t kPartialVersion = 1u;
+constexpr int32_t kMaxPartialCapacity = 1 << 20;  // candidates per row
+constexpr int32_t kMaxShards = 64;                // partials one merge takes
+
+enum PartialFlag : uint32_t {
+  kPartialStats = 1u,  // rows carry z_max, sum and the tier counts (filters or logprobs)
+};
+
+struct PartialHeader {
+  uint32_t magic;
+  uint32_t version;
+  int32_t batch;
+  int32_t max_batch;
+  int32_t num_samples;
+  int32_t capacity;       // candidate keys per row
+  uint64_t options_hash;  // lib/parallel.ts: the call's per-row options (temperature, seeds, filters...)
+  int64_t vocab_offset;   // the shard's first global token id (a multiple of 4)
+  int64_t vocab_size;     // the shard's rows of W
+  int64_t vocab_total;    // the unsharded vocabulary
+  uint32_t flags;         // PartialFlag
+  uint32_t row_bytes;
+};
+static_assert(sizeof(PartialHeader) == 64, "the header is 64 bytes");
+
+// What a shard knows of one row.
+struct PartialRow {
+  double z_max;           // max of logit / T (float64) over the shard's finite drawable tokens; -Inf: none
+  double sum;             // Σ exp(z - z_max) over them
+  int64_t finite_count;   // drawable finite tokens of the shard
+  int64_t inf_count;      // +Inf tokens of the shard
+  int32_t num_candidates; // keys written (the first num_candidates of the shard's order)
+  int32_t complete;       // 1: the keys hold every drawable token of the shard
+};
+static_assert(sizeof(PartialRow) == 40, "PartialRow is 40 bytes");
+
+// A sample's Gumbel winner over the whole shard row (greedy rows: the argmax, score = logit).
+struct PartialWinner {
+  float score;
+  uint32_t key;  // global token id | kInfTierBit; kNoToken: none
+  float logit;
+  uint32_t reserved;
+};
+static_assert(sizeof(PartialWinner) == 16, "PartialWinner is 16 bytes");
+
+FS_HD uint32_t partial_row_bytes(int32_t num_samples, int32_t capacity) {
+  return static_cast<uint32_t>(sizeof(PartialRow) + sizeof(PartialWinner) * static_cast<size_t>(num_samples) +
+                               8u * static_cast<size_t>(capacity));
+}
+FS_HD size_t partial_bytes(int32_t max_batch, int32_t num_samples, int32_t capacity) {
+  return sizeof(PartialHeader) + static_cast<size_t>(max_batch) * partial_row_bytes(num_samples, capacity);
+}
+
+// Row b of a partial block: its row, winners and candidate keys.
+struct PartialRowView {
+  PartialRow* row;
+  PartialWinner* winners;
+  uint64_t* keys;
+};
+FS_HD PartialRowView partial_row(void* block, const PartialHeader& h, int64_t b) {
+  char* base = static_cast<char*>(block) + sizeof(PartialHeader) + static_cast<size_t>(b) * h.row_bytes;
+  PartialRowView v;
+  v.row = reinterpret_cast<PartialRow*>(base);
+  v.winners = reinterpret_cast<PartialWinner*>(base + sizeof(PartialRow));
+  v.keys = reinterpret_cast<uint64_t*>(base + sizeof(PartialRow) + sizeof(PartialWinner) * static_cast<size_t>(h.num_samples));
+  return v;
+}
+
+// 64-bit key whose unsigned order is the candidate order of SEMANTICS §2.5 (logit descending,
+// global index ascending): larger key = earlier. Only drawable logits (finite or +Inf) are keyed.
+FS_HD uint64_t partial_key(float logit, uint32_t index) {
+  if (logit == 0.0f) logit = 0.0f;  // one encoding for -0 and +0
+  uint32_t b;
+  memcpy(&b, &logit, 4);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<uint64_t>(b) << 32) | static_cast<uint64_t>(0xffffffffu - index);
+}
+FS_HD float partial_key_logit(uint64_t key) {
+  uint32_t b = static_cast<uint32_t>(key >> 32);
+  b = (b & 0x80000000u) ? (b & 0x7fffffffu) : ~b;
+  float l;
+  memcpy(&l, &b, 4);
+  return l;
+}
+FS_HD uint32_t partial_key_index(uint64_t key) { return 0xffffffffu - static_cast<uint32_t>(key); }
+
+FS_HD void init_partial_header(PartialHeader* h, int32_t batch, int32_t max_batch, int32_t num_samples,
+                                      int32_t capacity, uint64_t options_hash, int64_t vocab_offset,
+                                      int64_t vocab_size, int64_t vocab_total, bool stats) {
+  h->magic = kPartialMagic;
+  h->version = kPartialVersion;
+  h->batch = batch;
+  h->max_batch = max_batch;
+  h->num_samples = num_samples;
+  h->capacity = capacity;
+  h->options_hash = options_hash;
+  h->vocab_offset = vocab_offset;
+  h->vocab_size = vocab_size;
+  h->vocab_total = vocab_total;
+  h->flags = stats ? kPartialStats : 0u;
+  h->row_bytes = partial_row_bytes(num_samples, capacity);
+}
+
+// Why a set of partials cannot be merged (merge_partials writes it with the index of the partial).
+enum PartialError : int32_t {
+  kPartialOk = 0,
+  kPartialNotAPartial = 1,   // magic or version wrong: not a partial block
+  kPartialBatch = 2,         // another batch size than the merge's
+  kPartialSamples = 3,       // another numSamples
+  kPartialOptions = 4,       // another options hash: another call's options
+  kPartialVocabTotal = 5,    // another vocabulary size
+  kPartialCoverage = 6,      // the shards do not cover [0, vocab_total) exactly once
+  kPartialStatsMissing = 7,  // made without stats, merged with filters or logprobs
+  kPartialLayout = 8,        // row_bytes disagrees with num_samples and capacity
+};
+
+}  // namespace flashsample

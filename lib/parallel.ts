@@ -1,0 +1,450 @@
+// Vocabulary-parallel LM heads (docs/SEMANTICS.md §6): a shard of W draws its partial state
+// (sampleFused with partial: true), and mergePartials turns the shards' states into the tokens
+// the unsharded call draws. The noise is keyed by the global token id, so the merged tokens do
+// not depend on how the vocabulary is split.
+import type { Device } from './device';
+import { checkKnownKeys, raw, rangeError, typeError } from './errors';
+import { native, NativeSpec } from './native';
+import { Communicator } from './nccl';
+import { buildRowSpec, buildSpec, ROW_KEYS, SampleOptions } from './options';
+import { checkRows, ROW_UNDECIDED, SampleResult } from './result';
+import { Tensor } from './tensor';
+
+/** sampleFused's options for one shard of the LM head. */
+export interface ShardOptions extends SampleOptions {
+  /** Return the shard's partial state instead of tokens. */
+  partial: true;
+  /** The shard's first global token id: W holds tokens [vocabOffset, vocabOffset + V). A multiple of 4. */
+  vocabOffset: number;
+  /** The unsharded vocabulary size. */
+  vocabSize: number;
+  /** Candidates kept per row: default the largest topK, topLogprobs, or 1024 with top-p / min-p (0 without). */
+  candidates?: number;
+  /** Rows the state is sized for, so that ranks exchange one size whatever their batch; default B. */
+  maxBatch?: number;
+}
+
+export const MAX_SHARDS = 64;
+export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
+/** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
+const FILTER_CANDIDATES = 1024;
+const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
+/** Options a shard applies to its own slice of W; a merge cannot take them. */
+const SHARD_ONLY = [
+  'bias', 'softcap', 'allowedTokens', 'logitBias', 'bannedTokens', 'penaltyTokens', 'repetitionPenalty',
+  'frequencyPenalty', 'presencePenalty', ...SHARD_KEYS,
+];
+
+// include/partial.h's sizes.
+const HEADER_BYTES = 64;
+const ROW_BYTES = 40;
+const WINNER_BYTES = 16;
+const rowBytes = (numSamples: number, capacity: number) => ROW_BYTES + WINNER_BYTES * numSamples + 8 * capacity;
+
+/** A shard's partial state: a tensor on the shard's device in include/partial.h's layout. */
+export class PartialState {
+  /** i32 tensor of `bytes / 4` words: the header, then maxBatch rows (docs/SEMANTICS.md §6). */
+  readonly state: Tensor;
+  readonly batch: number;
+  readonly maxBatch: number;
+  readonly numSamples: number;
+  /** Candidate keys per row. */
+  readonly capacity: number;
+  readonly vocabOffset: number;
+  /** The shard's rows of W. */
+  readonly vocabSize: number;
+  readonly vocabTotal: number;
+  readonly optionsHash: bigint;
+
+  /** @internal */
+  constructor(fields: Omit<PartialState, 'bytes' | 'dispose' | 'read'>) {
+    this.state = fields.state;
+    this.batch = fields.batch;
+    this.maxBatch = fields.maxBatch;
+    this.numSamples = fields.numSamples;
+    this.capacity = fields.capacity;
+    this.vocabOffset = fields.vocabOffset;
+    this.vocabSize = fields.vocabSize;
+    this.vocabTotal = fields.vocabTotal;
+    this.optionsHash = fields.optionsHash;
+  }
+
+  /** Its size in bytes: what one rank sends per exchange. */
+  get bytes(): number {
+    return partialBytes(this.maxBatch, this.numSamples, this.capacity);
+  }
+
+  /** The state decoded (copied to the host). */
+  async read(): Promise<DecodedPartial> {
+    const words = await this.state.toRawArray();
+    return decodePartial((words as Int32Array).buffer as ArrayBuffer);
+  }
+
+  dispose(): void {
+    this.state.dispose();
+  }
+}
+
+export function partialBytes(maxBatch: number, numSamples: number, capacity: number): number {
+  return HEADER_BYTES + maxBatch * rowBytes(numSamples, capacity);
+}
+
+export interface DecodedPartial {
+  magic: number;
+  version: number;
+  batch: number;
+  maxBatch: number;
+  numSamples: number;
+  capacity: number;
+  optionsHash: bigint;
+  vocabOffset: number;
+  vocabSize: number;
+  vocabTotal: number;
+  hasStats: boolean;
+  rows: {
+    /** max of logit / T over the shard's finite drawable tokens (-Infinity: none). */
+    zMax: number;
+    /** Σ exp(logit / T - zMax) over them. */
+    sum: number;
+    finiteCount: number;
+    infCount: number;
+    /** Whether the candidates hold every drawable token of the shard. */
+    complete: boolean;
+    /** Each sample's winner over the shard: Gumbel score, global token (-1: none), logit. */
+    winners: { score: number; token: number; logit: number }[];
+    /** The shard's best tokens in (logit descending, token ascending) order. */
+    candidates: { token: number; logit: number }[];
+  }[];
+}
+
+/** include/partial.h's layout as plain objects (the first `batch` rows). */
+export function decodePartial(buffer: ArrayBuffer): DecodedPartial {
+  const view = new DataView(buffer);
+  const i32 = (at: number) => view.getInt32(at, true);
+  const i64 = (at: number) => Number(view.getBigInt64(at, true));
+  const d: DecodedPartial = {
+    magic: view.getUint32(0, true),
+    version: view.getUint32(4, true),
+    batch: i32(8),
+    maxBatch: i32(12),
+    numSamples: i32(16),
+    capacity: i32(20),
+    optionsHash: view.getBigUint64(24, true),
+    vocabOffset: i64(32),
+    vocabSize: i64(40),
+    vocabTotal: i64(48),
+    hasStats: (view.getUint32(56, true) & 1) !== 0,
+    rows: [],
+  };
+  const stride = view.getUint32(60, true);
+  const key = new DataView(new ArrayBuffer(4));
+  for (let b = 0; b < d.batch; b++) {
+    const at = HEADER_BYTES + b * stride;
+    const winners = [];
+    for (let j = 0; j < d.numSamples; j++) {
+      const w = at + ROW_BYTES + j * WINNER_BYTES;
+      const k = view.getUint32(w + 4, true);
+      winners.push({
+        score: view.getFloat32(w, true),
+        token: k === 0x7fffffff ? -1 : k & 0x7fffffff,
+        logit: view.getFloat32(w + 8, true),
+      });
+    }
+    const count = i32(at + 32);
+    const candidates = [];
+    for (let i = 0; i < count; i++) {
+      const k = at + ROW_BYTES + d.numSamples * WINNER_BYTES + 8 * i;
+      const low = view.getUint32(k, true);
+      let bits = view.getUint32(k + 4, true);
+      bits = bits & 0x80000000 ? bits & 0x7fffffff : ~bits >>> 0;
+      key.setUint32(0, bits);
+      candidates.push({ token: 0xffffffff - low, logit: key.getFloat32(0) });
+    }
+    d.rows.push({
+      zMax: view.getFloat64(at, true),
+      sum: view.getFloat64(at + 8, true),
+      finiteCount: i64(at + 16),
+      infCount: i64(at + 24),
+      complete: i32(at + 36) !== 0,
+      winners,
+      candidates,
+    });
+  }
+  return d;
+}
+
+/**
+ * A 64-bit hash of the options that say how rows are drawn (ROW_KEYS, B and the vocabulary), so
+ * that partials of different calls are told apart at the merge. Two FNV-1a lanes over the bytes.
+ */
+function optionsHash(spec: Pick<NativeSpec, (typeof ROW_KEYS)[number] | 'perRowSeed'>, batch: number, vocabTotal: number): bigint {
+  let a = 0x811c9dc5 | 0;
+  let b = 0x01000193 ^ 0x5bd1e995;
+  const bytes = (view: ArrayBufferView) => {
+    const u8 = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    for (let i = 0; i < u8.length; i++) {
+      a = Math.imul(a ^ u8[i], 0x01000193);
+      b = Math.imul(b ^ u8[i], 0x01000193) ^ (b >>> 15);
+    }
+  };
+  const field = (tag: number, view?: ArrayBufferView) => {
+    bytes(new Int32Array([tag, view ? view.byteLength : -1]));
+    if (view) bytes(view);
+  };
+  field(1, new Float64Array([batch, vocabTotal, spec.numSamples, spec.topLogprobs, spec.filterOrder ?? 0]));
+  field(2, new Uint8Array([spec.perRowSeed ? 1 : 0, spec.logprobs ? 1 : 0]));
+  field(3, spec.temperature);
+  field(4, ArrayBuffer.isView(spec.seed) ? spec.seed : undefined);
+  field(5, ArrayBuffer.isView(spec.offset) ? spec.offset : undefined);
+  field(6, spec.topK);
+  field(7, spec.topP);
+  field(8, spec.minP);
+  return (BigInt(a >>> 0) << 32n) | BigInt(b >>> 0);
+}
+
+function defaultCapacity(spec: NativeSpec, vocabTotal: number): number {
+  let c = spec.topLogprobs;
+  if (spec.topK) for (const k of spec.topK) c = Math.max(c, k);
+  const active = (a: Float32Array | undefined, off: number) => a !== undefined && a.some((x) => x !== off);
+  if (active(spec.topP, 1) || active(spec.minP, 0)) c = Math.max(c, FILTER_CANDIDATES);
+  return Math.min(c, vocabTotal, MAX_PARTIAL_CANDIDATES);
+}
+
+function checkInteger(name: string, value: unknown, min: number, max: number, why = ''): number {
+  const expected = `an integer in [${min}, ${max}]${why}`;
+  if (typeof value !== 'number') throw typeError(name, expected, value);
+  if (!Number.isInteger(value) || value < min || value > max) throw rangeError(name, expected, value);
+  return value;
+}
+
+/** sampleFused(H, Wshard, { partial: true, vocabOffset, vocabSize, ... }): the shard's partial state. */
+export async function samplePartial(H: Tensor, W: Tensor, options: ShardOptions): Promise<PartialState> {
+  const { spec, operands } = buildSpec(H, W, options, 'fused', SHARD_KEYS);
+  const o = options as unknown as Record<string, unknown>;
+  if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
+  const V = operands.vocab;
+  const vocabTotal = checkInteger('vocabSize', o.vocabSize, V, 2 ** 31 - 2, ' (the unsharded vocabulary, >= the rows of W)');
+  const vocabOffset = checkInteger('vocabOffset', o.vocabOffset, 0, vocabTotal - V, ` (vocabOffset + ${V} rows of W <= vocabSize)`);
+  if (vocabOffset % 4 !== 0) {
+    throw rangeError('vocabOffset', 'a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4)', vocabOffset);
+  }
+  const capacity = o.candidates === undefined
+    ? defaultCapacity(spec, vocabTotal)
+    : checkInteger('candidates', o.candidates, 0, MAX_PARTIAL_CANDIDATES);
+  const maxBatch = o.maxBatch === undefined ? operands.batch : checkInteger('maxBatch', o.maxBatch, operands.batch, native.maxBatch, ' (>= B)');
+  const optionsHashValue = optionsHash(spec, operands.batch, vocabTotal);
+  const bytes = partialBytes(maxBatch, spec.numSamples, capacity);
+  const state = operands.device.empty([bytes / 4], 'i32');
+  try {
+    spec.partial = state.handle('partial');
+    spec.vocabOffset = vocabOffset;
+    spec.vocabTotal = vocabTotal;
+    spec.partialCapacity = capacity;
+    spec.partialMaxBatch = maxBatch;
+    spec.optionsHash = optionsHashValue;
+    await native.sample(spec);
+  } catch (e) {
+    state.dispose();
+    throw e;
+  }
+  return new PartialState({
+    state, batch: operands.batch, maxBatch, numSamples: spec.numSamples, capacity, vocabOffset, vocabSize: V, vocabTotal,
+    optionsHash: optionsHashValue,
+  });
+}
+
+export interface MergeResult extends SampleResult {
+  /** Rows whose kept set the shards' candidates could not settle (tokens -1): run the shards again
+   *  with more `candidates` (as many as the largest shard's rows settles every row). */
+  undecidedRows: Int32Array;
+}
+
+// PartialError (include/partial.h) -> message; `who` names the partial (partials[i], or a rank).
+const MERGE_ERRORS: Record<number, (who: string, batch: number, vocab: number, first: string) => string> = {
+  1: (who) => `${who}: not a partial state (its header's magic or version is wrong)`,
+  2: (who, batch, _v, first) => `${who}: made for another batch size than ${first} (${batch} rows)`,
+  3: (who) => `${who}: made with another numSamples than the merge's options`,
+  4: (who) =>
+    `${who}: made with other per-row options than the merge's (temperature, seed, offset, numSamples, topK, topP, minP, logprobs, topLogprobs or filterOrder differ)`,
+  5: (who, _b, vocab, first) => `${who}: made for another vocabulary size than ${first} (${vocab})`,
+  6: (who, _b, vocab) => `partials: the shards do not cover the vocabulary [0, ${vocab}) exactly once (${who} overlaps another or leaves a gap)`,
+  7: (who) => `${who}: made without the statistics that filters and logprobs need (give the shards the merge's options)`,
+  8: (who) => `${who}: its header does not match its size (not a partial state of this layout)`,
+};
+
+/** The native merge of `spec`'s blocks; `who(i)` names block i in errors. */
+async function mergeNative(spec: NativeSpec, who: (i: number) => string): Promise<MergeResult & { largestShard: number }> {
+  const r = await native.mergePartials(spec);
+  if (r.mergeError !== 0) {
+    const describe = MERGE_ERRORS[r.mergeError];
+    const message = describe
+      ? describe(who(r.mergeWhich), spec.batch, spec.vocab, who(0))
+      : `partials: cannot be merged (code ${r.mergeError})`;
+    throw r.mergeError === 1 || r.mergeError === 8 ? new TypeError(message) : new RangeError(message);
+  }
+  checkRows(r);
+  const undecided: number[] = [];
+  for (let b = 0; b < r.rowStatus.length; b++) if (r.rowStatus[b] === ROW_UNDECIDED) undecided.push(b);
+  const out: MergeResult & { largestShard: number } = {
+    tokens: r.tokens, fallbackRows: 0, undecidedRows: Int32Array.from(undecided), largestShard: r.largestShard,
+  };
+  if (r.logprobs) out.logprobs = r.logprobs;
+  if (r.topTokens) {
+    out.topTokens = r.topTokens;
+    out.topLogprobs = r.topLogprobs;
+  }
+  return out;
+}
+
+/** The merge's spec: the per-row options of `options` for `batch` rows over `vocabTotal`. */
+function mergeSpec(device: Device, batch: number, vocabTotal: number, options: unknown): NativeSpec {
+  if (options === undefined) options = {};
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw typeError('options', 'an object', options);
+  for (const key of SHARD_ONLY) {
+    if ((options as Record<string, unknown>)[key] !== undefined) {
+      throw new TypeError(`${key}: applies to a shard's own rows of W: give it to sampleFused(H, Wshard, { partial: true, ... })`);
+    }
+  }
+  checkKnownKeys('options', options, ROW_KEYS);
+  const rows = buildRowSpec(batch, device, options as SampleOptions);
+  return {
+    kind: 0,
+    device: device.kind === 'cuda' ? 1 : 0,
+    ordinal: device.ordinal,
+    dtype: 0,
+    batch,
+    vocab: vocabTotal,
+    dim: 1,
+    softcap: 0,
+    ...rows,
+    optionsHash: optionsHash(rows, batch, vocabTotal),
+  };
+}
+
+/**
+ * The tokens the unsharded call draws, from its shards' partial states (same device, any order).
+ * `options`: the per-row options the shards were called with (temperature, seed, offset,
+ * numSamples, topK, topP, minP, logprobs, topLogprobs, filterOrder, stream).
+ */
+export async function mergePartials(partials: readonly PartialState[], options?: SampleOptions): Promise<MergeResult> {
+  if (!Array.isArray(partials) || partials.length < 1 || partials.length > MAX_SHARDS) {
+    throw typeError('partials', `an array of 1 .. ${MAX_SHARDS} partial states (sampleFused with partial: true)`, partials);
+  }
+  let device: Device | undefined;
+  const handles = partials.map((p, i) => {
+    if (!(p instanceof PartialState)) throw typeError(`partials[${i}]`, 'a partial state (sampleFused with partial: true)', p);
+    if (p.state.disposed) throw new TypeError(`partials[${i}]: the partial state has been disposed`);
+    device ??= p.state.device;
+    if (!p.state.device.sameAs(device)) {
+      throw typeError(`partials[${i}]`, `a partial state on ${device} (the device of partials[0])`, raw(`one on ${p.state.device}`));
+    }
+    return p.state.handle(`partials[${i}]`);
+  });
+  const { batch, vocabTotal } = partials[0];
+  const spec = mergeSpec(device!, batch, vocabTotal, options);
+  spec.partials = handles;
+  const { largestShard: _largest, ...result } = await mergeNative(spec, (i) => `partials[${i}]`);
+  return result;
+}
+
+/** sampleFusedTP's options: the call's (as sampleFused's) and the shard's place in the vocabulary. */
+export interface TPOptions extends SampleOptions {
+  /** This rank's first global token id (a multiple of 4). */
+  vocabOffset: number;
+  /** The unsharded vocabulary. */
+  vocabSize: number;
+  /** Candidates per row (ShardOptions.candidates); every rank must give the same. */
+  candidates?: number;
+  /** Rows the exchanged state is sized for (every rank the same); default B. */
+  maxBatch?: number;
+}
+
+/** One local rank's shard, for a process that drives several GPUs (nccl.initAll). */
+export interface TPShard {
+  H: Tensor;
+  W: Tensor;
+  vocabOffset: number;
+  /** The shard's own options: bias, allowedTokens, softcap, logitBias, bannedTokens, penalties. */
+  options?: SampleOptions;
+}
+
+/**
+ * Samples from a head sharded by vocabulary across the ranks of an NCCL communicator: the fused
+ * pass on this rank's shard, an all-gather of the partial states (a few bytes per row, not V),
+ * then the merge on every rank, so every rank returns the tokens of the unsharded call. Rows the
+ * candidates cannot settle get a second round with every shard's whole rows as candidates.
+ * One process per GPU: sampleFusedTP(comm, H, Wshard, options). One process driving several GPUs
+ * (nccl.initAll): sampleFusedTP(comms, shards, options), one shard per communicator, one NCCL
+ * group per exchange; it resolves with one result per local rank.
+ * Every rank must call it with the same per-row options, B (or maxBatch), numSamples and
+ * candidates: ranks that disagree on options are an error after the exchange; ranks whose states
+ * differ in size cannot meet, and the exchange times out (Communicator.timeoutMs), aborted.
+ */
+export async function sampleFusedTP(comm: Communicator, H: Tensor, W: Tensor, options: TPOptions): Promise<MergeResult>;
+export async function sampleFusedTP(comms: Communicator[], shards: TPShard[], options: Omit<TPOptions, 'vocabOffset'>): Promise<MergeResult[]>;
+export async function sampleFusedTP(
+  first: Communicator | Communicator[], second: Tensor | TPShard[], third: Tensor | Omit<TPOptions, 'vocabOffset'>,
+  fourth?: TPOptions,
+): Promise<MergeResult | MergeResult[]> {
+  if (Array.isArray(first)) {
+    if (!Array.isArray(second) || second.length !== first.length) {
+      throw typeError('shards', `an array of ${first.length} shards {H, W, vocabOffset} (one per communicator)`, second);
+    }
+    return runTP(first, second as TPShard[], third as TPOptions);
+  }
+  const options = fourth as TPOptions;
+  if (options === null || typeof options !== 'object') throw typeError('options', 'an object with vocabOffset and vocabSize', options);
+  const { vocabOffset, ...rest } = options;
+  return (await runTP([first], [{ H: second as Tensor, W: third as Tensor, vocabOffset, options: {} }], rest as TPOptions))[0];
+}
+
+async function runTP(comms: Communicator[], shards: TPShard[], options: TPOptions): Promise<MergeResult[]> {
+  if (comms.length < 1) throw typeError('comms', 'a non-empty array of communicators', comms);
+  comms.forEach((c, i) => {
+    const name = comms.length > 1 ? `comms[${i}]` : 'comm';
+    if (!(c instanceof Communicator)) throw typeError(name, 'a Communicator (nccl.initRank or nccl.initAll)', c);
+    if (c.closed) throw new TypeError(`${name}: the communicator was aborted or disposed`);
+    const s = shards[i];
+    if (s === null || typeof s !== 'object') throw typeError(`shards[${i}]`, 'a shard {H, W, vocabOffset}', s);
+    for (const [key, t] of [['H', s.H], ['W', s.W]] as const) {
+      if (t instanceof Tensor && !t.device.sameAs(c.device)) {
+        throw typeError(comms.length > 1 ? `shards[${i}].${key}` : key, `a tensor on ${c.device} (the communicator's device)`, raw(`one on ${t.device}`));
+      }
+    }
+  });
+  const size = comms[0].size;
+  const timeoutMs = Math.max(...comms.map((c) => c.timeoutMs));
+  const shardCall = (s: TPShard, candidates: number | undefined) =>
+    samplePartial(s.H, s.W, {
+      ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
+      ...(candidates === undefined ? {} : { candidates }),
+    });
+  const round = async (candidates: number | undefined) => {
+    const partials = await Promise.all(shards.map((s) => shardCall(s, candidates)));
+    const bytes = partials[0].bytes;
+    const recvs = partials.map((p) => p.state.device.empty([(size * bytes) / 4], 'i32'));
+    try {
+      await native.ncclAllGather(
+        comms.map((c) => c.handle), partials.map((p) => p.state.handle('partial')), recvs.map((r) => r.handle('recv')),
+        bytes, options.stream, timeoutMs,
+      );
+      return await Promise.all(
+        recvs.map((recv, i) => {
+          const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+          const spec = mergeSpec(recv.device, partials[i].batch, partials[i].vocabTotal, rowOptions);
+          spec.partials = [recv.handle('recv')];
+          spec.partialStride = bytes;
+          spec.partialCount = size;
+          return mergeNative(spec, (r) => `rank ${r}`);
+        }),
+      );
+    } finally {
+      for (const p of partials) p.dispose();
+      for (const r of recvs) r.dispose();
+    }
+  };
+  let results = await round(options.candidates);
+  // Every rank merged the same states: they agree on the undecided rows and take the round together.
+  if (results[0].undecidedRows.length > 0) results = await round(results[0].largestShard);
+  return results.map(({ largestShard: _largest, ...r }) => r);
+}

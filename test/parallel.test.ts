@@ -1,0 +1,323 @@
+// Vocabulary shards (issue 18, SEMANTICS §6): the shards of W drawn one after another on one
+// device, their partial states merged, against the unsharded call on the same device: the same
+// tokens bit for bit (plain, greedy, top-k, min-p, top-p, numSamples > 1, masks, bias, softcap),
+// log-probabilities within 1e-5, at TP = 2, 3, 4 and 8 with uneven shards (one of 1 row); rows the
+// candidates cannot settle, and their re-run; chi-square of merged draws against float64; the
+// partial state as JS reads it; the argument and merge errors.
+
+import { mergePartials, open, sampleFused, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
+import {
+  describeDevices,
+  dominantLogits,
+  failure,
+  flatLogits,
+  goodnessOfFit,
+  keptDistribution,
+  makeMask,
+  rng,
+  rowCounts,
+  scaled,
+  zipfLogits,
+  type FilterSpec,
+} from './helpers';
+
+/** Shard bounds [offset, size] over V: offsets multiples of 4, uneven sizes; the last shard holds
+ *  one row when `oneRowLast` (V % 4 === 1). */
+function shardBounds(V: number, tp: number, seed: number, oneRowLast = false): [number, number][] {
+  const r = rng(seed);
+  const body = oneRowLast ? V - 1 : V;
+  const cuts = new Set<number>();
+  while (cuts.size < (oneRowLast ? tp - 2 : tp - 1)) {
+    const c = 4 * (1 + Math.floor(r() * (Math.floor(body / 4) - 1)));
+    if (c > 0 && c < body) cuts.add(c);
+  }
+  const edges = [0, ...[...cuts].sort((a, b) => a - b), body];
+  if (oneRowLast) edges.push(V);
+  const out: [number, number][] = [];
+  for (let i = 0; i + 1 < edges.length; i++) out.push([edges[i], edges[i + 1] - edges[i]]);
+  return out;
+}
+
+interface Head {
+  H: Tensor;
+  W: Tensor;
+  w: Float32Array;
+  V: number;
+  D: number;
+  /** logits[b][v] exactly (one-hot H, W's column b carries row b's logits). */
+  logits: Float64Array[];
+  shard(offset: number, size: number): Tensor;
+  dispose(): void;
+}
+
+/** H one-hot [B, D], W [V, D] whose column b holds row b's logits (f32: the logits are exact). */
+function plantedHead(dev: Device, rows: ArrayLike<number>[], seed = 7): Head {
+  const B = rows.length, V = rows[0].length, D = Math.max(8, B);
+  const r = rng(seed);
+  const w = new Float32Array(V * D);
+  for (let i = 0; i < w.length; i++) w[i] = (r() - 0.5) * 4;
+  const logits = rows.map((row) => Float64Array.from(row, (x) => Math.fround(x)));
+  for (let b = 0; b < B; b++) for (let v = 0; v < V; v++) w[v * D + b] = logits[b][v];
+  const h = new Float32Array(B * D);
+  for (let b = 0; b < B; b++) h[b * D + b] = 1;
+  const shards: Tensor[] = [];
+  const H = dev.tensor(h, [B, D], 'f32');
+  const W = dev.tensor(w, [V, D], 'f32');
+  return {
+    H, W, w, V, D, logits,
+    shard(offset, size) {
+      const t = dev.tensor(w.slice(offset * D, (offset + size) * D), [size, D], 'f32');
+      shards.push(t);
+      return t;
+    },
+    dispose() {
+      H.dispose();
+      W.dispose();
+      for (const t of shards) t.dispose();
+    },
+  };
+}
+
+/** Draws every shard's partial state in turn (options per shard from `perShard`), then merges. */
+async function shardAndMerge(
+  head: Head, bounds: [number, number][], options: SampleOptions,
+  perShard: (offset: number, size: number) => Record<string, unknown> = () => ({}),
+  extra: Record<string, unknown> = {},
+): Promise<{ result: MergeResult; partials: PartialState[] }> {
+  const partials: PartialState[] = [];
+  for (const [offset, size] of bounds) {
+    partials.push(
+      await sampleFused(head.H, head.shard(offset, size), {
+        ...options, ...perShard(offset, size), ...extra, partial: true, vocabOffset: offset, vocabSize: head.V,
+      }),
+    );
+  }
+  // Shuffled: the merge does not depend on the order of the partials.
+  const order = partials.map((_, i) => i).sort((a, b) => ((a * 7919) % 13) - ((b * 7919) % 13));
+  const result = await mergePartials(order.map((i) => partials[i]), options);
+  return { result, partials };
+}
+
+function expectClose(a: Float32Array | undefined, b: Float32Array | undefined, tol: number): void {
+  expect(a).toBeDefined();
+  expect(b).toBeDefined();
+  expect(a!.length).toBe(b!.length);
+  for (let i = 0; i < a!.length; i++) {
+    if (a![i] === b![i]) continue;  // both -Infinity where fewer are kept
+    expect(Math.abs(a![i] - b![i])).toBeLessThanOrEqual(tol * Math.max(1, Math.abs(b![i])));
+  }
+}
+
+const perRowSeeds = (B: number) => BigUint64Array.from({ length: B }, (_, b) => BigInt(4242 + 17 * b));
+
+describeDevices((name, dev) => {
+  // V = 1001: uneven shards, the last of 1 row; rows of different shapes (Zipf, flat, peaked).
+  const V = 1001;
+  const B = 3;
+  let head: Head;
+  beforeAll(() => {
+    head = plantedHead(dev(), [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 3), zipfLogits(V, 0.6, 3)]);
+  });
+  afterAll(() => head.dispose());
+
+  const cases: [string, SampleOptions][] = [
+    ['plain', { temperature: 0.8, seed: 11n, numSamples: 5 }],
+    ['greedy and sampled rows', { temperature: new Float32Array([0, 1.3, 0]), seed: perRowSeeds(B), numSamples: 2 }],
+    ['top-k with logprobs', { temperature: 0.9, topK: 20, logprobs: true, topLogprobs: 5, seed: 5n, numSamples: 4 }],
+    ['min-p', { minP: 0.08, seed: perRowSeeds(B), offset: 3n, logprobs: true }],
+    ['top-p', { topP: 0.85, temperature: 1.2, seed: 9n, numSamples: 3, logprobs: true }],
+    ['top-k, top-p and min-p', { topK: 300, topP: 0.7, minP: 0.01, seed: 21n, numSamples: 6, topLogprobs: 3 }],
+    ['logprobs alone', { logprobs: true, topLogprobs: 8, seed: 2n, numSamples: 3 }],
+  ];
+  for (const tp of [2, 3, 4, 8]) {
+    test.each(cases)(`TP ${tp}: %s: the merged shards draw the unsharded tokens`, async (_label, options) => {
+      const bounds = shardBounds(V, tp, 100 + tp, tp >= 3);
+      const want = await sampleFused(head.H, head.W, options);
+      const { result, partials } = await shardAndMerge(head, bounds, options);
+      expect(result.undecidedRows.length).toBe(0);
+      expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+      if (want.logprobs) expectClose(result.logprobs, want.logprobs, 1e-5);
+      if (want.topTokens) {
+        expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens));
+        expectClose(result.topLogprobs, want.topLogprobs, 1e-5);
+      }
+      for (const p of partials) p.dispose();
+    });
+  }
+
+  test('per-shard masks, bias and softcap: the merged tokens are the unsharded ones', async () => {
+    const r = rng(77);
+    const mask = makeMask(B, V, (b, v) => (v * 7 + b) % 5 !== 0 || r() < 0.1);
+    const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 13 === 0 ? 1.5 : 0));
+    const bias = dev().tensor(biasValues, [V], 'f32');
+    const options: SampleOptions = { topK: 40, logprobs: true, seed: 8n, numSamples: 3 };
+    const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 6 });
+    const bounds = shardBounds(V, 4, 3, true);
+    const wordsOf = (offset: number, size: number) => {
+      // The shard's mask: bit (v - offset) of its own words, per row.
+      const words = Math.ceil(size / 32);
+      const m = new Uint32Array(B * words);
+      for (let b = 0; b < B; b++) {
+        for (let v = 0; v < size; v++) {
+          const g = offset + v;
+          if ((mask[b * Math.ceil(V / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
+        }
+      }
+      return m;
+    };
+    const shardBias: Tensor[] = [];
+    const { result, partials } = await shardAndMerge(head, bounds, options, (offset, size) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      shardBias.push(t);
+      return { allowedTokens: wordsOf(offset, size), bias: t, softcap: 6 };
+    });
+    expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+    expectClose(result.logprobs, want.logprobs, 1e-5);
+    for (const p of partials) p.dispose();
+    for (const t of shardBias) t.dispose();
+    bias.dispose();
+  });
+
+  test('+Inf logits in two shards share the mass: the merged tokens are the unsharded ones', async () => {
+    const biasValues = new Float32Array(V);
+    biasValues[5] = Infinity;
+    biasValues[998] = Infinity;
+    const bias = dev().tensor(biasValues, [V], 'f32');
+    const options: SampleOptions = { topP: 0.5, logprobs: true, seed: 3n, numSamples: 16 };
+    const want = await sampleFused(head.H, head.W, { ...options, bias });
+    const bounds = shardBounds(V, 3, 9);
+    const biases: Tensor[] = [];
+    const { result } = await shardAndMerge(head, bounds, options, (offset, size) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      biases.push(t);
+      return { bias: t };
+    });
+    expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+    expect(new Set(result.tokens)).toEqual(new Set([5, 998]));
+    expectClose(result.logprobs, want.logprobs, 1e-6);
+    for (const t of biases) t.dispose();
+    bias.dispose();
+  });
+
+  test('rows the candidates cannot settle are undecided; more candidates settle them', async () => {
+    // Flat rows at V = 5000: the nucleus of top-p 0.95 holds thousands of tokens, far more than
+    // 16 candidates a shard; the re-run with a shard's whole rows settles every row.
+    const V2 = 5000;
+    const flat = plantedHead(dev(), [flatLogits(V2, 4, 1), dominantLogits(V2, 5, 12)]);
+    const options: SampleOptions = { topP: 0.95, seed: 12n, logprobs: true };
+    const bounds = shardBounds(V2, 3, 31);
+    const first = await shardAndMerge(flat, bounds, options, () => ({}), { candidates: 16 });
+    expect(Array.from(first.result.undecidedRows)).toEqual([0]);
+    expect(first.result.tokens[0]).toBe(-1);
+    const largest = Math.max(...bounds.map(([, s]) => s));
+    const again = await shardAndMerge(flat, bounds, options, () => ({}), { candidates: largest });
+    expect(again.result.undecidedRows.length).toBe(0);
+    const want = await sampleFused(flat.H, flat.W, options);
+    expect(Array.from(again.result.tokens)).toEqual(Array.from(want.tokens));
+    expect(first.result.tokens[1]).toBe(want.tokens[1]);  // the peaked row was decided at once
+    expectClose(again.result.logprobs, want.logprobs, 1e-5);
+    flat.dispose();
+  });
+
+  const fits: [string, FilterSpec][] = [
+    ['plain', { temperature: 1 }],
+    ['top-k 7, T 0.7', { topK: 7, temperature: 0.7 }],
+    ['top-p 0.8 and min-p 0.02', { topP: 0.8, minP: 0.02 }],
+  ];
+  test.each(fits)('chi-square: merged draws at V = 111, TP = 3 match float64 (%s)', async (_label, f) => {
+    const V3 = 111;
+    const row = zipfLogits(V3, 0.9, 17);
+    const small = plantedHead(dev(), [row]);
+    const kept = keptDistribution(small.logits[0], f);
+    const S = scaled(60000, 65536);
+    const options: SampleOptions = { temperature: f.temperature ?? 1, seed: 99n, numSamples: S };
+    if (f.topK) options.topK = f.topK;
+    if (f.topP) options.topP = f.topP;
+    if (f.minP) options.minP = f.minP;
+    const { result } = await shardAndMerge(small, shardBounds(V3, 3, 8), options);
+    const counts = rowCounts(result.tokens, 1, S, V3)[0];
+    const fit = goodnessOfFit(counts, kept.probs);
+    if (!fit.ok) throw new Error(fit.summary);
+    small.dispose();
+  });
+
+  test('the partial state reads back from JS: global ids, sorted candidates, the header', async () => {
+    const p = (await sampleFused(head.H, head.shard(500, 300), {
+      topK: 10, seed: 1n, partial: true, vocabOffset: 500, vocabSize: V, maxBatch: 8,
+    })) as PartialState;
+    expect(p.capacity).toBe(10);
+    expect(p.state.device.kind).toBe(name);
+    const d = await p.read();
+    expect(d).toMatchObject({ batch: B, maxBatch: 8, numSamples: 1, capacity: 10, vocabOffset: 500, vocabSize: 300, vocabTotal: V, hasStats: true });
+    for (let b = 0; b < B; b++) {
+      const row = d.rows[b];
+      expect(row.finiteCount).toBe(300);
+      expect(row.complete).toBe(false);
+      expect(row.candidates.length).toBe(10);
+      const want = Array.from({ length: 300 }, (_, i) => 500 + i).sort((x, y) => head.logits[b][y] - head.logits[b][x] || x - y);
+      expect(row.candidates.map((c) => c.token)).toEqual(want.slice(0, 10));
+      expect(row.candidates[0].logit).toBe(head.logits[b][want[0]]);
+      expect(row.winners[0].token).toBeGreaterThanOrEqual(500);
+      expect(row.winners[0].token).toBeLessThan(800);
+    }
+    expect(p.bytes).toBe(64 + 8 * (40 + 16 + 80));
+    p.dispose();
+  });
+
+  describe('errors', () => {
+    const shardOf = (o: Record<string, unknown>) => sampleFused(head.H, head.shard(0, 500), { partial: true, vocabOffset: 0, vocabSize: V, ...o } as never);
+    test.each([
+      [{ vocabOffset: 2 }, RangeError, /vocabOffset: expected a multiple of 4/],
+      [{ vocabOffset: 504 }, RangeError, /vocabOffset: expected an integer in \[0, 501\]/],
+      [{ vocabSize: 400 }, RangeError, /vocabSize: expected an integer in \[500, /],
+      [{ vocabSize: undefined }, TypeError, /vocabSize: expected an integer/],
+      [{ partial: false }, TypeError, /partial: expected true/],
+      [{ candidates: -1 }, RangeError, /candidates: expected an integer in \[0, 1048576\]/],
+      [{ maxBatch: 2 }, RangeError, /maxBatch: expected an integer in \[3, /],
+    ])('sampleFused(..., %o) fails clearly', async (o, kind, message) => {
+      const e = await failure(() => shardOf(o));
+      expect(e).toBeInstanceOf(kind);
+      expect(e.message).toMatch(message);
+    });
+
+    test('merges of partials that do not belong together name the partial', async () => {
+      const opts = { seed: 4n, temperature: 0.5 };
+      const a = await sampleFused(head.H, head.shard(0, 500), { ...opts, partial: true, vocabOffset: 0, vocabSize: V });
+      const b = await sampleFused(head.H, head.shard(500, 501), { ...opts, partial: true, vocabOffset: 500, vocabSize: V });
+      const c = await sampleFused(head.H, head.shard(400, 601), { ...opts, partial: true, vocabOffset: 400, vocabSize: V });
+      const hot = await sampleFused(head.H, head.shard(500, 501), { seed: 4n, temperature: 0.7, partial: true, vocabOffset: 500, vocabSize: V });
+      const other = await sampleFused(head.H, head.shard(500, 501), { ...opts, partial: true, vocabOffset: 500, vocabSize: V + 4 });
+      expect((await mergePartials([a, b], opts)).tokens.length).toBe(B);
+      const cases: [PartialState[], SampleOptions, RegExp][] = [
+        [[a, hot], opts, /partials\[1\]: made with other per-row options than the merge's/],
+        [[a, b], { ...opts, temperature: 0.6 }, /partials\[0\]: made with other per-row options/],
+        [[a, c], opts, /partials: the shards do not cover the vocabulary \[0, 1001\) exactly once/],
+        [[a], opts, /the shards do not cover the vocabulary/],
+        [[a, b, b], opts, /do not cover the vocabulary/],
+        [[a, other], opts, /partials\[1\]: made for another vocabulary size than partials\[0\] \(1001\)/],
+      ];
+      for (const [set, o, message] of cases) {
+        const e = await failure(() => mergePartials(set, o));
+        expect(e).toBeInstanceOf(RangeError);
+        expect(e.message).toMatch(message);
+      }
+      await expect(mergePartials([], opts)).rejects.toThrow(/partials: expected an array of 1 \.\. 64 partial states/);
+      await expect(mergePartials([{} as PartialState], opts)).rejects.toThrow(/partials\[0\]: expected a partial state/);
+      await expect(mergePartials([a, b], { ...opts, softcap: 3 })).rejects.toThrow(/softcap: applies to a shard's own rows of W/);
+      await expect(mergePartials([a, b], { ...opts, bias: head.W } as never)).rejects.toThrow(/bias: applies to a shard's own rows/);
+      const small = plantedHead(dev(), [zipfLogits(V, 1, 1)]);
+      const one = await sampleFused(small.H, small.W, { ...opts, partial: true, vocabOffset: 0, vocabSize: V });
+      await expect(mergePartials([one, b], opts)).rejects.toThrow(/partials\[1\]: made for another batch size than partials\[0\] \(1 rows\)/);
+      small.dispose();
+      b.dispose();
+      await expect(mergePartials([a, b], opts)).rejects.toThrow(/partials\[1\]: the partial state has been disposed/);
+      if (name === 'cuda') {
+        const cpuHead = plantedHead(open('cpu'), [zipfLogits(V, 1, 1), zipfLogits(V, 1, 2), zipfLogits(V, 1, 3)]);
+        const onCpu = await sampleFused(cpuHead.H, cpuHead.shard(500, 501), { ...opts, partial: true, vocabOffset: 500, vocabSize: V });
+        await expect(mergePartials([a, onCpu], opts)).rejects.toThrow(/partials\[1\]: expected a partial state on cuda/);
+        cpuHead.dispose();
+      }
+      for (const p of [a, c, hot, other, one]) p.dispose();
+    });
+  });
+});
