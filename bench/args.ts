@@ -45,12 +45,15 @@ export const OPTION_PRESETS: Readonly<Record<string, { temperature: number; topK
 };
 export const OPTION_PRESET_NAMES = Object.keys(OPTION_PRESETS);
 
-export type BenchMode = 'sample' | 'step';
+export type BenchMode = 'sample' | 'step' | 'tp';
 
 export interface BenchArgs {
   help: boolean;
-  /** 'sample' (default): the samplers and option columns; 'step': the engine's decode step (bench/step.ts). */
+  /** 'sample' (default): the samplers and option columns; 'step': the engine's decode step (bench/step.ts);
+   *  'tp': a head sharded by vocabulary (bench/tp.ts). */
   mode: BenchMode;
+  /** --mode tp: the degrees (default 1,2,4,8). */
+  tpDegrees: number[];
   /** Explicit shapes; null = the device's default. */
   shapes: Shape[] | null;
   /** null = the device's default. */
@@ -98,10 +101,15 @@ ${PRESETS.map((p) => `                              ${p.name.padEnd(12)} ${Strin
   --dtype bf16|f16|f32      dtype of H and W (default bf16)
 
 Run
-  --mode sample|step        sample (default): the table below; step: an engine's decode step
+  --mode sample|step|tp     sample (default): the table below; step: an engine's decode step
                             per --options set (default plain): createSampler once, then the
                             host time of enqueue, eager and CUDA-graph step times against the
-                            kernels' own (CUDA events); default batches 1,64,256 on the GPU
+                            kernels' own (CUDA events); default batches 1,64,256 on the GPU;
+                            tp: a head sharded by vocabulary over --tp GPUs (CUDA): one
+                            rank's shard against one GPU, and where the process has the GPUs
+                            the sampleFusedTP step and its NCCL exchange (FLASHSAMPLE_NCCL_LIB
+                            names libnccl); default batches 1,16,64,256
+  --tp LIST                 --mode tp degrees (default 1,2,4,8)
   --device auto|cpu|cuda|cuda:N   (default auto: the GPU when one is usable)
   --iters N                 timed calls per point (default 100 on the GPU, 10 on the CPU)
   --warmup N                untimed calls first (default 10 on the GPU, 2 on the CPU)
@@ -137,7 +145,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad arguments.`;
 const FLAGS_WITH_VALUE = [
   '--preset', '--vocab', '--hidden', '--batch', '--dtype', '--device', '--iters', '--warmup', '--json',
   '--plot', '--samplers', '--options', '--python', '--logits', '--logit-std', '--read-bw', '--matrix-rate',
-  '--mode',
+  '--mode', '--tp',
 ] as const;
 const FLAGS_WITHOUT_VALUE = ['--no-baselines', '--help', '-h'] as const;
 const ALIASES: Record<string, string> = { '--model': '--preset', '--batches': '--batch', '--sampler': '--samplers' };
@@ -362,6 +370,7 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
   const args: BenchArgs = {
     help: false,
     mode: 'sample',
+    tpDegrees: [1, 2, 4, 8],
     shapes: null,
     batches: null,
     dtype: null,
@@ -496,10 +505,15 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
         break;
       case '--mode': {
         const m = value.trim().toLowerCase();
-        if (m !== 'sample' && m !== 'step') throw new ArgError(`--mode: expected sample or step, got ${show(value)}`);
+        if (m !== 'sample' && m !== 'step' && m !== 'tp') throw new ArgError(`--mode: expected sample, step or tp, got ${show(value)}`);
         args.mode = m;
         break;
       }
+      case '--tp':
+        args.tpDegrees = splitList('--tp', value).map((x) =>
+          parseNumber('--tp', x, 'degrees in [1, 64], e.g. 1,2,4', (n) => Number.isInteger(n) && n >= 1 && n <= 64),
+        );
+        break;
     }
   }
 

@@ -13,6 +13,7 @@ import { Progress } from './progress';
 import { describeRun, plotSvg, reportJson, shapeTable } from './report';
 import { message, run } from './run';
 import { runStep, stepTable } from './step';
+import { runTp, tpTable } from './tp';
 
 const NAME = 'flashsample-bench';
 
@@ -59,6 +60,32 @@ async function main(argv: string[]): Promise<number> {
   const gpuDefault = PRESETS.find((p) => p.name === GPU_DEFAULT_PRESET);
   const shapes = args.shapes ?? [cpu || !gpuDefault ? CPU_DEFAULT_SHAPE : gpuDefault];
   const progress = new Progress();
+
+  if (args.mode === 'tp') {
+    if (device.kind !== 'cuda') {
+      process.stderr.write(`${NAME}: --mode tp: needs a CUDA device (the shards run on GPUs, the exchange over NCCL)\n`);
+      return 1;
+    }
+    const rows = await runTp({
+      shapes,
+      batches: args.batches ?? [1, 16, 64, 256],
+      degrees: args.tpDegrees,
+      dtype: args.dtype ?? 'bf16',
+      optionSets: args.optionSets.length ? args.optionSets : [{ label: 'plain' }],
+      iters: args.iters ?? defaults.iters,
+      warmup: args.warmup ?? defaults.warmup,
+      logits: args.logits,
+      logitStd: args.logitStd,
+      onProgress: (text) => progress.update(text),
+    });
+    progress.clear();
+    process.stdout.write(`${NAME} --mode tp on ${device.name} (${new Date().toISOString().slice(0, 10)})\n${tpTable(rows)}\n`);
+    if (args.json !== null) {
+      writeFileSync(args.json, JSON.stringify({ mode: 'tp', device: device.name, date: new Date().toISOString(), rows }, null, 2) + '\n');
+      process.stderr.write(`${NAME}: wrote ${args.json}\n`);
+    }
+    return rows.length > 0 && rows.every((r) => r.error !== undefined) ? 1 : 0;
+  }
 
   if (args.mode === 'step') {
     const rows = await runStep({

@@ -191,6 +191,7 @@ inline GemmArgs gemm_args(const SampleParams& p) {
   a.seed = p.seed;
   a.offset = p.offset;
   a.per_row_seed = p.per_row_seed;
+  a.vocab_base = p.vocab_offset;
   a.winners = nullptr;
   a.logits = nullptr;
   a.num_vtiles = a.num_chunks = 0;

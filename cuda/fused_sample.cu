@@ -8,7 +8,8 @@
 //      tile's logits are computed on chip, perturbed with the Philox Gumbel noise of noise.h, and
 //      each (row, sample) winner is merged into its word with an order-preserving atomicMax (score
 //      ties go to the smaller index, as candidate_better says);
-//   3. finalize_kernel unpacks the words into tokens and row statuses.
+//   3. finalize_kernel unpacks the words into tokens and row statuses (a vocabulary shard's
+//      finalize_partial_kernel into its partial state: the epilogue offered global token ids).
 // Workspace: [B, numSamples] 64-bit words (Scratch: the caller's block or stream-ordered).
 // Also here: the engine samplers' row-parameter kernels (scatter of staged rows, offset advance).
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "dispatch.cuh"
 #include "internal_launchers.h"
 #include "include/launchers.h"
+#include "include/partial.h"
 
 namespace flashsample {
 namespace cuda {
@@ -39,6 +41,24 @@ __global__ void finalize_kernel(const unsigned long long* __restrict__ winners, 
   tokens[i] = detail::packed_token(w);
   if (row_status != nullptr && i % num_samples == 0)
     row_status[i / num_samples] = w == 0ull ? kRowNoCandidate : kRowOk;
+}
+
+// A shard's partial state from the winners (include/partial.h): no statistics, no candidates.
+__global__ void finalize_partial_kernel(const unsigned long long* __restrict__ winners, SampleParams p) {
+  detail::griddep_wait();
+  PartialHeader h;
+  init_partial_header(&h, static_cast<int32_t>(p.batch), p.partial_max_batch, p.num_samples, 0, p.options_hash,
+                      p.vocab_offset, p.vocab, p.vocab_total > 0 ? p.vocab_total : p.vocab, false);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i == 0) *static_cast<PartialHeader*>(p.partial) = h;
+  if (i >= p.batch * p.num_samples) return;
+  const int64_t b = i / p.num_samples, j = i % p.num_samples;
+  const PartialRowView v = partial_row(p.partial, h, b);
+  const unsigned long long w = winners[i];
+  const uint32_t key = w == 0ull ? kNoToken
+                                 : static_cast<uint32_t>(detail::packed_token(w)) | (static_cast<uint32_t>(w >> 63) << 31);
+  v.winners[j] = PartialWinner{detail::packed_score(w), key, 0.0f, 0u};
+  if (j == 0) *v.row = PartialRow{-INFINITY, 0.0, 0, 0, 0, 1};
 }
 
 __global__ void scatter_rows_kernel(RowScatter s) {
@@ -102,10 +122,10 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
 }
 
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
-  if (p.partial != nullptr) return launch_partial_sample(p, stream);
-  // Filters, logprobs and masks: the chunked candidate pass of filters.cu.
-  if (has_filters(p)) return launch_fused_filtered(p, stream);
+  // Filters, logprobs and masks: the chunked candidate pass of filters.cu (a shard's: partial.cu).
+  if (has_filters(p)) return p.partial != nullptr ? launch_partial_sample(p, stream) : launch_fused_filtered(p, stream);
   cudaError_t err = detail::check_params(p);
+  if (err == cudaSuccess && p.partial != nullptr && !partial_params_ok(p)) err = cudaErrorInvalidValue;
   if (err != cudaSuccess) return err;
 
   const int64_t n = p.batch * p.num_samples;
@@ -129,7 +149,10 @@ cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
     a.programmatic_launch = programmatic;
     err = detail::launch_gemm<detail::Epi::kSampleOne>(p, a, stream);
   }
-  if (err == cudaSuccess) {
+  if (err == cudaSuccess && p.partial != nullptr) {
+    err = detail::launch_kernel(finalize_partial_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
+                                programmatic, static_cast<const unsigned long long*>(winners), p);
+  } else if (err == cudaSuccess) {
     err = detail::launch_kernel(finalize_kernel, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
                                 programmatic, winners, p.batch, p.num_samples, p.tokens, p.row_status);
   }

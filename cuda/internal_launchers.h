@@ -110,6 +110,8 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
 cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_t* only_rows,
                               const int32_t* any, cudaStream_t stream);
 
+// A shard's partial state (p.partial set): whether its vocabulary range and sizes are valid.
+bool partial_params_ok(const SampleParams& p);
 // Reference: materializes [B, V] and applies the semantics to each whole row.
 cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
                                       cudaStream_t stream);

@@ -1,10 +1,12 @@
 // Vocabulary shards on the CUDA backend (docs/SEMANTICS.md §6): a shard's partial state
 // (include/partial.h) and the merge of several (include/merge.h).
 //
-// launch_partial_sample materializes the shard's fp32 logits [B, V_shard] with the fused path's
-// own GEMM (store epilogue, launch_logits_store), then one block per row writes the row's
-// winners, statistics and its `capacity` best keys, sorted. Correct first: the shard pays the
-// reference path's cost; the partial epilogue of the fused kernels is issue 18's next step.
+// Plain sampling (no filters, no logprobs) is the fused kernels' own: launch_fused_sample offers
+// the shard's entries as global ids and finalize_partial_kernel writes the winners. With filters
+// or logprobs, launch_partial_sample materializes the shard's fp32 logits [B, V_shard] with the
+// fused path's own GEMM (store epilogue, launch_logits_store), then one block per row writes the
+// row's winners, statistics and its `capacity` best keys, sorted: correct first, at the
+// reference path's cost (the filtered epilogue's candidates are the next step).
 // launch_merge_partials runs merge.h's row merge, one row per thread.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -205,14 +207,17 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 }  // namespace
 
+bool partial_params_ok(const SampleParams& p) {
+  const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
+  return p.partial != nullptr && p.vocab_offset >= 0 && p.vocab_offset % 4 == 0 && p.vocab_offset + p.vocab <= total &&
+         p.partial_capacity >= 0 && p.partial_capacity <= kMaxPartialCapacity && p.partial_max_batch >= p.batch;
+}
+
 cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream) {
   cudaError_t err = detail::check_params(call);
   if (err != cudaSuccess) return err;
+  if (!partial_params_ok(call)) return cudaErrorInvalidValue;
   const int64_t total = call.vocab_total > 0 ? call.vocab_total : call.vocab;
-  if (call.partial == nullptr || call.vocab_offset < 0 || call.vocab_offset % 4 != 0 ||
-      call.vocab_offset + call.vocab > total || call.partial_capacity < 0 ||
-      call.partial_capacity > kMaxPartialCapacity || call.partial_max_batch < call.batch)
-    return cudaErrorInvalidValue;
   Scratch scratch(call, stream);
   SampleParams p;
   void* listed = nullptr;

@@ -28,7 +28,7 @@ export const MAX_SHARDS = 64;
 export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
 /** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
 const FILTER_CANDIDATES = 1024;
-const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
+export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
 /** Options a shard applies to its own slice of W; a merge cannot take them. */
 const SHARD_ONLY = [
   'bias', 'softcap', 'allowedTokens', 'logitBias', 'bannedTokens', 'penaltyTokens', 'repetitionPenalty',
@@ -217,8 +217,8 @@ function checkInteger(name: string, value: unknown, min: number, max: number, wh
   return value;
 }
 
-/** sampleFused(H, Wshard, { partial: true, vocabOffset, vocabSize, ... }): the shard's partial state. */
-export async function samplePartial(H: Tensor, W: Tensor, options: ShardOptions): Promise<PartialState> {
+/** A shard call's native spec, its state tensor (allocated, unwritten) and the state's fields. */
+export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions): { spec: NativeSpec; partial: PartialState } {
   const { spec, operands } = buildSpec(H, W, options, 'fused', SHARD_KEYS);
   const o = options as unknown as Record<string, unknown>;
   if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
@@ -235,22 +235,29 @@ export async function samplePartial(H: Tensor, W: Tensor, options: ShardOptions)
   const optionsHashValue = optionsHash(spec, operands.batch, vocabTotal);
   const bytes = partialBytes(maxBatch, spec.numSamples, capacity);
   const state = operands.device.empty([bytes / 4], 'i32');
-  try {
-    spec.partial = state.handle('partial');
-    spec.vocabOffset = vocabOffset;
-    spec.vocabTotal = vocabTotal;
-    spec.partialCapacity = capacity;
-    spec.partialMaxBatch = maxBatch;
-    spec.optionsHash = optionsHashValue;
-    await native.sample(spec);
-  } catch (e) {
-    state.dispose();
-    throw e;
-  }
-  return new PartialState({
+  spec.partial = state.handle('partial');
+  spec.vocabOffset = vocabOffset;
+  spec.vocabTotal = vocabTotal;
+  spec.partialCapacity = capacity;
+  spec.partialMaxBatch = maxBatch;
+  spec.optionsHash = optionsHashValue;
+  const partial = new PartialState({
     state, batch: operands.batch, maxBatch, numSamples: spec.numSamples, capacity, vocabOffset, vocabSize: V, vocabTotal,
     optionsHash: optionsHashValue,
   });
+  return { spec, partial };
+}
+
+/** sampleFused(H, Wshard, { partial: true, vocabOffset, vocabSize, ... }): the shard's partial state. */
+export async function samplePartial(H: Tensor, W: Tensor, options: ShardOptions): Promise<PartialState> {
+  const { spec, partial } = buildPartialSpec(H, W, options);
+  try {
+    await native.sample(spec);
+  } catch (e) {
+    partial.dispose();
+    throw e;
+  }
+  return partial;
 }
 
 export interface MergeResult extends SampleResult {
@@ -414,32 +421,43 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   });
   const size = comms[0].size;
   const timeoutMs = Math.max(...comms.map((c) => c.timeoutMs));
-  const shardCall = (s: TPShard, candidates: number | undefined) =>
-    samplePartial(s.H, s.W, {
-      ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
-      ...(candidates === undefined ? {} : { candidates }),
-    });
+  const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+  // One round: every step is enqueued on the stream at once (the partials, the all-gather after
+  // them, the merges after it), and one wait covers all: no host round trip between the steps.
   const round = async (candidates: number | undefined) => {
-    const partials = await Promise.all(shards.map((s) => shardCall(s, candidates)));
-    const bytes = partials[0].bytes;
-    const recvs = partials.map((p) => p.state.device.empty([(size * bytes) / 4], 'i32'));
+    const built: { spec: NativeSpec; partial: PartialState }[] = [];
+    const recvs: Tensor[] = [];
     try {
-      await native.ncclAllGather(
-        comms.map((c) => c.handle), partials.map((p) => p.state.handle('partial')), recvs.map((r) => r.handle('recv')),
-        bytes, options.stream, timeoutMs,
+      for (const s of shards) {
+        built.push(buildPartialSpec(s.H, s.W, {
+          ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
+          ...(candidates === undefined ? {} : { candidates }),
+        }));
+      }
+      const bytes = built[0].partial.bytes;
+      for (const b of built) recvs.push(b.partial.state.device.empty([(size * bytes) / 4], 'i32'));
+      const merges = recvs.map((recv, i) => {
+        const spec = mergeSpec(recv.device, built[i].partial.batch, built[i].partial.vocabTotal, rowOptions);
+        spec.partials = [recv.handle('recv')];
+        spec.partialStride = bytes;
+        spec.partialCount = size;
+        return spec;
+      });
+      const pending: Promise<unknown>[] = built.map((b) => native.sample(b.spec));
+      pending.push(
+        native.ncclAllGather(
+          comms.map((c) => c.handle), built.map((b) => b.partial.state.handle('partial')), recvs.map((r) => r.handle('recv')),
+          bytes, options.stream, timeoutMs,
+        ),
       );
-      return await Promise.all(
-        recvs.map((recv, i) => {
-          const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
-          const spec = mergeSpec(recv.device, partials[i].batch, partials[i].vocabTotal, rowOptions);
-          spec.partials = [recv.handle('recv')];
-          spec.partialStride = bytes;
-          spec.partialCount = size;
-          return mergeNative(spec, (r) => `rank ${r}`);
-        }),
-      );
+      const merged = merges.map((spec) => mergeNative(spec, (r) => `rank ${r}`));
+      // Settle every step before the tensors are released; then the first failure, if any.
+      const settled = await Promise.allSettled([...pending, ...merged]);
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      return await Promise.all(merged);
     } finally {
-      for (const p of partials) p.dispose();
+      for (const b of built) b.partial.dispose();
       for (const r of recvs) r.dispose();
     }
   };

@@ -4,7 +4,7 @@ import type { Device } from './device';
 import { raw, rangeError, typeError } from './errors';
 import { native, NativeSpec } from './native';
 import { buildSpec, checkTensor, ReferenceOptions, SampleOptions } from './options';
-import { PartialState, samplePartial, ShardOptions } from './parallel';
+import { buildPartialSpec, PartialState, samplePartial, SHARD_KEYS, ShardOptions } from './parallel';
 import { SampleResult, toResult } from './result';
 import { Tensor } from './tensor';
 
@@ -71,9 +71,11 @@ export async function timeSampler(
   const method = kind === 'reference-gumbel' ? 'gumbel' : 'inverse-cdf';
   const sampler = kind === 'fused' ? 'fused' : 'reference';
   const opts = sampler === 'reference' ? { ...options, method } : options;
-  const { spec } = buildSpec(inputs[0].H, inputs[0].W, opts, sampler);
+  // A shard's partial state (ShardOptions): each call rewrites one state tensor.
+  const shard = sampler === 'fused' && 'partial' in opts ? buildPartialSpec(inputs[0].H, inputs[0].W, opts as ShardOptions) : null;
+  const { spec } = shard ?? buildSpec(inputs[0].H, inputs[0].W, opts, sampler);
   const pairs = inputs.map(({ H, W }, i) => {
-    const { spec: s } = buildSpec(H, W, opts, sampler);
+    const { spec: s } = buildSpec(H, W, opts, sampler, shard ? SHARD_KEYS : []);
     if (s.batch !== spec.batch || s.vocab !== spec.vocab || s.dim !== spec.dim || s.dtype !== spec.dtype) {
       throw rangeError(`inputs[${i}]`, 'the shape and dtype of inputs[0]', `[${s.batch}, ${s.dim}] x [${s.vocab}, ${s.dim}]`);
     }
@@ -82,7 +84,11 @@ export async function timeSampler(
   const { warmup, iters } = timing;
   if (!Number.isInteger(warmup) || warmup < 0) throw rangeError('warmup', 'an integer >= 0', warmup);
   if (!Number.isInteger(iters) || iters < 1) throw rangeError('iters', 'an integer >= 1', iters);
-  return native.timeSampler(spec as NativeSpec, pairs, warmup, iters);
+  try {
+    return await native.timeSampler(spec as NativeSpec, pairs, warmup, iters);
+  } finally {
+    shard?.partial.dispose();
+  }
 }
 
 /** Read bandwidth of device memory in bytes per second (16-byte loads over `bytes`); CUDA only. */

@@ -217,3 +217,15 @@ describe('the table of an option run', () => {
     }
   });
 });
+
+describe('--mode tp', () => {
+  test('the degrees, 1,2,4,8 by default', () => {
+    expect(parseArgs(['--mode', 'tp']).tpDegrees).toEqual([1, 2, 4, 8]);
+    const args = parseArgs(['--mode', 'tp', '--tp', '1,2']);
+    expect([args.mode, args.tpDegrees]).toEqual(['tp', [1, 2]]);
+  });
+  test('a degree outside [1, 64] or another mode is an ArgError', () => {
+    expect(argError(() => parseArgs(['--tp', '0']))).toMatch(/^--tp: expected degrees in \[1, 64\]/);
+    expect(argError(() => parseArgs(['--mode', 'pipeline']))).toBe('--mode: expected sample, step or tp, got "pipeline"');
+  });
+});

@@ -39,8 +39,9 @@ struct RowScatter {
 cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream);
 cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream);
 
-// A vocabulary shard's partial state (p.partial set; include/partial.h, SEMANTICS §6): W holds
-// rows [p.vocab_offset, p.vocab_offset + p.vocab) of p.vocab_total. launch_fused_sample calls it.
+// A vocabulary shard's partial state with filters or logprobs (p.partial set; include/partial.h,
+// SEMANTICS §6): W holds rows [p.vocab_offset, p.vocab_offset + p.vocab) of p.vocab_total.
+// launch_fused_sample calls it (and writes a plain shard's state itself).
 cudaError_t launch_partial_sample(const SampleParams& p, cudaStream_t stream);
 
 // merge_partials (include/merge.h) over `set`'s device blocks into p's outputs (p.vocab: the

@@ -277,6 +277,9 @@ struct GemmArgs {
   const uint64_t* seed;
   const uint64_t* offset;
   bool per_row_seed;
+  // A vocabulary shard's first global token id (SEMANTICS §6): the sample epilogues offer local
+  // entry v as token vocab_base + v, so its noise and the winners' ids are global. 0 unsharded.
+  int64_t vocab_base = 0;
   unsigned long long* winners;  // [batch, num_samples] packed candidates (sample epilogues), zeroed
   float* logits;                // [batch, vocab] (store epilogue)
   int64_t num_vtiles, num_chunks;

@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) mma_tile_kernel(const GemmArgs 
               for (int o = 0; o < 4; ++o) l[o] = acc[2 * q + (o >> 1)][nt][(o & 1) * 2 + j] + bias[q][o];
               float cs;
               uint32_t ck;
-              best_of_quad(l, rp, static_cast<uint32_t>(s), vq, col_ok ? v_end : 0, cs, ck);
+              best_of_quad(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? v_end + a.vocab_base : 0, cs, ck);
               if (candidate_better(cs, ck, best_s, best_k)) {
                 best_s = cs;
                 best_k = ck;

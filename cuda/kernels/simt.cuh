@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) simt_tile_kernel(const GemmArgs
         for (int o = 0; o < 4; ++o) l[o] = acc[o][j] + bias[o];
         float cs;
         uint32_t ck;
-        best_of_quad(l, rp[j], static_cast<uint32_t>(s), vq, b < B ? V : 0, cs, ck);
+        best_of_quad(l, rp[j], static_cast<uint32_t>(s), vq + a.vocab_base, b < B ? V + a.vocab_base : 0, cs, ck);
         warp_best<1, 16>(cs, ck);  // a warp is 32 quads of the same column pair
         if (lane == 0) {
           red_s[warp][j] = cs;

@@ -512,7 +512,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             const int n = nt * 8 + t4 * 2 + jj;
             const int64_t b = b0 + n;
             nn[jj] = n;
-            vend[jj] = b < B ? V : 0;
+            vend[jj] = b < B ? V + a.vocab_base : 0;  // global ids: a shard's noise and tokens
             quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
             rp[jj].inv_temperature = row_inv_t[cw][n];
             rp[jj].greedy = row_greedy[cw][n] != 0;
@@ -531,7 +531,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             acc0[e] = acc0[e + 4];
             acc1[e] = acc1[e + 4];
           }
-          quads_update_pruned<2>(l, rp, 0u, vq, vend, thr, bs, bk);
+          quads_update_pruned<2>(l, rp, 0u, vq + a.vocab_base, vend, thr, bs, bk);
           // A lane whose best beats the winner it read raises it: no cross-lane reduction per
           // trip.
 #pragma unroll
@@ -584,7 +584,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               for (int s = 0; s < a.num_samples; ++s) {
                 float best_s;
                 uint32_t best_k;
-                best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq, col_ok ? V : 0, best_s, best_k);
+                best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? V + a.vocab_base : 0, best_s, best_k);
                 warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
                 if (g == 0 && col_ok && best_k != kNoToken)
                   atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));

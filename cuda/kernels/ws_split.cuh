@@ -278,6 +278,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
+    // A shard's global ids (noise and tokens); the filtered epilogue never runs on a shard, and
+    // the constant 0 keeps its registers (spills) as they were.
+    const int64_t base = kFiltered ? 0 : a.vocab_base;
 #pragma unroll 1
     for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
       float l[kK][4], thr[kK], bs[kK];
@@ -291,7 +294,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         const int n = ew + 8 * (kK * trip + jj);
         const int64_t b = b0 + n;
         nn[jj] = n;
-        vend[jj] = b < B ? V : 0;
+        vend[jj] = b < B ? V + base : 0;
         const float4 q = *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * lane);
         l[jj][0] = q.x + bias[0];
         l[jj][1] = q.y + bias[1];
@@ -333,7 +336,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
       if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
-      quads_update_pruned<kK>(l, rp, 0u, vq, vend, thr, bs, bk);
+      quads_update_pruned<kK>(l, rp, 0u, vq + base, vend, thr, bs, bk);
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj)
         if (bk[jj] != kNoToken) {
