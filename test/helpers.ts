@@ -5,9 +5,12 @@
 //
 // Nothing here calls into the library except the builders and `deviceCases` / `describeDevices`.
 
+import { spawn } from 'child_process';
+import * as path from 'path';
 import {
   open,
   gpuStatus,
+  nccl,
   sampleFused,
   sampleReference,
   type Device,
@@ -796,4 +799,41 @@ export async function failure(fn: () => unknown): Promise<Error> {
  *  realm, jest's test code runs in a vm context: `instanceof Int32Array` is false across them). */
 export function typedKind(x: unknown): string {
   return Object.prototype.toString.call(x).slice(8, -1);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Tensor-parallel ranks in their own processes (test/tp-rank.js)
+// ------------------------------------------------------------------------------------------------
+
+export interface RankOutput {
+  tokens?: number[];
+  logprobs?: number[];
+  error?: string;
+}
+
+/** Runs `ranks` processes of test/tp-rank.js; resolves with each rank's JSON line (or its exit). */
+export function runRanks(ranks: number, testCase: object, limitMs: number): Promise<RankOutput[]> {
+  const id = Buffer.from(nccl.createUniqueId()).toString('hex');
+  const script = path.join(__dirname, 'tp-rank.js');
+  return Promise.all(
+    Array.from({ length: ranks }, (_, rank) =>
+      new Promise<RankOutput>((resolve) => {
+        const child = spawn(process.execPath, [script], {
+          env: { ...process.env, TP_ID: id, TP_RANKS: String(ranks), TP_RANK: String(rank), TP_CASE: JSON.stringify(testCase) },
+        });
+        let out = '';
+        child.stdout.on('data', (d) => (out += d));
+        const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
+        child.on('exit', (code, signal) => {
+          clearTimeout(timer);
+          const line = out.trim().split('\n').pop() ?? '';
+          try {
+            resolve(JSON.parse(line) as RankOutput);
+          } catch {
+            resolve({ error: `exited with ${signal ?? code} and no result` });
+          }
+        });
+      }),
+    ),
+  );
 }

@@ -6,7 +6,7 @@
 import { execFileSync } from 'child_process';
 import * as path from 'path';
 import { Communicator, nccl, open, sampleFused, sampleFusedTP, type SampleOptions } from '../lib/index';
-import { cudaStatus, failure, flatLogits, makeTensor, rng, zipfLogits } from './helpers';
+import { cudaStatus, failure, flatLogits, makeTensor, rng, runRanks, zipfLogits } from './helpers';
 
 process.env.NCCL_NVLS_ENABLE = '0';  // NVLink multicast stays off (the GPU machines forbid it)
 
@@ -119,6 +119,26 @@ describe('loading libnccl', () => {
     const e = await failure(() => nccl.initRank(nccl.createUniqueId(), 2, 0, 'cuda:0', { timeoutMs: 3000 }));
     expect(e.message).toMatch(/initRank: timed out after 3000 ms waiting for the other 1 ranks to join \(rank 0 of 2 on cuda:0\); the communicator was aborted/);
     expect(Date.now() - start).toBeLessThan(30_000);
+  });
+
+  test('one process per GPU: a rank in its own process, the unique id handed over by the parent', async () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { headOf, optionsOf } = require('./tp-head.js') as {
+      headOf: (V: number, D: number, B: number) => { h: Uint16Array; w: Uint16Array };
+      optionsOf: (options: SampleOptions, B: number) => SampleOptions;
+    };
+    const [V2, D2, B2] = [5000, 64, 3];
+    const head = headOf(V2, D2, B2);
+    const options: SampleOptions = { topK: 20, logprobs: true };
+    const dev0 = dev();
+    const H2 = dev0.tensor(head.h, [B2, D2], 'bf16');
+    const W2 = dev0.tensor(head.w, [V2, D2], 'bf16');
+    const want = await sampleFused(H2, W2, optionsOf(options, B2));
+    H2.dispose();
+    W2.dispose();
+    const [out] = await runRanks(1, { V: V2, D: D2, B: B2, options }, 60_000);
+    expect(out.error).toBeUndefined();
+    expect(out.tokens).toEqual(Array.from(want.tokens));
   });
 
   test('a shard on another device than the communicator is an error naming it', async () => {
