@@ -379,7 +379,8 @@ export interface TPShard {
  * Samples from a head sharded by vocabulary across the ranks of an NCCL communicator: the fused
  * pass on this rank's shard, an all-gather of the partial states (a few bytes per row, not V),
  * then the merge on every rank, so every rank returns the tokens of the unsharded call. Rows the
- * candidates cannot settle get a second round with every shard's whole rows as candidates.
+ * candidates cannot settle get further rounds, each with 8 times the candidates (at most a
+ * shard's whole rows, which settles every row).
  * One process per GPU: sampleFusedTP(comm, H, Wshard, options). One process driving several GPUs
  * (nccl.initAll): sampleFusedTP(comms, shards, options), one shard per communicator, one NCCL
  * group per exchange; it resolves with one result per local rank.
@@ -455,14 +456,18 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
       const settled = await Promise.allSettled([...pending, ...merged]);
       const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
-      return await Promise.all(merged);
+      return { results: await Promise.all(merged), capacity: built[0].partial.capacity };
     } finally {
       for (const b of built) b.partial.dispose();
       for (const r of recvs) r.dispose();
     }
   };
-  let results = await round(options.candidates);
-  // Every rank merged the same states: they agree on the undecided rows and take the round together.
-  if (results[0].undecidedRows.length > 0) results = await round(results[0].largestShard);
+  let { results, capacity } = await round(options.candidates);
+  // Every rank merged the same states: they agree on the undecided rows and take the next round
+  // together, with 8 times the candidates (a shard's whole rows at most, which settles every row):
+  // a few passes over the shard cost less than sorting its whole rows at once.
+  while (results[0].undecidedRows.length > 0 && capacity < results[0].largestShard) {
+    ({ results, capacity } = await round(Math.min(results[0].largestShard, Math.max(1024, 8 * capacity))));
+  }
   return results.map(({ largestShard: _largest, ...r }) => r);
 }
