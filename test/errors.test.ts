@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
-import { mergePartials, open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
+import { mergePartials, nccl, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
 import { cudaStatus, failure, rng } from './helpers';
 
 const cpu = open('cpu');
@@ -500,6 +500,19 @@ const cases: Record<string, Case> = {
   },
   [`TypeError: partials[0]: expected a partial state (sampleFused with partial: true), got an object`]: {
     runs: [() => mergePartials([{} as PartialState])],
+  },
+  // NCCL (validated before the library is loaded: the same everywhere)
+  [`TypeError: id: expected a Uint8Array of 128 bytes (nccl.createUniqueId()), got Uint8Array(12)`]: {
+    runs: [() => nccl.initRank(new Uint8Array(12), 2, 0, 0)],
+  },
+  [`RangeError: rank: expected an integer in [0, 1], got 2`]: {
+    runs: [() => nccl.initRank(new Uint8Array(128), 2, 2, 0)],
+  },
+  [`RangeError: timeoutMs: expected an integer number of milliseconds in [1, 2^31 - 1], got 0`]: {
+    runs: [() => nccl.initRank(new Uint8Array(128), 1, 0, 0, { timeoutMs: 0 })],
+  },
+  [`TypeError: comm: expected a Communicator (nccl.initRank or nccl.initAll), got an object`]: {
+    runs: [() => sampleFusedTP({} as Communicator, operands().H, operands().W, { vocabOffset: 0, vocabSize: 111 })],
   },
   [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
     needs: 'gpu',
