@@ -241,6 +241,16 @@ describeDevices((name, dev) => {
     small.dispose();
   });
 
+  test('states sized for more rows (maxBatch) merge like exact-size ones', async () => {
+    const options: SampleOptions = { topK: 25, logprobs: true, seed: 31n, numSamples: 2 };
+    const want = await sampleFused(head.H, head.W, options);
+    const { result, partials } = await shardAndMerge(head, shardBounds(V, 3, 12), options, () => ({}), { maxBatch: 64 });
+    expect(partials[0].bytes).toBe(64 + 64 * (40 + 16 * 2 + 8 * 25));
+    expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+    expectClose(result.logprobs, want.logprobs, 1e-5);
+    for (const p of partials) p.dispose();
+  });
+
   test('the partial state reads back from JS: global ids, sorted candidates, the header', async () => {
     const p = (await sampleFused(head.H, head.shard(500, 300), {
       topK: 10, seed: 1n, partial: true, vocabOffset: 500, vocabSize: V, maxBatch: 8,
