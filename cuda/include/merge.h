@@ -242,14 +242,16 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
   for (int32_t s = 0; s < set.count; ++s) {
     const PartialHeader& h = partial_header(set.blocks[s]);
     const PartialRowView v = partial_row(const_cast<void*>(set.blocks[s]), h, b);
+    // A count past the capacity (a corrupted or foreign state) is not read past the block.
+    const int32_t n = v.row->num_candidates;
     m.keys[s] = v.keys;
-    m.count[s] = v.row->num_candidates;
-    listed += v.row->num_candidates;
+    m.count[s] = n < 0 ? 0 : n > h.capacity ? h.capacity : n;
+    listed += m.count[s];
     finite += v.row->finite_count;
     inf += v.row->inf_count;
     if (v.row->z_max > z_max) z_max = v.row->z_max;
-    if (!v.row->complete) {
-      const uint64_t last = v.row->num_candidates > 0 ? v.keys[v.row->num_candidates - 1] : UINT64_MAX;
+    if (!v.row->complete || m.count[s] != n) {
+      const uint64_t last = m.count[s] > 0 ? v.keys[m.count[s] - 1] : UINT64_MAX;
       if (last > bound) bound = last;
     }
   }
