@@ -12,6 +12,7 @@
 #include "internal_launchers.h"
 #include "dispatch.cuh"
 #include "include/launchers.h"
+#include "kernels/row_select.cuh"
 
 namespace flashsample {
 namespace cuda {
@@ -19,25 +20,11 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-// Block-wide argmax of a candidate; every thread gets the result.
-__device__ void block_best(float& score, uint32_t& key) {
-  __shared__ float s_score[32];
-  __shared__ uint32_t s_key[32];
-  detail::warp_best<1, 16>(score, key);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // the arrays may still be read from the previous call
-  if (lane == 0) {
-    s_score[warp] = score;
-    s_key[warp] = key;
-  }
-  __syncthreads();
-  score = -INFINITY;
-  key = kNoToken;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w)
-    if (candidate_better(s_score[w], s_key[w], score, key)) {
-      score = s_score[w];
-      key = s_key[w];
-    }
+// Block-wide argmax of a candidate (row_select.cuh's, shared with filters.cu); every thread gets it.
+__device__ __forceinline__ void block_best(float& score, uint32_t& key) {
+  const detail::Pick best = detail::block_best(detail::Pick{score, key, 0.0f});
+  score = best.score;
+  key = best.key;
 }
 
 __device__ __forceinline__ int32_t token_of(uint32_t key) {
