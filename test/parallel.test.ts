@@ -241,6 +241,18 @@ describeDevices((name, dev) => {
     small.dispose();
   });
 
+  (name === 'cpu' ? test : test.skip)("filterOrder 'vllm' (min-p first): the merged shards draw the unsharded tokens", async () => {
+    // min-p and top-p both set: the nucleus differs between the orders, and the merge must follow vLLM's.
+    const options: SampleOptions = { minP: 0.05, topP: 0.6, filterOrder: 'vllm', logprobs: true, seed: 77n, numSamples: 8 };
+    const want = await sampleFused(head.H, head.W, options);
+    const hf = await sampleFused(head.H, head.W, { ...options, filterOrder: 'hf' });
+    expect(Array.from(want.tokens)).not.toEqual(Array.from(hf.tokens));
+    const { result, partials } = await shardAndMerge(head, shardBounds(V, 4, 21, true), options);
+    expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+    expectClose(result.logprobs, want.logprobs, 1e-5);
+    for (const p of partials) p.dispose();
+  });
+
   test('states sized for more rows (maxBatch) merge like exact-size ones', async () => {
     const options: SampleOptions = { topK: 25, logprobs: true, seed: 31n, numSamples: 2 };
     const want = await sampleFused(head.H, head.W, options);
