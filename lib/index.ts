@@ -8,7 +8,7 @@ export type { TensorData } from './tensor';
 export { sampleFused, sampleFusedInto, sampleReference, timeSampler, measureReadBandwidth } from './sample';
 export type { SampleResult, SamplerKind } from './sample';
 export type { SampleOptions, ReferenceOptions } from './options';
-export { mergePartials, sampleFusedTP, PartialState, decodePartial, partialBytes, MAX_SHARDS, MAX_PARTIAL_CANDIDATES } from './parallel';
+export { mergePartials, sampleFusedTP, sampleSharded, PartialState, decodePartial, partialBytes, MAX_SHARDS, MAX_PARTIAL_CANDIDATES } from './parallel';
 export type { ShardOptions, MergeResult, DecodedPartial, TPOptions, TPShard } from './parallel';
 export { nccl, Communicator } from './nccl';
 export type { NcclStatus, CommOptions } from './nccl';

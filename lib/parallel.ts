@@ -471,3 +471,49 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   }
   return results.map(({ largestShard: _largest, ...r }) => r);
 }
+
+/**
+ * Samples from a head whose vocabulary shards live on devices of this process, without NCCL (a
+ * machine without libnccl, shards on the CPU and the GPU): each shard's partial state, the states
+ * copied through the host to the first shard's device, the merge there. Rows the candidates cannot
+ * settle take further rounds with 8 times the candidates (at most a shard's whole rows), as in
+ * sampleFusedTP. The tokens are the unsharded call's.
+ */
+export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 'vocabOffset'>): Promise<MergeResult> {
+  if (!Array.isArray(shards) || shards.length < 1 || shards.length > MAX_SHARDS) {
+    throw typeError('shards', `an array of 1 .. ${MAX_SHARDS} shards {H, W, vocabOffset}`, shards);
+  }
+  if (options === null || typeof options !== 'object') throw typeError('options', 'an object with vocabSize', options);
+  shards.forEach((s, i) => {
+    if (s === null || typeof s !== 'object') throw typeError(`shards[${i}]`, 'a shard {H, W, vocabOffset}', s);
+  });
+  const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+  const largest = Math.max(...shards.map((s) => (s.W instanceof Tensor ? s.W.shape[0] : 0)));
+  const round = async (candidates: number | undefined) => {
+    const partials: PartialState[] = [];
+    try {
+      for (const s of shards) {
+        partials.push(await samplePartial(s.H, s.W, {
+          ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
+          ...(candidates === undefined ? {} : { candidates }),
+        }));
+      }
+      const device = partials[0].state.device;
+      for (let i = 1; i < partials.length; i++) {
+        const p = partials[i];
+        if (p.state.device.sameAs(device)) continue;
+        const words = (await p.state.toRawArray()) as Int32Array;
+        partials[i] = new PartialState({ ...p, state: device.tensor(words, [words.length], 'i32') });
+        p.dispose();
+      }
+      return { result: await mergePartials(partials, rowOptions), capacity: partials[0].capacity };
+    } finally {
+      for (const p of partials) p.dispose();
+    }
+  };
+  let { result, capacity } = await round(options.candidates);
+  while (result.undecidedRows.length > 0 && capacity < largest) {
+    ({ result, capacity } = await round(Math.min(largest, Math.max(1024, 8 * capacity))));
+  }
+  return result;
+}

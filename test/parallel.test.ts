@@ -5,7 +5,7 @@
 // candidates cannot settle, and their re-run; chi-square of merged draws against float64; the
 // partial state as JS reads it; the argument and merge errors.
 
-import { mergePartials, open, sampleFused, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
+import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
   describeDevices,
   dominantLogits,
@@ -251,6 +251,46 @@ describeDevices((name, dev) => {
     expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
     expectClose(result.logprobs, want.logprobs, 1e-5);
     for (const p of partials) p.dispose();
+  });
+
+  test('sampleSharded: the shards in turn, no NCCL, further rounds for undecided rows', async () => {
+    const V2 = 5000;
+    const flat = plantedHead(dev(), [flatLogits(V2, 4, 1), dominantLogits(V2, 5, 12)]);
+    const bounds = shardBounds(V2, 3, 41);
+    const shards = bounds.map(([offset, size]) => ({ H: flat.H, W: flat.shard(offset, size), vocabOffset: offset }));
+    for (const options of [
+      { topP: 0.95, seed: 12n, logprobs: true },
+      { topK: 7, temperature: 0.8, seed: 2n, numSamples: 5 },
+      { temperature: 1.1, seed: 3n, numSamples: 3 },
+    ] as SampleOptions[]) {
+      const want = await sampleFused(flat.H, flat.W, options);
+      // 16 candidates a shard cannot settle the flat row's nucleus: rounds of 1024 and then whole shards do.
+      const got = await sampleSharded(shards, { ...options, vocabSize: V2, candidates: 16 });
+      expect(got.undecidedRows.length).toBe(0);
+      expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
+      if (want.logprobs) expectClose(got.logprobs, want.logprobs, 1e-5);
+    }
+    flat.dispose();
+  });
+
+  (name === 'cuda' ? test : test.skip)('sampleSharded: shards on the CPU and the GPU draw the one-device tokens', async () => {
+    const cpuHead = plantedHead(open('cpu'), [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 3), zipfLogits(V, 0.6, 3)]);
+    const bounds = shardBounds(V, 2, 5);
+    const options: SampleOptions = { topK: 40, seed: 6n, numSamples: 64 };
+    const want = await sampleFused(head.H, head.W, options);
+    const got = await sampleSharded(
+      [
+        { H: head.H, W: head.shard(...bounds[0]), vocabOffset: bounds[0][0] },
+        { H: cpuHead.H, W: cpuHead.shard(...bounds[1]), vocabOffset: bounds[1][0] },
+      ],
+      { ...options, vocabSize: V },
+    );
+    // Both backends compute these planted logits exactly; only the float log of the noise may
+    // differ in its last bit between them, which can flip a near-tie.
+    let same = 0;
+    for (let i = 0; i < want.tokens.length; i++) same += got.tokens[i] === want.tokens[i] ? 1 : 0;
+    expect(same / want.tokens.length).toBeGreaterThanOrEqual(0.99);
+    cpuHead.dispose();
   });
 
   test('states sized for more rows (maxBatch) merge like exact-size ones', async () => {
