@@ -12,7 +12,7 @@ import { CPU_DEFAULT_SHAPE, GPU_DEFAULT_PRESET, PRESETS } from './presets';
 import { Progress } from './progress';
 import { describeRun, plotSvg, reportJson, shapeTable } from './report';
 import { message, run } from './run';
-import { runStep, stepTable } from './step';
+import { runStep, stepTable, type ModePlan } from './step';
 import { runTp, tpTable } from './tp';
 
 const NAME = 'flashsample-bench';
@@ -61,15 +61,14 @@ async function main(argv: string[]): Promise<number> {
   const shapes = args.shapes ?? [cpu || !gpuDefault ? CPU_DEFAULT_SHAPE : gpuDefault];
   const progress = new Progress();
 
-  if (args.mode === 'tp') {
-    if (device.kind !== 'cuda') {
+  if (args.mode === 'tp' || args.mode === 'step') {
+    if (args.mode === 'tp' && device.kind !== 'cuda') {
       process.stderr.write(`${NAME}: --mode tp: needs a CUDA device (the shards run on GPUs, the exchange over NCCL)\n`);
       return 1;
     }
-    const rows = await runTp({
+    const plan: ModePlan = {
       shapes,
-      batches: args.batches ?? [1, 16, 64, 256],
-      degrees: args.tpDegrees,
+      batches: args.batches ?? (args.mode === 'tp' ? [1, 16, 64, 256] : cpu ? [...CPU_DEFAULT_BATCHES] : [1, 64, 256]),
       dtype: args.dtype ?? 'bf16',
       optionSets: args.optionSets.length ? args.optionSets : [{ label: 'plain' }],
       iters: args.iters ?? defaults.iters,
@@ -77,33 +76,15 @@ async function main(argv: string[]): Promise<number> {
       logits: args.logits,
       logitStd: args.logitStd,
       onProgress: (text) => progress.update(text),
-    });
+    };
+    const [rows, table] =
+      args.mode === 'tp'
+        ? await runTp({ ...plan, degrees: args.tpDegrees }).then((r) => [r, tpTable(r)] as const)
+        : await runStep({ ...plan, device }).then((r) => [r, stepTable(r)] as const);
     progress.clear();
-    process.stdout.write(`${NAME} --mode tp on ${device.name} (${new Date().toISOString().slice(0, 10)})\n${tpTable(rows)}\n`);
+    process.stdout.write(`${NAME} --mode ${args.mode} on ${device.name} (${new Date().toISOString().slice(0, 10)})\n${table}\n`);
     if (args.json !== null) {
-      writeFileSync(args.json, JSON.stringify({ mode: 'tp', device: device.name, date: new Date().toISOString(), rows }, null, 2) + '\n');
-      process.stderr.write(`${NAME}: wrote ${args.json}\n`);
-    }
-    return rows.length > 0 && rows.every((r) => r.error !== undefined) ? 1 : 0;
-  }
-
-  if (args.mode === 'step') {
-    const rows = await runStep({
-      device,
-      shapes,
-      batches: args.batches ?? (cpu ? [...CPU_DEFAULT_BATCHES] : [1, 64, 256]),
-      dtype: args.dtype ?? 'bf16',
-      optionSets: args.optionSets.length ? args.optionSets : [{ label: 'plain' }],
-      iters: args.iters ?? defaults.iters,
-      warmup: args.warmup ?? defaults.warmup,
-      logits: args.logits,
-      logitStd: args.logitStd,
-      onProgress: (text) => progress.update(text),
-    });
-    progress.clear();
-    process.stdout.write(`${NAME} --mode step on ${device.name} (${new Date().toISOString().slice(0, 10)})\n${stepTable(rows)}\n`);
-    if (args.json !== null) {
-      writeFileSync(args.json, JSON.stringify({ mode: 'step', device: device.name, date: new Date().toISOString(), rows }, null, 2) + '\n');
+      writeFileSync(args.json, JSON.stringify({ mode: args.mode, device: device.name, date: new Date().toISOString(), rows }, null, 2) + '\n');
       process.stderr.write(`${NAME}: wrote ${args.json}\n`);
     }
     return rows.length > 0 && rows.every((r) => r.error !== undefined) ? 1 : 0;

@@ -31,8 +31,8 @@ export interface StepRow {
   error?: string;
 }
 
-export interface StepPlan {
-  device: Device;
+/** What every per-point mode (--mode step, --mode tp) times: shapes, batches and option sets. */
+export interface ModePlan {
   shapes: Shape[];
   batches: number[];
   dtype: BenchDType;
@@ -44,7 +44,12 @@ export interface StepPlan {
   onProgress?: (text: string) => void;
 }
 
-function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
+export interface StepPlan extends ModePlan {
+  device: Device;
+}
+
+/** Per-row seeds and temperatures, and the filters of `set` as per-row arrays. */
+export function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
   const rows: Record<string, unknown> = {
     seed: BigUint64Array.from({ length: B }, (_, b) => 1234n + BigInt(b)),
     temperature: new Float32Array(B).fill(set.temperature ?? 1),
@@ -55,7 +60,8 @@ function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
   return rows;
 }
 
-function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined): SampleOptions {
+/** The sampleFused options of `set` with the per-row values of `rows` (rowsFor). */
+export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined): SampleOptions {
   const o: SampleOptions = { seed: rows.seed as BigUint64Array, offset: 0n, temperature: rows.temperature as Float32Array };
   if (rows.topK) o.topK = rows.topK as Int32Array;
   if (rows.topP) o.topP = rows.topP as Float32Array;

@@ -10,13 +10,11 @@
 //   step µs      sampleFusedTP: partials, the all-gather, the merge on every rank
 //   exchange µs  the all-gather of the partial states alone
 import { performance } from 'perf_hooks';
-import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type SampleOptions, type Tensor } from '../lib/index';
+import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type Tensor } from '../lib/index';
 import { native } from '../lib/native';
 import { samplePartial } from '../lib/parallel';
-import type { BenchDType, OptionSet } from './args';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
-import type { LogitsMode } from './logits';
-import type { Shape } from './presets';
+import { optionsFor, rowsFor, type ModePlan } from './step';
 import { summarize } from './stats';
 import { DASH, fmtRatio, fmtUs, formatTable } from './table';
 
@@ -34,27 +32,8 @@ export interface TpRow {
   error?: string;
 }
 
-export interface TpPlan {
-  shapes: Shape[];
-  batches: number[];
+export interface TpPlan extends ModePlan {
   degrees: number[];
-  dtype: BenchDType;
-  optionSets: OptionSet[];
-  iters: number;
-  warmup: number;
-  logits: LogitsMode;
-  logitStd: number;
-  onProgress?: (text: string) => void;
-}
-
-function optionsFor(set: OptionSet, B: number): SampleOptions {
-  const o: SampleOptions = { seed: BigUint64Array.from({ length: B }, (_, b) => 99n + BigInt(b)), temperature: set.temperature ?? 1 };
-  if (set.topK !== undefined) o.topK = set.topK;
-  if (set.topP !== undefined) o.topP = set.topP;
-  if (set.minP !== undefined) o.minP = set.minP;
-  if (set.logprobs) o.logprobs = true;
-  if (set.topLogprobs) o.topLogprobs = set.topLogprobs;
-  return o;
 }
 
 /** Shard bounds: N ranges of a multiple of 4 rows (the last takes the rest). */
@@ -110,7 +89,7 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
           const H = dev0.tensor(hHost, [B, shape.hidden], plan.dtype);
           owned.push(H);
           for (const set of plan.optionSets) {
-            const options = optionsFor(set, B);
+            const options = optionsFor(set, rowsFor(set, B), undefined);
             plan.onProgress?.(`${shape.name} B=${B} ${set.label}: one GPU`);
             const oneGpuUs = summarize(await timeSampler('fused', [{ H, W }], options, plan)).medianUs;
             for (const n of plan.degrees) {
