@@ -406,6 +406,37 @@ export async function sampleFusedTP(
   return (await runTP([first], [{ H: second as Tensor, W: third as Tensor, vocabOffset, options: {} }], rest as TPOptions))[0];
 }
 
+/** A shard's options in one round: the call's, the shard's own, its place, and `candidates` if set. */
+function roundOptions(options: Omit<TPOptions, 'vocabOffset'>, s: TPShard, candidates: number | undefined): ShardOptions {
+  return {
+    ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
+    ...(candidates === undefined ? {} : { candidates }),
+  };
+}
+
+/** The per-row options of `options` (ROW_KEYS): what a merge takes. */
+function rowOptionsOf(options: SampleOptions): SampleOptions {
+  return Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+}
+
+interface Round<T> {
+  value: T;
+  undecided: number;
+  /** Candidates per row this round's states held. */
+  capacity: number;
+  /** The most rows of W a shard holds: that many candidates settle every row. */
+  largest: number;
+}
+
+/** Runs `round` with `candidates`, then, while rows stay undecided, with 8 times the candidates
+ *  (1024 at least, a shard's whole rows at most): a few passes over the shards cost less than
+ *  sorting their whole rows at once. */
+async function inRounds<T>(candidates: number | undefined, round: (candidates: number | undefined) => Promise<Round<T>>): Promise<T> {
+  let r = await round(candidates);
+  while (r.undecided > 0 && r.capacity < r.largest) r = await round(Math.min(r.largest, Math.max(1024, 8 * r.capacity)));
+  return r.value;
+}
+
 async function runTP(comms: Communicator[], shards: TPShard[], options: TPOptions): Promise<MergeResult[]> {
   if (comms.length < 1) throw typeError('comms', 'a non-empty array of communicators', comms);
   comms.forEach((c, i) => {
@@ -422,19 +453,14 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   });
   const size = comms[0].size;
   const timeoutMs = Math.max(...comms.map((c) => c.timeoutMs));
-  const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+  const rowOptions = rowOptionsOf(options);
   // One round: every step is enqueued on the stream at once (the partials, the all-gather after
   // them, the merges after it), and one wait covers all: no host round trip between the steps.
   const round = async (candidates: number | undefined) => {
     const built: { spec: NativeSpec; partial: PartialState }[] = [];
     const recvs: Tensor[] = [];
     try {
-      for (const s of shards) {
-        built.push(buildPartialSpec(s.H, s.W, {
-          ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
-          ...(candidates === undefined ? {} : { candidates }),
-        }));
-      }
+      for (const s of shards) built.push(buildPartialSpec(s.H, s.W, roundOptions(options, s, candidates)));
       const bytes = built[0].partial.bytes;
       for (const b of built) recvs.push(b.partial.state.device.empty([(size * bytes) / 4], 'i32'));
       const merges = recvs.map((recv, i) => {
@@ -456,20 +482,18 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
       const settled = await Promise.allSettled([...pending, ...merged]);
       const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
-      return { results: await Promise.all(merged), capacity: built[0].partial.capacity };
+      const results = await Promise.all(merged);
+      return {
+        value: results.map(({ largestShard: _largest, ...r }) => r), undecided: results[0].undecidedRows.length,
+        capacity: built[0].partial.capacity, largest: results[0].largestShard,
+      };
     } finally {
       for (const b of built) b.partial.dispose();
       for (const r of recvs) r.dispose();
     }
   };
-  let { results, capacity } = await round(options.candidates);
-  // Every rank merged the same states: they agree on the undecided rows and take the next round
-  // together, with 8 times the candidates (a shard's whole rows at most, which settles every row):
-  // a few passes over the shard cost less than sorting its whole rows at once.
-  while (results[0].undecidedRows.length > 0 && capacity < results[0].largestShard) {
-    ({ results, capacity } = await round(Math.min(results[0].largestShard, Math.max(1024, 8 * capacity))));
-  }
-  return results.map(({ largestShard: _largest, ...r }) => r);
+  // Every rank merged the same states: they agree on the undecided rows and take each round together.
+  return inRounds(options.candidates, round);
 }
 
 /**
@@ -487,17 +511,12 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   shards.forEach((s, i) => {
     if (s === null || typeof s !== 'object') throw typeError(`shards[${i}]`, 'a shard {H, W, vocabOffset}', s);
   });
-  const rowOptions = Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+  const rowOptions = rowOptionsOf(options);
   const largest = Math.max(...shards.map((s) => (s.W instanceof Tensor ? s.W.shape[0] : 0)));
   const round = async (candidates: number | undefined) => {
     const partials: PartialState[] = [];
     try {
-      for (const s of shards) {
-        partials.push(await samplePartial(s.H, s.W, {
-          ...options, ...s.options, partial: true, vocabOffset: s.vocabOffset, vocabSize: options.vocabSize,
-          ...(candidates === undefined ? {} : { candidates }),
-        }));
-      }
+      for (const s of shards) partials.push(await samplePartial(s.H, s.W, roundOptions(options, s, candidates)));
       const device = partials[0].state.device;
       for (let i = 1; i < partials.length; i++) {
         const p = partials[i];
@@ -506,14 +525,11 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
         partials[i] = new PartialState({ ...p, state: device.tensor(words, [words.length], 'i32') });
         p.dispose();
       }
-      return { result: await mergePartials(partials, rowOptions), capacity: partials[0].capacity };
+      const result = await mergePartials(partials, rowOptions);
+      return { value: result, undecided: result.undecidedRows.length, capacity: partials[0].capacity, largest };
     } finally {
       for (const p of partials) p.dispose();
     }
   };
-  let { result, capacity } = await round(options.candidates);
-  while (result.undecidedRows.length > 0 && capacity < largest) {
-    ({ result, capacity } = await round(Math.min(largest, Math.max(1024, 8 * capacity))));
-  }
-  return result;
+  return inRounds(options.candidates, round);
 }
