@@ -126,6 +126,43 @@ void update_argmax(const float* logits, int64_t vocab_begin, int64_t count, Winn
   }
 }
 
+// ---- second stage: what the parts found for row b, merged (independent of the thread count) ----
+
+Winner merged_argmax(const std::vector<VocabPart>& parts, int64_t b) {
+  Winner argmax = parts[0].argmax[b];
+  for (const VocabPart& part : parts) {
+    if (winner_better(part.argmax[b], argmax)) argmax = part.argmax[b];
+  }
+  return argmax;
+}
+
+// The row's running winners, merged into parts[0]'s (which it returns).
+Winner* merge_winners(std::vector<VocabPart>& parts, int64_t b, int64_t samples) {
+  Winner* merged = parts[0].winners.data() + b * samples;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    const Winner* other = parts[k].winners.data() + b * samples;
+    for (int64_t j = 0; j < samples; ++j) {
+      if (winner_better(other[j], merged[j])) merged[j] = other[j];
+    }
+  }
+  return merged;
+}
+
+// The row's candidates (parts[0]'s list, moved, absorbing the others) and tier counts.
+struct RowFindings {
+  BestEntries best;
+  int64_t finite_count = 0, inf_count = 0;
+};
+RowFindings merge_findings(std::vector<VocabPart>& parts, int64_t b) {
+  RowFindings f{std::move(parts[0].best[b]), parts[0].finite_count[b], parts[0].inf_count[b]};
+  for (size_t k = 1; k < parts.size(); ++k) {
+    f.best.absorb(parts[k].best[b]);
+    f.finite_count += parts[k].finite_count[b];
+    f.inf_count += parts[k].inf_count[b];
+  }
+  return f;
+}
+
 // Row b of a shard's partial state from the parts' findings.
 void write_partial_row(const SampleParams& p, const PartialHeader& h, int64_t b, const RowSetup& r,
                        std::vector<VocabPart>& parts, const MassPartial* tile_masses, int64_t tiles) {
@@ -133,33 +170,20 @@ void write_partial_row(const SampleParams& p, const PartialHeader& h, int64_t b,
   const int64_t samples = p.num_samples;
   *v.row = PartialRow{-INFINITY, 0.0, 0, 0, 0, 1};
   if (r.filters.greedy) {
-    Winner argmax = parts[0].argmax[b];
-    for (const VocabPart& part : parts) {
-      if (winner_better(part.argmax[b], argmax)) argmax = part.argmax[b];
-    }
+    const Winner argmax = merged_argmax(parts, b);
     for (int64_t j = 0; j < samples; ++j) v.winners[j] = PartialWinner{argmax.score, argmax.key, argmax.logit, 0u};
     return;
   }
-  for (int64_t j = 0; j < samples; ++j) {
-    Winner w = parts[0].winners[b * samples + j];
-    for (size_t k = 1; k < parts.size(); ++k) {
-      if (winner_better(parts[k].winners[b * samples + j], w)) w = parts[k].winners[b * samples + j];
-    }
-    v.winners[j] = PartialWinner{w.score, w.key, w.logit, 0u};
-  }
+  const Winner* merged = merge_winners(parts, b, samples);
+  for (int64_t j = 0; j < samples; ++j) v.winners[j] = PartialWinner{merged[j].score, merged[j].key, merged[j].logit, 0u};
   if (!(h.flags & kPartialStats)) return;
-  BestEntries best = std::move(parts[0].best[b]);
-  for (size_t k = 1; k < parts.size(); ++k) {
-    best.absorb(parts[k].best[b]);
-    v.row->finite_count += parts[k].finite_count[b];
-    v.row->inf_count += parts[k].inf_count[b];
-  }
-  v.row->finite_count += parts[0].finite_count[b];
-  v.row->inf_count += parts[0].inf_count[b];
+  RowFindings found = merge_findings(parts, b);
+  v.row->finite_count = found.finite_count;
+  v.row->inf_count = found.inf_count;
   const MassPartial mass = combine_mass(tile_masses + b * tiles, tiles);
   v.row->z_max = mass.max_z;
   v.row->sum = mass.sum;
-  const std::vector<Entry>& sorted = best.finish();
+  const std::vector<Entry>& sorted = found.best.finish();
   for (size_t i = 0; i < sorted.size(); ++i) {
     v.keys[i] = partial_key(sorted[i].logit, static_cast<uint32_t>(sorted[i].index));
   }
@@ -268,24 +292,11 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       plan.temperature = r.filters.greedy ? 1.0 : r.filters.temperature;
       plan.inv_temperature = r.filters.inv_temperature;
       if (r.filters.greedy) {
-        Winner argmax = parts[0].argmax[b];
-        for (const VocabPart& part : parts) {
-          if (winner_better(part.argmax[b], argmax)) argmax = part.argmax[b];
-        }
-        plan.greedy_token = winner_token(argmax);
+        plan.greedy_token = winner_token(merged_argmax(parts, b));
         finish_trivial_plan(p, b, plan);
         return;
       }
-      if (r.needs_winners) {
-        Winner* merged = parts[0].winners.data() + b * samples;
-        for (size_t k = 1; k < parts.size(); ++k) {
-          const Winner* other = parts[k].winners.data() + b * samples;
-          for (int64_t j = 0; j < samples; ++j) {
-            if (winner_better(other[j], merged[j])) merged[j] = other[j];
-          }
-        }
-        row_winners[b] = merged;
-      }
+      if (r.needs_winners) row_winners[b] = merge_winners(parts, b, samples);
       if (!filtered) {  // no filters: the kept set is the whole row, the winners are the draw
         plan.from_winners = true;
         plan.status = has_token(row_winners[b][0]) ? kRowOk : kRowNoCandidate;
@@ -293,14 +304,9 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
         return;
       }
 
-      BestEntries best = std::move(parts[0].best[b]);
-      int64_t finite_count = parts[0].finite_count[b], inf_count = parts[0].inf_count[b];
-      for (size_t k = 1; k < parts.size(); ++k) {
-        best.absorb(parts[k].best[b]);
-        finite_count += parts[k].finite_count[b];
-        inf_count += parts[k].inf_count[b];
-      }
-      const std::vector<Entry>& sorted = best.finish();
+      RowFindings found = merge_findings(parts, b);
+      const int64_t finite_count = found.finite_count, inf_count = found.inf_count;
+      const std::vector<Entry>& sorted = found.best.finish();
       if (finite_count + inf_count == 0) {
         finish_trivial_plan(p, b, plan);
         return;
