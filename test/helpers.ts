@@ -355,6 +355,8 @@ export interface Planted {
   bias?: Tensor;
   /** logits[b][v] exactly as the library must compute them (fp32 values, as float64 numbers). */
   logits: Float64Array[];
+  /** W's values [V, D] (rounded to the dtype), e.g. to cut vocabulary shards from. */
+  w: Float64Array;
   B: number;
   V: number;
   D: number;
@@ -422,6 +424,7 @@ export function plantLogits(
     W,
     bias,
     logits,
+    w,
     B,
     V,
     D,

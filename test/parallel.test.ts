@@ -14,11 +14,14 @@ import {
   goodnessOfFit,
   keptDistribution,
   makeMask,
+  makeTensor,
+  plantLogits,
   rng,
   rowCounts,
   scaled,
   zipfLogits,
   type FilterSpec,
+  type Planted,
 } from './helpers';
 
 /** Shard bounds [offset, size] over V: offsets multiples of 4, uneven sizes; the last shard holds
@@ -38,41 +41,24 @@ function shardBounds(V: number, tp: number, seed: number, oneRowLast = false): [
   return out;
 }
 
-interface Head {
-  H: Tensor;
-  W: Tensor;
-  w: Float32Array;
-  V: number;
-  D: number;
-  /** logits[b][v] exactly (one-hot H, W's column b carries row b's logits). */
-  logits: Float64Array[];
+interface Head extends Planted {
   shard(offset: number, size: number): Tensor;
-  dispose(): void;
 }
 
-/** H one-hot [B, D], W [V, D] whose column b holds row b's logits (f32: the logits are exact). */
-function plantedHead(dev: Device, rows: ArrayLike<number>[], seed = 7): Head {
-  const B = rows.length, V = rows[0].length, D = Math.max(8, B);
-  const r = rng(seed);
-  const w = new Float32Array(V * D);
-  for (let i = 0; i < w.length; i++) w[i] = (r() - 0.5) * 4;
-  const logits = rows.map((row) => Float64Array.from(row, (x) => Math.fround(x)));
-  for (let b = 0; b < B; b++) for (let v = 0; v < V; v++) w[v * D + b] = logits[b][v];
-  const h = new Float32Array(B * D);
-  for (let b = 0; b < B; b++) h[b * D + b] = 1;
+/** planted logits (f32: exact) whose W can be cut into vocabulary shards. */
+function plantedHead(dev: Device, rows: ArrayLike<number>[]): Head {
+  const planted = plantLogits(dev, 'f32', rows);
+  const { D } = planted;
   const shards: Tensor[] = [];
-  const H = dev.tensor(h, [B, D], 'f32');
-  const W = dev.tensor(w, [V, D], 'f32');
   return {
-    H, W, w, V, D, logits,
+    ...planted,
     shard(offset, size) {
-      const t = dev.tensor(w.slice(offset * D, (offset + size) * D), [size, D], 'f32');
+      const t = makeTensor(dev, 'f32', planted.w.subarray(offset * D, (offset + size) * D), [size, D]);
       shards.push(t);
       return t;
     },
     dispose() {
-      H.dispose();
-      W.dispose();
+      planted.dispose();
       for (const t of shards) t.dispose();
     },
   };
