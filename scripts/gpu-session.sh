@@ -6,19 +6,13 @@
 #   STEPS="tests" bash .gpu/on-gpu bash scripts/gpu-session.sh          # the suite: ~3.5-5.5 min
 #   STEPS="bench sanitize" bash .gpu/on-gpu bash scripts/gpu-session.sh # ~5 min
 #   STEPS="step" bash .gpu/on-gpu bash scripts/gpu-session.sh           # the engine step, ~1 min
-# (all three steps in one call can pass the device tool's 600 s a call: the suite alone took 197-334
-# s on 2026-12-01, most of it test/cuda.test.ts)
+# (all three steps in one call can pass the device tool's 600 s a call: the suite alone takes
+# 3.5-5.5 min, most of it test/cuda.test.ts)
 # Steps (STEPS, default "tests bench sanitize"; also "step"), each with its own time limit so that one stuck step
 # cannot eat the call; logs under $OUT (or ./gpu-session-logs), a summary table printed last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# NCCL (test/nccl.test.ts): NVLink multicast stays off (the machines forbid it); libnccl from
-# PyTorch's wheel unless FLASHSAMPLE_NCCL_LIB already names one.
-export NCCL_NVLS_ENABLE=0
-if [ -z "${FLASHSAMPLE_NCCL_LIB:-}" ]; then
-  FLASHSAMPLE_NCCL_LIB=$(python3 -c "import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null) &&
-    export FLASHSAMPLE_NCCL_LIB
-fi
+source scripts/nccl-env.sh  # test/nccl.test.ts
 out=${OUT:-gpu-session-logs}
 mkdir -p "$out"
 steps=${STEPS:-tests bench sanitize}

@@ -14,11 +14,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-tp-session-logs}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if [ -z "${FLASHSAMPLE_NCCL_LIB:-}" ]; then
-  FLASHSAMPLE_NCCL_LIB=$(python3 -c "import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null) &&
-    export FLASHSAMPLE_NCCL_LIB
-fi
+source scripts/nccl-env.sh
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 degrees=1
 for n in 2 4 8; do [ "$n" -le "$gpus" ] && degrees="$degrees,$n"; done
