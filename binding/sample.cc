@@ -199,8 +199,6 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
   if (rows.penalty_counts.size() != rows.penalty_tokens.size() || rows.penalty_in_prompt.size() != rows.penalty_tokens.size())
     throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
   p.listed_entries = static_cast<int64_t>(rows.bias_tokens.size() + rows.banned_tokens.size() + rows.penalty_tokens.size());
-  if (call->on_device && p.filter_order != FilterOrder::kHuggingFace)
-    throw_error(env, "filterOrder: 'vllm' is not supported on CUDA devices yet");
   Napi::Value out = spec.Get("out");
   if (!out.IsUndefined()) {
     StorageRef s = NativeBuffer::storage_of(out, "out");

@@ -98,7 +98,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   }
 
   // new NativeSampler({device, ordinal, maxBatch, dtype, vocab, dim, numSamples, topK, topP, minP,
-  //                    logprobs, topLogprobs, softcap, allowedTokens})
+  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder})
   explicit NativeSampler(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeSampler>(info) {
     Napi::Env env = info.Env();
     if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "NativeSampler(config): expected an object");
@@ -116,6 +116,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.num_samples = static_cast<int32_t>(get_int(c, "numSamples", 1, kMaxSamples));
     p.per_row_seed = true;
     p.softcap = static_cast<float>(get_number(c, "softcap", 0.0));
+    p.filter_order = static_cast<FilterOrder>(get_int(c, "filterOrder", 0, 1));
     p.top_logprobs = static_cast<int32_t>(get_int(c, "topLogprobs", 0, 1 << 20));
     s->logprobs = get_bool(c, "logprobs");
     s->allowed_tokens = get_bool(c, "allowedTokens");

@@ -22,8 +22,8 @@ inline cudaError_t check_params(const SampleParams& p) {
   if (p.dtype != DType::kF32 && p.dtype != DType::kF16 && p.dtype != DType::kBF16)
     return cudaErrorInvalidValue;
   if (has_penalties(p) && p.listed_entries < 0) return cudaErrorInvalidValue;
-  // vLLM's filter order: the CPU backend only, so far (the binding says so before a call gets here).
-  if (p.filter_order != FilterOrder::kHuggingFace) return cudaErrorNotSupported;
+  if (p.filter_order != FilterOrder::kHuggingFace && p.filter_order != FilterOrder::kMinPFirst)
+    return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 

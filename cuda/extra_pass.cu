@@ -788,6 +788,12 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     return;
   }
 
+  if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && c.top_p < 1.0f) {
+    // vLLM's order counts the min-p survivors before top-k and top-p: decide_row does (rare rows)
+    plan.mode = kPlanWholeRow;
+    finish(plan);
+    return;
+  }
   const bool k_on = q.k_on, p_on = q.p_on;
   plan.min_w = c.min_p > 0.0f ? static_cast<double>(c.min_p) : 0.0;
   const Found top = q.top, kcut = q.kcut;

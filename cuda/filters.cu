@@ -326,10 +326,8 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   }
 
   const bool inf_mode = posinf > 0;
-  const bool k_on = !inf_mode && c.top_k > 0 && c.top_k < valid;
   const bool p_on = !inf_mode && c.top_p < 1.0f;
   const bool minp_on = !inf_mode && c.min_p > 0.0f;
-  const bool filtered = k_on || p_on || minp_on;
   const double inv_t = 1.0 / static_cast<double>(T);
   const double md = static_cast<double>(m);
   auto weight = [=](float l) -> double {
@@ -337,6 +335,29 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     return exp((static_cast<double>(l) - md) * inv_t);
   };
   auto valid_sel = [=](float l, uint64_t) { return !inf_mode || l == INFINITY; };
+  const bool overflow = from_candidates && stats->overflow != 0;
+  int32_t top_k = c.top_k;
+  if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
+    // vLLM's order: top-p's mass is that of the min-p survivors S, a prefix of the order; that is
+    // Hugging Face's order with top-k min(k, |S|) (its min-p step then keeps every token)
+    long long local_s = 0;
+    float local_min = INFINITY;
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l != l) continue;
+      local_min = fminf(local_min, l);
+      if (weight(l) >= static_cast<double>(c.min_p)) ++local_s;
+    }
+    const long long survivors = block_reduce(local_s, Sum(), 0ll);
+    const float smallest = -block_reduce(-local_min, Max(), -INFINITY);
+    if (overflow && weight(smallest) >= static_cast<double>(c.min_p)) {
+      if (!(top_k > 0 && top_k <= survivors)) return false;  // S may reach past the candidates
+    } else if (!(top_k > 0 && top_k < survivors)) {
+      top_k = static_cast<int32_t>(survivors);
+    }
+  }
+  const bool k_on = !inf_mode && top_k > 0 && top_k < valid;
+  const bool filtered = k_on || p_on || minp_on;
 
   if (from_candidates && !filtered) {
     // Everything allowed is kept: the fused pass already drew from the whole row.
@@ -359,13 +380,12 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     return true;
   }
 
-  const bool overflow = from_candidates && stats->overflow != 0;
   // top-k
   uint64_t k_threshold = 0;
   if (k_on) {
-    if (overflow && c.top_k > e.n) return false;
+    if (overflow && top_k > e.n) return false;
     k_threshold = radix_select(e, valid_sel, [](float) { return 1.0; },
-                               static_cast<double>(c.top_k));
+                               static_cast<double>(top_k));
   }
   auto in_top_k = [=](float l, uint64_t key) {
     return (!inf_mode || l == INFINITY) && key >= k_threshold;
@@ -914,15 +934,28 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   const int n = r.n;
   const double md = static_cast<double>(r.m);
   const double inv_t = 1.0 / static_cast<double>(c.temperature);
-  const bool k_on = c.top_k > 0 && c.top_k < r.valid;
   const bool p_on = c.top_p < 1.0f;
   const bool minp_on = c.min_p > 0.0f;
-  const bool filtered = k_on || p_on || minp_on;
   const int n_top = p.top_logprobs;
   auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
   auto fixed = [=](float l) { return __double2ull_rn(weight(l) * kMassScale); };
+  int32_t top_k = c.top_k;
+  if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
+    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (decide_row)
+    long long local_s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      if (weight(key_value(s.key[i])) >= static_cast<double>(c.min_p)) ++local_s;
+    const long long survivors = block_reduce(local_s, Sum(), 0ll);
+    if (r.incomplete && weight(r.lo) >= static_cast<double>(c.min_p)) {
+      if (!(top_k > 0 && top_k <= survivors)) return kNeedsExtraPass;  // S may reach past the prefix
+    } else if (!(top_k > 0 && top_k < survivors)) {
+      top_k = static_cast<int32_t>(survivors);
+    }
+  }
+  const bool k_on = top_k > 0 && top_k < r.valid;
+  const bool filtered = k_on || p_on || minp_on;
 
-  if (k_on && r.incomplete && c.top_k > n) return kNeedsExtraPass;
+  if (k_on && r.incomplete && top_k > n) return kNeedsExtraPass;
   if (!filtered && n_top > 0 && r.incomplete && n < n_top) return kNeedsExtraPass;
   if (r.incomplete && minp_on && !k_on && !p_on && weight(r.lo) >= static_cast<double>(c.min_p))
     return kNeedsExtraPass;
@@ -974,10 +1007,10 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   int k_bucket = kCutBuckets;
   unsigned long long k_mass = 0ull;  // the fixed-point mass of the top-k (p_on)
   if (k_on) {
-    k_bucket = first_bucket_reaching(s.count, static_cast<double>(c.top_k), kCutBuckets - 1);
+    k_bucket = first_bucket_reaching(s.count, static_cast<double>(top_k), kCutBuckets - 1);
     const uint32_t before = k_bucket > 0 ? s.count[k_bucket - 1] : 0u;
     if (!gather_sorted(s, cb, k_bucket, k_bucket, 0ull, p_on, md, inv_t)) return kGenericPath;
-    const int at = c.top_k - static_cast<int>(before) - 1;
+    const int at = top_k - static_cast<int>(before) - 1;
     k_thr = s.cut_key[at];
     if (p_on) k_mass = (k_bucket > 0 ? s.mass[k_bucket - 1] : 0ull) + s.cut_mass[at];
   }

@@ -143,6 +143,7 @@ export interface NativeSamplerConfig {
   topLogprobs: number;
   softcap: number;
   allowedTokens: boolean;
+  filterOrder: 0 | 1; // Hugging Face's, vLLM's (min-p first)
 }
 
 export interface NativeGraphHandle {

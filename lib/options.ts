@@ -32,9 +32,9 @@ export interface SampleOptions {
   topLogprobs?: number;
   /** cudaStream_t (as a bigint) to order the work after an engine's own; CUDA only. */
   stream?: bigint;
-  /** Per-row sparse bias added to the logits (OpenAI's logit_bias): CSR over rows. CPU only so far. */
+  /** Per-row sparse bias added to the logits (OpenAI's logit_bias): CSR over rows. */
   logitBias?: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array };
-  /** Per-row tokens given probability 0 (min_tokens bans of EOS / stop tokens): CSR. CPU only so far. */
+  /** Per-row tokens given probability 0 (min_tokens bans of EOS / stop tokens): CSR. */
   bannedTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array };
   /** The tokens the penalties apply to, per row (CSR): their output counts and prompt membership. */
   penaltyTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array };
@@ -45,7 +45,7 @@ export interface SampleOptions {
   /** Subtracted once from a listed token that occurs in the output (0 = off). */
   presencePenalty?: number | Float32Array;
   /** 'hf' (default): top-k, top-p, then min-p; 'vllm': min-p first, so top-p's mass is that of the
-   *  min-p survivors. CPU only so far for 'vllm'. */
+   *  min-p survivors. */
   filterOrder?: 'hf' | 'vllm';
 }
 
@@ -301,9 +301,6 @@ export function buildRowSpec(batch: number, device: Device, opts: SampleOptions)
   if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
   if (opts.filterOrder !== undefined) {
     if (opts.filterOrder !== 'hf' && opts.filterOrder !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", opts.filterOrder);
-    if (opts.filterOrder === 'vllm' && device.kind === 'cuda') {
-      throw new TypeError("filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)");
-    }
     spec.filterOrder = opts.filterOrder === 'vllm' ? 1 : 0;
   }
   if (opts.stream !== undefined) {

@@ -30,11 +30,13 @@ export interface SamplerConfig {
   softcap?: number;
   /** enqueue takes an allowedTokens mask (i32 tensor of B * ceil(V / 32) words); default false. */
   allowedTokens?: boolean;
+  /** The filters' order for every row, as SampleOptions.filterOrder; default 'hf'. */
+  filterOrder?: 'hf' | 'vllm';
 }
 
 const CONFIG_KEYS = [
   'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
-  'allowedTokens',
+  'allowedTokens', 'filterOrder',
 ] as const;
 
 /** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
@@ -144,6 +146,7 @@ export class Sampler {
   readonly logprobs: boolean;
   readonly topLogprobs: number;
   readonly softcap: number;
+  readonly filterOrder: 'hf' | 'vllm';
   readonly allowedTokens: boolean;
   #native: NativeSamplerHandle | null;
 
@@ -171,6 +174,9 @@ export class Sampler {
     this.allowedTokens = optionalBool('allowedTokens', config.allowedTokens);
     this.topLogprobs = checkTopLogprobs(config.topLogprobs ?? 0);
     this.softcap = checkSoftcap(config.softcap ?? 0);
+    const order = config.filterOrder ?? 'hf';
+    if (order !== 'hf' && order !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", config.filterOrder);
+    this.filterOrder = order;
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
@@ -189,6 +195,7 @@ export class Sampler {
       topLogprobs: this.topLogprobs,
       softcap: this.softcap,
       allowedTokens: this.allowedTokens,
+      filterOrder: this.filterOrder === 'vllm' ? 1 : 0,
     });
   }
 

@@ -62,9 +62,10 @@ function rowValues(rows: RowSetup) {
   return v;
 }
 
-const CASES: { name: string; V: number; B: number; filters: boolean; numSamples?: number; logprobs?: boolean; topLogprobs?: number }[] = [
+const CASES: { name: string; V: number; B: number; filters: boolean; numSamples?: number; logprobs?: boolean; topLogprobs?: number; filterOrder?: 'vllm' }[] = [
   { name: 'plain, V 1000, B 3', V: 1000, B: 3, filters: false },
   { name: 'top-k / top-p / min-p per row, V 1000, B 99', V: 1000, B: 99, filters: true },
+  { name: "filterOrder 'vllm', top-k / top-p / min-p per row, V 1000, B 99", V: 1000, B: 99, filters: true, filterOrder: 'vllm' },
   { name: 'filters + logprobs, V 111, B 3', V: 111, B: 3, filters: true, logprobs: true },
   { name: 'numSamples 3, V 111, B 3', V: 111, B: 3, filters: false, numSamples: 3 },
   { name: 'topLogprobs 4 + logprobs, V 1000, B 1', V: 1000, B: 1, filters: false, logprobs: true, topLogprobs: 4 },
@@ -81,7 +82,7 @@ describeDevices((name, dev) => {
         const n = c.topLogprobs ?? 0;
         const sampler = d.createSampler({
           maxBatch: c.B + 2, vocab: c.V, hidden: p.D, dtype: 'bf16', numSamples: S,
-          filters: c.filters ? ['topK', 'topP', 'minP'] : [], logprobs: c.logprobs, topLogprobs: n,
+          filters: c.filters ? ['topK', 'topP', 'minP'] : [], logprobs: c.logprobs, topLogprobs: n, filterOrder: c.filterOrder,
         });
         const rows = mixedRows(c.B, c.filters);
         sampler.setRows(0, rowValues(rows));
@@ -93,7 +94,7 @@ describeDevices((name, dev) => {
         for (let step = 0; step < 3; step++) {
           sampler.enqueue({ H: p.H, W: p.W, out, statusOut: status, logprobsOut: lp, topTokensOut: tt, topLogprobsOut: tl, advanceOffset: true });
           await d.synchronize();
-          const want = await sampleFused(p.H, p.W, referenceOptions(rows, step, { numSamples: S, logprobs: c.logprobs, topLogprobs: n || undefined }));
+          const want = await sampleFused(p.H, p.W, referenceOptions(rows, step, { numSamples: S, logprobs: c.logprobs, topLogprobs: n || undefined, filterOrder: c.filterOrder }));
           expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
           expect(Array.from((await status.toArray()) as Int32Array)).toEqual(new Array(c.B).fill(0));
           if (lp) {
@@ -196,6 +197,7 @@ describeDevices((name, dev) => {
       expect(() => d.createSampler({ ...ok, filters: ['topX' as never] })).toThrow(/^filters: /);
       expect(() => d.createSampler({ ...ok, topLogprobs: 5000 })).toThrow(/^topLogprobs: /);
       expect(() => d.createSampler({ ...ok, softcap: -1 })).toThrow(/^softcap: /);
+      expect(() => d.createSampler({ ...ok, filterOrder: 'tgi' as never })).toThrow(/^filterOrder: expected 'hf' or 'vllm', got "tgi"$/);
       expect(() => d.createSampler({ ...ok, logprob: true } as never)).toThrow(/unknown option "logprob"; did you mean "logprobs"/);
       expect(() => d.createSampler(null as never)).toThrow(/^config: expected an object/);
     });

@@ -455,10 +455,6 @@ const cases: Record<string, Case> = {
   [`TypeError: presencePenalty: needs penaltyTokens (the tokens it applies to, with their counts)`]: {
     runs: [() => sampleFused(operands().H, operands().W, { presencePenalty: 0.5 })],
   },
-  [`TypeError: filterOrder: 'vllm' is not supported on 'cuda' devices yet (the CPU backend has it; the fused CUDA path is issue 20)`]: {
-    needs: 'gpu',
-    runs: [() => sampleFused(operands(gpu()).H, operands(gpu()).W, { filterOrder: 'vllm', minP: 0.1 })],
-  },
   // Vocabulary shards (B = 3, a shard of 111 rows)
   [`RangeError: vocabOffset: expected a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4), got 2`]: {
     runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 2, vocabSize: 200 })],

@@ -9,7 +9,6 @@ import {
   MAX_S,
   addInto,
   agreement,
-  cudaStatus,
   describeDevices,
   dominantLogits,
   draw,
@@ -311,7 +310,167 @@ describeDevices((devName, dev) => {
   });
 });
 
-describe('cpu: argument errors and the filter order', () => {
+// vLLM's filter order: min-p first, then top-k, then top-p over the min-p survivors' mass.
+function vllmKept(logits: ArrayLike<number>, f: { temperature: number; topK?: number; topP?: number; minP?: number }): Float64Array {
+  const V = logits.length;
+  const order = Array.from({ length: V }, (_, v) => v)
+    .filter((v) => Number.isFinite(logits[v]))
+    .sort((a, b) => logits[b] - logits[a] || a - b);
+  const m = logits[order[0]];
+  const w = (v: number) => Math.exp((logits[v] - m) / f.temperature);
+  let kept = order;
+  if (f.minP) kept = kept.filter((v, i) => i === 0 || w(v) >= f.minP!);
+  if (f.topK) kept = kept.slice(0, f.topK);
+  if (f.topP !== undefined && f.topP < 1) {
+    const total = kept.reduce((a, v) => a + w(v), 0);
+    let cumulative = 0;
+    let n = 0;
+    while (n < kept.length) {
+      cumulative += w(kept[n++]);
+      if (cumulative >= f.topP * total) break;
+    }
+    kept = kept.slice(0, n);
+  }
+  const probs = new Float64Array(V);
+  const z = kept.reduce((a, v) => a + w(v), 0);
+  for (const v of kept) probs[v] = w(v) / z;
+  return probs;
+}
+
+/** Total variation distance of two distributions. */
+function tvDistance(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let d = 0;
+  for (let v = 0; v < a.length; v++) d += Math.abs(a[v] - b[v]);
+  return d / 2;
+}
+
+describeDevices((devName, dev) => {
+  describe("filterOrder 'vllm' (min-p first)", () => {
+    // Rows whose min-p set ends inside the top-p nucleus, so that the two orders keep different sets.
+    const rowsOf = (V: number) => [flatLogits(V, 71, 4), zipfLogits(V, 0.6, 72), flatLogits(V, 73, 6)];
+    const filters = [
+      { temperature: 1, topP: 0.8, minP: 0.3 },
+      { temperature: 0.9, topK: 200, topP: 0.7, minP: 0.05 },
+      { temperature: 1.1, topP: 0.6, minP: 0.2 },
+    ];
+    for (const V of [111, 1000]) {
+      for (const sampler of ['fused', 'reference-inverse-cdf'] as SamplerName[]) {
+        test(`V ${V}, B 3, ${sampler}: chi-square against float64; 'hf' keeps another set`, async () => {
+          const f = filters;
+          const p = plantLogits(dev(), 'f32', rowsOf(V), { D: 8 });
+          try {
+            const o: SampleOptions = {
+              seed: 81n,
+              numSamples: MAX_S,
+              filterOrder: 'vllm',
+              temperature: Float32Array.from(f, (x) => x.temperature),
+              topK: Int32Array.from(f, (x) => x.topK ?? 0),
+              topP: Float32Array.from(f, (x) => x.topP),
+              minP: Float32Array.from(f, (x) => x.minP),
+            };
+            const counts = rowCounts((await draw(sampler, p.H, p.W, o)).tokens, 3, MAX_S, V);
+            let controls = 0;
+            for (let b = 0; b < 3; b++) {
+              const want = vllmKept(p.logits[b], f[b]);
+              const fit = goodnessOfFit(counts[b], want);
+              expect(`row ${b}: ${fit.summary}`).toBe(fit.ok ? `row ${b}: ${fit.summary}` : 'a good fit');
+              // The negative control, where the orders keep sets that differ by more than 5 %.
+              const hfProbs = keptDistribution(p.logits[b], f[b]).probs;
+              if (tvDistance(want, hfProbs) > 0.05) {
+                expect(goodnessOfFit(counts[b], hfProbs).ok).toBe(false);
+                controls++;
+              }
+            }
+            expect(controls).toBeGreaterThan(0);
+            // 'hf' is the default.
+            const hf = await draw(sampler, p.H, p.W, { ...o, filterOrder: 'hf', numSamples: 256 });
+            const dflt = await draw(sampler, p.H, p.W, { ...o, filterOrder: undefined, numSamples: 256 });
+            expect(Array.from(hf.tokens)).toEqual(Array.from(dflt.tokens));
+          } finally {
+            p.dispose();
+          }
+        });
+      }
+    }
+
+    // One sample per row: on compute capability 9.0 the one-pass decision (a zipf row whose min-p set
+    // lies in the gathered prefix) and the extra pass (a flat row whose min-p set reaches past it).
+    test('one sample per row, 2048 rows x 32 offsets (V 1000, bf16): chi-square against float64', async () => {
+      const V = 1000;
+      const B = 2048;
+      const calls = scaled(32, 32);
+      const cases = [
+        { base: zipfLogits(V, 0.6, 72), spec: { temperature: 0.9, topK: 200, topP: 0.7, minP: 0.05 } },
+        { base: zipfLogits(V, 0.6, 74), spec: { temperature: 0.9, topP: 0.7, minP: 0.05 } },
+        { base: flatLogits(V, 71, 4), spec: { temperature: 1, topP: 0.8, minP: 0.3 } },
+      ];
+      for (const { base, spec } of cases) {
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+        try {
+          const counts = new Float64Array(V);
+          for (let c = 0; c < calls; c++) {
+            const one = new Float64Array(V);
+            for (const tok of (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens) one[tok] += 1;
+            addInto(counts, one);
+          }
+          const want = vllmKept(p.logits[0], spec);
+          const fit = goodnessOfFit(counts, want);
+          expect(`${JSON.stringify(spec)}: ${fit.summary}`).toBe(fit.ok ? `${JSON.stringify(spec)}: ${fit.summary}` : 'a good fit');
+          const hfProbs = keptDistribution(p.logits[0], spec).probs;
+          expect(tvDistance(want, hfProbs)).toBeGreaterThan(0.05);
+          expect(goodnessOfFit(counts, hfProbs).ok).toBe(false);
+        } finally {
+          p.dispose();
+        }
+      }
+    });
+
+    test('near-flat rows through the extra pass (V 3000, T 4, top-p 0.99, min-p 0.05): tokens and logprobs equal reference(gumbel)', async () => {
+      const V = 3000;
+      const B = 64;
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => flatLogits(V, 100 + b, 8)), { D: 64 });
+      try {
+        let fallbackRows = 0;
+        for (let c = 0; c < 4; c++) {
+          const o: SampleOptions = { ...rowOptions(B, { topP: 0.99, minP: 0.05, temperature: 4 }, c), logprobs: true, filterOrder: 'vllm' };
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          fallbackRows += f.fallbackRows ?? 0;
+          expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+          for (let b = 0; b < B; b++) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
+        }
+        if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    (devName === 'cuda' ? test : test.skip)('V = 128256, B = 33, model-like rows: fused == reference(gumbel) with both orders', async () => {
+      const V = 128256;
+      const B = 33;
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => (b % 2 ? zipfLogits(V, 1.0, b) : dominantLogits(V, b, 6))), { D: 40 });
+      try {
+        for (const filterOrder of ['vllm', 'hf'] as const) {
+          let same = 0;
+          for (let c = 0; c < 4; c++) {
+            const o: SampleOptions = { ...rowOptions(B, { temperature: 0.8, topP: 0.9, minP: 0.1 }, c), logprobs: true, filterOrder };
+            const f = await sampleFused(p.H, p.W, o);
+            const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+            same += agreement(f.tokens, g.tokens);
+            for (let b = 0; b < B; b++) {
+              if (f.tokens[b] === g.tokens[b]) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
+            }
+          }
+          expect(`${filterOrder}: ${same / 4}`).toBe(same / 4 >= 0.999 ? `${filterOrder}: ${same / 4}` : 'agreement >= 0.999');
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+});
+
+describe('cpu: argument errors', () => {
   test('argument errors name the argument and what was expected', async () => {
     const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1), zipfLogits(111, 1, 2)], { D: 8 });
     const call = (o: SampleOptions) => failure(() => sampleFused(p.H, p.W, o));
@@ -344,80 +503,9 @@ describe('cpu: argument errors and the filter order', () => {
     p.dispose();
   });
 
-  // vLLM's filter order: min-p first, then top-k, then top-p over the min-p survivors' mass.
-  function vllmKept(logits: ArrayLike<number>, f: { temperature: number; topK?: number; topP?: number; minP?: number }): Float64Array {
-    const V = logits.length;
-    const order = Array.from({ length: V }, (_, v) => v)
-      .filter((v) => Number.isFinite(logits[v]))
-      .sort((a, b) => logits[b] - logits[a] || a - b);
-    const m = logits[order[0]];
-    const w = (v: number) => Math.exp((logits[v] - m) / f.temperature);
-    let kept = order;
-    if (f.minP) kept = kept.filter((v, i) => i === 0 || w(v) >= f.minP!);
-    if (f.topK) kept = kept.slice(0, f.topK);
-    if (f.topP !== undefined && f.topP < 1) {
-      const total = kept.reduce((a, v) => a + w(v), 0);
-      let cumulative = 0;
-      let n = 0;
-      while (n < kept.length) {
-        cumulative += w(kept[n++]);
-        if (cumulative >= f.topP * total) break;
-      }
-      kept = kept.slice(0, n);
-    }
-    const probs = new Float64Array(V);
-    const z = kept.reduce((a, v) => a + w(v), 0);
-    for (const v of kept) probs[v] = w(v) / z;
-    return probs;
-  }
-
-  for (const sampler of ['fused', 'reference-inverse-cdf'] as SamplerName[]) {
-    test(`filterOrder 'vllm': min-p before top-k and top-p, V 1000, B 3, ${sampler}: chi-square against float64`, async () => {
-      const V = 1000;
-      // Rows whose min-p set ends inside the top-p nucleus, so that the two orders keep different sets.
-      const logits = [flatLogits(V, 71, 4), zipfLogits(V, 0.6, 72), flatLogits(V, 73, 6)];
-      const f = [
-        { temperature: 1, topP: 0.8, minP: 0.3 },
-        { temperature: 0.9, topK: 200, topP: 0.7, minP: 0.05 },
-        { temperature: 1.1, topP: 0.6, minP: 0.2 },
-      ];
-      const p = plantLogits(cpu, 'f32', logits, { D: 8 });
-      const o: SampleOptions = {
-        seed: 81n,
-        numSamples: MAX_S,
-        filterOrder: 'vllm',
-        temperature: Float32Array.from(f, (x) => x.temperature),
-        topK: Int32Array.from(f, (x) => x.topK ?? 0),
-        topP: Float32Array.from(f, (x) => x.topP),
-        minP: Float32Array.from(f, (x) => x.minP),
-      };
-      const counts = rowCounts((await draw(sampler, p.H, p.W, o)).tokens, 3, MAX_S, V);
-      for (let b = 0; b < 3; b++) {
-        const fit = goodnessOfFit(counts[b], vllmKept(p.logits[b], f[b]));
-        expect(`row ${b}: ${fit.summary}`).toBe(fit.ok ? `row ${b}: ${fit.summary}` : 'a good fit');
-        // The negative control: Hugging Face's order keeps another set.
-        expect(goodnessOfFit(counts[b], keptDistribution(p.logits[b], f[b]).probs).ok).toBe(false);
-      }
-      // 'hf' is the default.
-      const hf = await draw(sampler, p.H, p.W, { ...o, filterOrder: 'hf', numSamples: 256 });
-      const dflt = await draw(sampler, p.H, p.W, { ...o, filterOrder: undefined, numSamples: 256 });
-      expect(Array.from(hf.tokens)).toEqual(Array.from(dflt.tokens));
-      p.dispose();
-    });
-  }
-
   test("filterOrder of the wrong kind", async () => {
     const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
     expect((await failure(() => sampleFused(p.H, p.W, { filterOrder: 'tgi' as never }))).message).toMatch(/^filterOrder: expected 'hf' or 'vllm', got "tgi"$/);
-    p.dispose();
-  });
-
-  const gpu = cudaStatus();
-  (gpu.usable ? test : test.skip)(`CUDA refuses filterOrder 'vllm' with a clear error${gpu.usable ? '' : ` — skipped: ${gpu.reason}`}`, async () => {
-    const dev = open('cuda');
-    const p = plantLogits(dev, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
-    const order = await failure(() => sampleFused(p.H, p.W, { filterOrder: 'vllm', minP: 0.1 }));
-    expect(order.message).toMatch(/^filterOrder: 'vllm' is not supported on 'cuda' devices yet/);
     p.dispose();
   });
 });

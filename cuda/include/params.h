@@ -52,7 +52,7 @@ struct SampleParams {
   const float* top_p = nullptr;        // [batch]: nucleus mass in (0, 1], 1 = off
   const float* min_p = nullptr;        // [batch]: keep p >= min_p * p_max, 0 = off
   float softcap = 0.0f;                // logits -> softcap * tanh(logit / softcap) before T; 0 = off
-  FilterOrder filter_order = FilterOrder::kHuggingFace;  // CPU only so far for kMinPFirst
+  FilterOrder filter_order = FilterOrder::kHuggingFace;
   const uint32_t* allowed = nullptr;   // [batch, ceil(vocab / 32)] bitmask, bit set = allowed
 
   // ---- logit bias, banned tokens and penalties (SEMANTICS §2, steps 2a-2d): per-row sparse lists
