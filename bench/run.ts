@@ -160,6 +160,7 @@ export function torchOptionSet(set: OptionSet): Record<string, string | number |
   if (set.topLogprobs !== undefined) o.top_logprobs = set.topLogprobs;
   if (set.softcap !== undefined) o.softcap = set.softcap;
   if (set.mask) o.mask = true;
+  if (set.filterOrder) o.filter_order = set.filterOrder;
   return o;
 }
 
@@ -252,6 +253,7 @@ function sampleOptionsFor(
   if (set.logprobs) o.logprobs = true;
   if (set.topLogprobs !== undefined) o.topLogprobs = set.topLogprobs;
   if (set.softcap !== undefined) o.softcap = set.softcap;
+  if (set.filterOrder) o.filterOrder = set.filterOrder;
   if (set.listed !== undefined) Object.assign(o, listedLists(batch, vocab, set.listed, set.listedShared ?? false, 98));
   if (set.mask) {
     const mask = halfMask(batch, vocab, 99);

@@ -69,6 +69,7 @@ export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowe
   if (set.logprobs) o.logprobs = true;
   if (set.topLogprobs) o.topLogprobs = set.topLogprobs;
   if (set.softcap) o.softcap = set.softcap;
+  if (set.filterOrder) o.filterOrder = set.filterOrder;
   if (allowed) o.allowedTokens = allowed;
   return o;
 }
@@ -104,6 +105,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
     sampler = device.createSampler({
       maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
       logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
+      filterOrder: set.filterOrder ?? 'hf',
     });
     const rows = rowsFor(set, B);
     sampler.setRows(0, rows);

@@ -59,6 +59,7 @@ OPTION_KEYS = {
     "top_logprobs": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
     "softcap": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0,
     "mask": lambda x: isinstance(x, bool),
+    "filter_order": lambda x: x in ("hf", "vllm"),
 }
 
 # The model-like logits mode; the same constants as MODEL_LOGITS in bench/logits.ts.
@@ -266,11 +267,14 @@ def describe_option_set(o):
         return " + ".join(steps + ["argmax (T 0)"])
     if t != 1:
         steps.append("/ T %g" % t)
+    min_p_first = o.get("filter_order") == "vllm" and bool(o.get("min_p"))
+    if min_p_first:
+        steps.append("min-p %g first (softmax, mask p < min_p * pmax)" % o["min_p"])
     if o.get("top_k") is not None:
         steps.append("topk %d" % o["top_k"])
     if o.get("top_p") is not None and o["top_p"] < 1:
         steps.append(("" if o.get("top_k") is not None else "sort + ") + "top-p %g (softmax, cumsum)" % o["top_p"])
-    if o.get("min_p"):
+    if o.get("min_p") and not min_p_first:
         steps.append("min-p %g (softmax, mask p < min_p * pmax, renormalize)" % o["min_p"])
         if o.get("logprobs") or o.get("top_logprobs"):
             steps.append("log")
@@ -287,9 +291,11 @@ def describe_option_set(o):
 
 
 def option_pipeline(torch, o, logits_of):
-    """matmul + the option set's filters, in docs/SEMANTICS.md's order, + multinomial: fn(h, w, allowed)."""
+    """matmul + the option set's filters, in docs/SEMANTICS.md's order (filter_order 'vllm': min-p
+    first, as vLLM), + multinomial: fn(h, w, allowed)."""
     t = float(o.get("temperature", 1.0))
     top_k, top_p, min_p = o.get("top_k"), o.get("top_p"), o.get("min_p") or 0.0
+    min_p_first = o.get("filter_order") == "vllm" and min_p > 0
     want_lp, n_top, cap = bool(o.get("logprobs")), o.get("top_logprobs"), o.get("softcap")
 
     def fn(h, w, allowed):
@@ -302,6 +308,9 @@ def option_pipeline(torch, o, logits_of):
             return torch.argmax(x, dim=-1, keepdim=True)
         if t != 1:
             x = x / t
+        if min_p_first:
+            probs = torch.softmax(x, dim=-1)
+            x = x.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), float("-inf"))
         idx = None
         if top_k is not None and top_k < x.shape[-1]:
             x, idx = torch.topk(x, top_k, dim=-1)  # sorted, descending
@@ -311,7 +320,7 @@ def option_pipeline(torch, o, logits_of):
             probs = torch.softmax(x, dim=-1)
             x = x.masked_fill((probs.cumsum(dim=-1) - probs) > top_p, float("-inf"))
         lp = None
-        if min_p > 0:
+        if min_p > 0 and not min_p_first:
             probs = torch.softmax(x, dim=-1)
             probs = probs.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), 0.0)
             probs = probs / probs.sum(dim=-1, keepdim=True)
