@@ -344,6 +344,46 @@ function tvDistance(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return d / 2;
 }
 
+// The reduction the CUDA decisions use (SEMANTICS §2, step 7): vLLM's order equals Hugging Face's
+// with top-k min(k, |S|) (|S| with top-k off), S the min-p survivors. Checked on random rows, ties
+// included, in float64; a case whose top-p or min-p boundary lies within 1e-9 of a prefix mass is
+// rounding-sensitive in either model and is only counted.
+test("vLLM's order is Hugging Face's with top-k min(k, |min-p set|): 3000 random rows", () => {
+  const r = rng(4242);
+  let compared = 0;
+  let boundary = 0;
+  for (let c = 0; c < 3000; c++) {
+    const V = 2 + Math.floor(r() * 300);
+    const kind = c % 3;
+    const logits = Float64Array.from({ length: V }, (_, v) =>
+      kind === 0 ? Math.round(r() * 24) / 4 : kind === 1 ? -1.3 * Math.log(1 + ((v * 7919) % V)) : 6 * r(),
+    );
+    const f = {
+      temperature: [0.5, 1, 1.7][c % 3 === 2 ? 2 : Math.floor(r() * 3)],
+      topK: r() < 0.5 ? 0 : 1 + Math.floor(r() * V),
+      topP: r() < 0.2 ? 1 : 0.05 + 0.95 * r(),
+      minP: 0.01 + 0.6 * r(),
+    };
+    const m = Math.max(...logits);
+    const survivors = Array.from(logits).filter((l) => Math.exp((l - m) / f.temperature) >= f.minP).length;
+    const k = f.topK > 0 ? Math.min(f.topK, survivors) : survivors;
+    const hf = keptDistribution(logits, { temperature: f.temperature, topK: k, topP: f.topP, minP: f.minP });
+    const want = vllmKept(logits, { ...f, topK: f.topK || undefined });
+    if (hf.topPMargin < 1e-9 || hf.minPMargin < 1e-9) {
+      boundary++;
+      continue;
+    }
+    compared++;
+    for (let v = 0; v < V; v++) {
+      if (Math.abs(hf.probs[v] - want[v]) > 1e-12) {
+        throw new Error(`case ${c}: V ${V} ${JSON.stringify(f)}: token ${v} ${hf.probs[v]} against ${want[v]}`);
+      }
+    }
+  }
+  expect(compared).toBeGreaterThan(2500);
+  expect(boundary).toBeLessThan(500);
+});
+
 describeDevices((devName, dev) => {
   describe("filterOrder 'vllm' (min-p first)", () => {
     // Rows whose min-p set ends inside the top-p nucleus, so that the two orders keep different sets.
