@@ -4,7 +4,7 @@
 // (the one-pass epilogue) and rows sent through the extra pass; fused = reference (gumbel) at V =
 // 128256 with 512 listed tokens a row; penalties that flip the argmax; the argument errors.
 
-import { open, sampleFused, sampleReference, type SampleOptions } from '../lib/index';
+import { open, sampleFused, sampleReference, type SampleOptions, type Tensor } from '../lib/index';
 import {
   MAX_S,
   addInto,
@@ -94,6 +94,22 @@ function topTokens(l: ArrayLike<number>, k: number): number[] {
     .sort((a, b) => b[0] - a[0] || a[1] - b[1])
     .slice(0, k)
     .map(([, v]) => v);
+}
+
+/** fused == reference(gumbel) at offsets 0-3 of `optionsAt`: >= 99.9 % of tokens each call, and
+ *  every row's logprob within 1e-4 (the options ask for logprobs). Returns the rows of those calls
+ *  that went through the extra pass. */
+async function fusedMatchesGumbel(H: Tensor, W: Tensor, B: number, optionsAt: (offset: number) => SampleOptions): Promise<number> {
+  let fallbackRows = 0;
+  for (let c = 0; c < 4; c++) {
+    const o = optionsAt(c);
+    const f = await sampleFused(H, W, o);
+    const g = await sampleReference(H, W, { ...o, method: 'gumbel' });
+    fallbackRows += f.fallbackRows ?? 0;
+    expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
+    for (let b = 0; b < B; b++) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
+  }
+  return fallbackRows;
 }
 
 /** Row b's lists repeated for `copies` rows (row i gets rows[i % rows.length]). */
@@ -249,15 +265,9 @@ describeDevices((devName, dev) => {
       }));
       const p = plantLogits(dev(), 'bf16', Array.from({ length: 64 }, () => flat), { D: 8 });
       try {
-        let fallbackRows = 0;
-        for (let c = 0; c < 4; c++) {
-          const o: SampleOptions = { ...listedOptions(rows), ...rowOptions(64, { topP: 0.99, temperature: 4 }, c), logprobs: true };
-          const f = await sampleFused(p.H, p.W, o);
-          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-          fallbackRows += f.fallbackRows ?? 0;
-          expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
-          for (let b = 0; b < 64; b++) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
-        }
+        const fallbackRows = await fusedMatchesGumbel(p.H, p.W, 64, (c) => ({
+          ...listedOptions(rows), ...rowOptions(64, { topP: 0.99, temperature: 4 }, c), logprobs: true,
+        }));
         if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
       } finally {
         p.dispose();
@@ -470,15 +480,9 @@ describeDevices((devName, dev) => {
       const B = 64;
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => flatLogits(V, 100 + b, 8)), { D: 64 });
       try {
-        let fallbackRows = 0;
-        for (let c = 0; c < 4; c++) {
-          const o: SampleOptions = { ...rowOptions(B, { topP: 0.99, minP: 0.05, temperature: 4 }, c), logprobs: true, filterOrder: 'vllm' };
-          const f = await sampleFused(p.H, p.W, o);
-          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-          fallbackRows += f.fallbackRows ?? 0;
-          expect(agreement(f.tokens, g.tokens)).toBeGreaterThanOrEqual(0.999);
-          for (let b = 0; b < B; b++) expect(Math.abs(f.logprobs![b] - g.logprobs![b])).toBeLessThan(1e-4);
-        }
+        const fallbackRows = await fusedMatchesGumbel(p.H, p.W, B, (c) => ({
+          ...rowOptions(B, { topP: 0.99, minP: 0.05, temperature: 4 }, c), logprobs: true, filterOrder: 'vllm',
+        }));
         if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
       } finally {
         p.dispose();
