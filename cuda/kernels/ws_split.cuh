@@ -278,8 +278,8 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
-    // A shard's global ids (noise and tokens); the filtered epilogue never runs on a shard, and
-    // the constant 0 keeps its registers (spills) as they were.
+    // A shard's global ids (noise and tokens). The filtered epilogue never runs on a shard: the
+    // constant 0 spares it the register a base would take (it spills already).
     const int64_t base = kFiltered ? 0 : a.vocab_base;
 #pragma unroll 1
     for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
