@@ -86,6 +86,10 @@ struct WsSplitTile {
   // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMmaRegs = 216;
+  // The filtered epilogue spills at 128 registers. Below N = 128 the MMA warpgroup holds only N
+  // accumulators, so the filtered kernels give the epilogue warps what it does not need.
+  static constexpr int kMmaRegsFiltered = N <= 64 ? 152 : N <= 96 ? 184 : kMmaRegs;
+  static constexpr int kEpilogueRegsFiltered = (65536 - kProducerRegs * 128 - kMmaRegsFiltered * 128) / 256 / 8 * 8;
   // (N = 96 has no ping-pong tile of its own: its other epilogues run the 128-column one)
   using PingPong = WsTileT<(N > 64 ? 128 : N)>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
@@ -95,6 +99,9 @@ struct WsSplitTile {
   static_assert(kSmemBytes + static_smem_padded(kStaticSmemBytes) <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
+  static_assert(kProducerRegs * 128 + kMmaRegsFiltered * 128 + kEpilogueRegsFiltered * 256 <= 65536 &&
+                    kMmaRegsFiltered % 8 == 0 && kEpilogueRegsFiltered >= 128,
+                "setmaxnreg split (filtered)");
 };
 
 // The kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to 64, chunks
@@ -188,7 +195,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 
   if (wg == 1) {
     // ================================ MMA ================================
-    setmaxnreg_inc<Cfg::kMmaRegs>();
+    setmaxnreg_inc<kFiltered ? Cfg::kMmaRegsFiltered : Cfg::kMmaRegs>();
     const int lane = tid & 31, wi = (tid >> 5) & 3;
     const int g = lane >> 2, t4 = lane & 3;
     float acc0[kAcc], acc1[kAcc];
@@ -235,6 +242,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   }
 
   // ================================ epilogue ================================
+  if constexpr (kFiltered && Cfg::kEpilogueRegsFiltered > 128) setmaxnreg_inc<Cfg::kEpilogueRegsFiltered>();
   griddep_wait();  // the winners are zeroed (programmatic launch)
   const int et = tid - 256;  // 0..255
   const int ew = et >> 5, lane = et & 31;
