@@ -953,8 +953,12 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     }
   }
   const bool k_on = top_k > 0 && top_k < r.valid;
-  const bool filtered = k_on || p_on || minp_on;
+  // A row with top-k, top-p or min-p has no winner from the epilogue (FilterRow::drawn_by_decision):
+  // when its top-k keeps every valid value, it is drawn here over the whole row, its prefix.
+  const bool keeps_all = !(k_on || p_on || minp_on) && c.top_k > 0;
+  const bool filtered = k_on || p_on || minp_on || keeps_all;
 
+  if (keeps_all && r.incomplete) return kNeedsExtraPass;
   if (k_on && r.incomplete && top_k > n) return kNeedsExtraPass;
   if (!filtered && n_top > 0 && r.incomplete && n < n_top) return kNeedsExtraPass;
   if (r.incomplete && minp_on && !k_on && !p_on && weight(r.lo) >= static_cast<double>(c.min_p))
@@ -1300,7 +1304,12 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  // generic path: the prefix compacted in global memory, decided by decide_row
+  // generic path: the prefix compacted in global memory, decided by decide_row. A top-k that keeps
+  // every valid value would take the epilogue's winner there, which a filtered row does not have.
+  if (c.top_k >= valid && c.top_p >= 1.0f && c.min_p <= 0.0f) {
+    flag();
+    return;
+  }
   const int64_t count = compact_prefix(val, idx, n, level, dropped);
   RowStats stats;
   stats.max_logit = m;

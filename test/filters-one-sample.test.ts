@@ -18,6 +18,7 @@ import {
   flatLogits,
   goodnessOfFit,
   keptDistribution,
+  makeMask,
   makeTensor,
   plantLogits,
   rowOptions,
@@ -278,6 +279,84 @@ describeDevices((devName, dev) => {
     } finally {
       p.dispose();
     }
+  });
+
+  // A row with a filter is drawn by the per-row decision over its kept prefix, not by the epilogue
+  // (which offers such rows only their +Inf values): the two cases where that prefix is the whole
+  // row must still draw exactly what plain sampling and reference(gumbel) draw.
+  describe('filtered rows that keep every value, one sample per row', () => {
+    for (const V of [111, 1000]) {
+      test(`V = ${V}: topK >= the valid count draws plain sampling's token, row for row`, async () => {
+        const shapes = Array.from({ length: 7 }, (_, i) => (i % 3 === 0 ? flatLogits(V, i, 2) : zipfLogits(V, 1.1, i)));
+        const rows = Array.from({ length: 99 }, (_, b) => shapes[b % 7]);
+        const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+        try {
+          let compared = 0;
+          for (let c = 0; c < 8; c++) {
+            const o = { ...rowOptions(99, { temperature: 0.8 }, c), logprobs: true };
+            const plain = await sampleFused(p.H, p.W, o);
+            for (const topK of [V, V + 5]) {
+              const f = await sampleFused(p.H, p.W, { ...o, topK });
+              expect({ topK, c, same: agreement(f.tokens, plain.tokens) }).toEqual({ topK, c, same: 1 });
+              for (let b = 0; b < 99; b++) expect(Math.abs(f.logprobs![b] - plain.logprobs![b])).toBeLessThan(1e-5);
+              compared += 99;
+            }
+            // every valid value kept under a mask: topK above the allowed count
+            const allowedTokens = makeMask(99, V, (_b, v) => v % 2 === 0);
+            const masked = await sampleFused(p.H, p.W, { ...o, topK: V, allowedTokens });
+            const ref = await sampleReference(p.H, p.W, { ...o, topK: V, allowedTokens, method: 'gumbel' });
+            expect(agreement(masked.tokens, ref.tokens)).toBe(1);
+            for (const t of masked.tokens) expect(t % 2).toBe(0);
+          }
+          expect(compared).toBe(8 * 2 * 99);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    test('V = 1000: rows with +Inf logits under top-k / top-p / min-p draw a +Inf token as reference(gumbel)', async () => {
+      const V = 1000;
+      const D = 8;
+      const infTokens = [3, 141, 142, 500, 998];
+      const h = new Float64Array(99 * D);
+      const w = new Float64Array(V * D);
+      const shapes = [zipfLogits(V, 1.1, 8), flatLogits(V, 9, 3), dominantLogits(V, 10, 9)];
+      for (let v = 0; v < V; v++) {
+        for (let u = 0; u < 3; u++) w[v * D + u] = shapes[u][v];
+        w[v * D + 3] = infTokens.includes(v) ? Infinity : 0;
+      }
+      for (let b = 0; b < 99; b++) {
+        h[b * D + (b % 3)] = 1;
+        if (b % 5 < 2) h[b * D + 3] = 1; // +Inf on infTokens; the other rows get 0 * Inf = NaN there
+      }
+      const H = makeTensor(dev(), 'bf16', h, [99, D]);
+      const W = makeTensor(dev(), 'bf16', w, [V, D]);
+      const counts = new Float64Array(V);
+      try {
+        for (const spec of [{ topK: 2 }, { topP: 0.3 }, { minP: 0.5 }, { topK: 50, topP: 0.9, minP: 0.05 }] as FilterSpec[]) {
+          for (let c = 0; c < 8; c++) {
+            const o = { ...rowOptions(99, { ...spec, temperature: 0.9 }, c), logprobs: true };
+            const f = await sampleFused(H, W, o);
+            const g = await sampleReference(H, W, { ...o, method: 'gumbel' });
+            expect({ spec, c, same: agreement(f.tokens, g.tokens) }).toEqual({ spec, c, same: 1 });
+            for (let b = 0; b < 99; b++) {
+              if (b % 5 >= 2) continue;
+              expect(infTokens).toContain(f.tokens[b]);
+              expect(Math.abs(f.logprobs![b] + Math.log(infTokens.length))).toBeLessThan(1e-5);
+              counts[f.tokens[b]] += 1;
+            }
+          }
+        }
+        // 40 rows x 32 calls over the five +Inf tokens: uniform
+        const probs = new Float64Array(V);
+        for (const v of infTokens) probs[v] = 1;
+        expect(goodnessOfFit(counts, probs).ok).toBe(true);
+      } finally {
+        H.dispose();
+        W.dispose();
+      }
+    });
   });
 
   test("a row's token does not depend on its batch slot or the batch size (per-row seeds)", async () => {

@@ -28,6 +28,7 @@ struct alignas(8) TileSummary {
   uint32_t valid;      // values that can be drawn (finite or +Inf)
   uint32_t posinf;     // +Inf values
   uint32_t best_key;   // the tile's best Gumbel candidate that beat the running threshold, or kNoToken
+                       // (a row the decision draws offers only its +Inf values)
   float best_logit;    // its value
 };
 
@@ -84,6 +85,9 @@ struct FilterRow {
   int32_t k;          // the rank whose value bounds the kept set (kThetaTopK), or the candidates a
                       // top-p row gathers beyond its mass bound (kThetaTopP)
   float param;        // kThetaTopP: top_p; kThetaMinP: ln(min_p)
+  // A row with top-k, top-p or min-p is drawn by the decision, over its kept prefix: the epilogue
+  // offers it only its +Inf values (they take no filter, so their winner is the token).
+  int32_t drawn_by_decision;
 };
 
 // A top-p row keeps gathering the largest values up to this rank: its nucleus is decided from the
@@ -96,11 +100,12 @@ constexpr int kTopPFirstRank = 32;
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
 __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, bool greedy) {
-  FilterRow r{kThetaNone, 0, 0.0f};
+  FilterRow r{kThetaNone, 0, 0.0f, 0};
   if (greedy) return r;
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
+  r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (k > 0) {
     r.mode = kThetaTopK;
     r.k = k;

@@ -276,7 +276,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f};
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0};
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
         }
       }
@@ -330,6 +330,11 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
             const float x = l[jj][o];
             l[jj][o] = ((allowed >> o) & 1u) == 0u || vq + o >= V || x == -INFINITY ? NAN : x;
           }
+          // a row the decision draws: no Gumbel here, except in a quad that holds a +Inf value
+          // (the +Inf tier beats every finite candidate, so the quad's others cannot win)
+          if (filt->row[n].drawn_by_decision && l[jj][0] != INFINITY && l[jj][1] != INFINITY &&
+              l[jj][2] != INFINITY && l[jj][3] != INFINITY)
+            vend[jj] = 0;
         }
         rp[jj].inv_temperature = row_inv_t[n];
         rp[jj].greedy = row_greedy[n] != 0;
