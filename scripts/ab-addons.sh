@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B two builds of the addon on one GPU machine, alternated, in one device call (machine and
+# A/B two (or more) builds of the addon on one GPU machine, alternated, in one device call (machine and
 # clock state shared, so a 1-2 % difference is visible). Here, before the call:
 #   git stash / checkout A; npx cmake-js compile; mkdir -p ab; xz -T0 -c build/Release/flashsample.node > ab/a.node.xz
 #   checkout B;             npx cmake-js compile;             xz -T0 -c build/Release/flashsample.node > ab/b.node.xz
@@ -14,12 +14,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-ab-logs}
 mkdir -p "$out" build/Release
 [ -s ab/a.node.xz ] && [ -s ab/b.node.xz ] || { echo "ab-addons: ab/a.node.xz and ab/b.node.xz are needed" >&2; exit 2; }
-xz -dc ab/a.node.xz > /tmp/ab-a.node && xz -dc ab/b.node.xz > /tmp/ab-b.node || exit 2
+builds=()  # a, b, and any further ab/<letter>.node.xz (c, d, ...), alternated in that order
+for f in ab/?.node.xz; do
+  which=$(basename "$f" .node.xz)
+  xz -dc "$f" > "/tmp/ab-$which.node" || exit 2
+  builds+=("$which")
+done
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--preset llama3-8b,qwen3-8b --batch 1,16,64 --iters 20 --warmup 3
   --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines)
 for rep in $(seq 1 "${REPS:-2}"); do
-  for which in a b; do
+  for which in "${builds[@]}"; do
     cp "/tmp/ab-$which.node" build/Release/flashsample.node
     timeout "${BENCH_LIMIT:-150}" node dist/bench/cli.js "${args[@]}" > "$out/bench-$which-$rep.txt" 2>&1
     echo "== $which rep $rep rc=$?"

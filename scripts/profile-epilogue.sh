@@ -8,6 +8,10 @@
 # lines too; it does not change the SASS: npx cmake-js compile --CDCMAKE_CUDA_FLAGS=-lineinfo):
 #   bash .gpu/on-gpu bash scripts/profile-epilogue.sh                    # logprobs and topk50 at B 64
 #   OPTIONS="topp0.9" B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
+#   KERNEL=decide_one_pass B=1 OPTIONS="topp0.9" NCU_ARGS="--warp-sampling-interval 0" \
+#     bash .gpu/on-gpu bash scripts/profile-epilogue.sh
+# (KERNEL: a regex of the kernel profiled, default the filtered split kernel; NCU_ARGS: more ncu
+# flags, here the finest PC sampling, which a one-block-per-row decision at B = 1 needs.)
 # The reports (.ncu-rep, open them in the Nsight Compute UI) and CSVs go to $OUT (or ./profile-epilogue).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,10 +20,10 @@ mkdir -p "$out"
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 batch=${B:-64}
 for opt in ${OPTIONS:-logprobs topk50}; do
-  rep="$out/$opt-b$batch"
+  rep="$out/$opt-b$batch-${KERNEL:-split}"
   # the bench's warm-up launch is skipped; the next filtered launch is profiled
-  timeout 300 "$NCU" --clock-control none --section SourceCounters --section WarpStateStats \
-    --kernel-name regex:'wgmma_split_filtered' --launch-skip 1 --launch-count 1 -f -o "$rep" \
+  timeout 300 "$NCU" ${NCU_ARGS:-} --clock-control none --section SourceCounters --section WarpStateStats \
+    --kernel-name regex:"${KERNEL:-wgmma_split_filtered}" --launch-skip 1 --launch-count 1 -f -o "$rep" \
     node dist/bench/cli.js --preset "${PRESET:-llama3-8b}" --logits "${LOGITS:-gaussian}" --batch "$batch" \
     --iters 1 --warmup 1 --options "$opt" --samplers fused --no-baselines > "$rep.log" 2>&1
   "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>> "$rep.log"
