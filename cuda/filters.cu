@@ -876,11 +876,28 @@ __device__ int first_bucket_reaching(const T* incl, double target, int last) {
   return s_at;
 }
 
+// A token's fixed-point mass, exp((l - m) / T) in units of 2^-42, from an fp32 exp2 of the
+// prescaled difference (c2 = log2(e) / T): within a relative 4e-6 at the smallest weights that count
+// and ~3e-7 near the max, a double exp costing ten times the instructions (docs/SEMANTICS.md §5).
+__device__ __forceinline__ unsigned long long fixed_mass(float l, float m, float c2) {
+  return __float2ull_rn(exp2f((l - m) * c2) * 0x1p42f);
+}
+
+// *at += x for a shared 64-bit word as two native 32-bit atomics (a 64-bit ATOMS is a CAS loop that
+// hot buckets serialize): exact and order-free, each wrap of the low word carries once.
+__device__ __forceinline__ void shared_add_u64(unsigned long long* at, unsigned long long x) {
+  uint32_t* const w = reinterpret_cast<uint32_t*>(at);
+  const uint32_t lo = static_cast<uint32_t>(x);
+  const uint32_t old = atomicAdd(w, lo);
+  const uint32_t hi = static_cast<uint32_t>(x >> 32) + (old + lo < old ? 1u : 0u);
+  if (hi != 0u) atomicAdd(w + 1, hi);
+}
+
 // Gathers the keys of buckets [first, last] that are >= floor_key into s.cut_key, sorted descending
 // (ranks by counting), with their fixed-point masses, inclusive, in s.cut_mass when `masses`.
 // False when they do not fit.
 __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, int last, uint64_t floor_key,
-                              bool masses, double md, double inv_t) {
+                              bool masses, float c2) {
   __syncthreads();  // every thread is done with the previous gather
   if (threadIdx.x == 0) s.cut_n = 0;
   __syncthreads();
@@ -909,8 +926,7 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
     unsigned long long sum = 0;
     for (int o = 0; o < per; ++o) {
       const int i = threadIdx.x * per + o;
-      mine[o] = i < c ? __double2ull_rn(exp((static_cast<double>(key_value(s.cut_key[i])) - md) * inv_t) * kMassScale)
-                      : 0ull;
+      mine[o] = i < c ? fixed_mass(key_value(s.cut_key[i]), cb.m, c2) : 0ull;
       sum += mine[o];
     }
     unsigned long long total;
@@ -938,7 +954,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   const bool minp_on = c.min_p > 0.0f;
   const int n_top = p.top_logprobs;
   auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
-  auto fixed = [=](float l) { return __double2ull_rn(weight(l) * kMassScale); };
+  const float c2 = static_cast<float>(inv_t * 1.4426950408889634);  // log2(e) / T
   int32_t top_k = c.top_k;
   if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
     // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (decide_row)
@@ -977,7 +993,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     const float l = key_value(s.key[i]);
     const int bk = cb.of(l);
     atomicAdd(&s.count[bk], 1u);
-    if (p_on) atomicAdd(&s.mass[bk], fixed(l));
+    if (p_on) shared_add_u64(&s.mass[bk], fixed_mass(l, r.m, c2));
   }
   __syncthreads();
   {  // inclusive prefixes from the top bucket: 4 consecutive buckets a thread (blockDim.x = 512)
@@ -1013,7 +1029,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   if (k_on) {
     k_bucket = first_bucket_reaching(s.count, static_cast<double>(top_k), kCutBuckets - 1);
     const uint32_t before = k_bucket > 0 ? s.count[k_bucket - 1] : 0u;
-    if (!gather_sorted(s, cb, k_bucket, k_bucket, 0ull, p_on, md, inv_t)) return kGenericPath;
+    if (!gather_sorted(s, cb, k_bucket, k_bucket, 0ull, p_on, c2)) return kGenericPath;
     const int at = top_k - static_cast<int>(before) - 1;
     k_thr = s.cut_key[at];
     if (p_on) k_mass = (k_bucket > 0 ? s.mass[k_bucket - 1] : 0ull) + s.cut_mass[at];
@@ -1034,7 +1050,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
       } else {
         bp = first_bucket_reaching(s.mass, target, k_on ? k_bucket - 1 : kCutBuckets - 1);
         before = bp > 0 ? s.mass[bp - 1] : 0ull;
-        if (!gather_sorted(s, cb, bp, bp, 0ull, true, md, inv_t)) return kGenericPath;
+        if (!gather_sorted(s, cb, bp, bp, 0ull, true, c2)) return kGenericPath;
       }
       if (threadIdx.x == 0) s.found = 0ull;
       __syncthreads();
@@ -1056,33 +1072,50 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   // the kept set (a prefix of the order), its mass and the Gumbel draw among it
   Pick best{-INFINITY, kNoToken, 0.0f};
   double zk = 0.0;
-  long long kc = 0;
+  int kept_n = 0;
   const float inv_tf = 1.0f / c.temperature;
   if (filtered) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    // The kept keys (a prefix of the order) move to the front of s.key, in prefix order, so that
+    // the draw's Philox and logarithms run on full warps (scattered, they left most lanes idle).
+    // Each round reads 4 keys a thread before its scan's barriers and writes at or below them.
+    for (int base = 0; base < n; base += 4 * static_cast<int>(blockDim.x)) {
+      uint64_t k4[4];
+      uint32_t keep = 0u;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        const int i = base + 4 * static_cast<int>(threadIdx.x) + o;
+        k4[o] = i < n ? s.key[i] : 0ull;
+        if (i < n && k4[o] >= thr && (min_w == 0.0 || weight(key_value(k4[o])) >= min_w)) keep |= 1u << o;
+      }
+      uint32_t total;
+      uint32_t at = static_cast<uint32_t>(kept_n) + block_exclusive_scan(static_cast<uint32_t>(__popc(keep)), total);
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if ((keep >> o) & 1u) s.key[at++] = k4[o];
+      kept_n += static_cast<int>(total);
+    }
+    __syncthreads();  // the compacted keys are written
+    for (int i = threadIdx.x; i < kept_n; i += blockDim.x) {
       const uint64_t key = s.key[i];
-      if (key < thr) continue;
       const float l = key_value(key);
-      const double w = weight(l);
-      if (min_w != 0.0 && w < min_w) continue;
-      zk += w;
-      ++kc;
+      zk += weight(l);
       const uint32_t v = key_index(key);
       const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
       const Candidate cand = make_candidate(l, inv_tf, false, g, v);
       if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
     }
+    if (threadIdx.x == 0) s.n = kept_n;  // topLogprobs' head below is gathered from the kept keys
     best = block_best(best);
   }
   const double z_kept = filtered ? block_reduce(zk, Sum(), 0.0) : r.z;
-  const long long kept_count = filtered ? block_reduce(kc, Sum(), 0ll) : r.valid;
+  const long long kept_count = filtered ? kept_n : r.valid;
   const double log_z = log(z_kept);
 
   // topLogprobs: the head of the kept set is the head of the prefix
   const int take = static_cast<int>(kept_count < n_top ? kept_count : n_top);
   if (take > 0) {
     const int bt = first_bucket_reaching(s.count, static_cast<double>(take), kCutBuckets - 1);
-    if (bt == kCutBuckets || !gather_sorted(s, cb, 0, bt, 0ull, false, md, inv_t)) return kGenericPath;
+    if (bt == kCutBuckets || !gather_sorted(s, cb, 0, bt, 0ull, false, c2)) return kGenericPath;
   }
 
   if (threadIdx.x == 0) {
