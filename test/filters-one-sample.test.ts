@@ -6,7 +6,7 @@
 // float64, the rows forced through the extra pass, and the independence of a row's token from its
 // batch slot.
 
-import type { SampleOptions } from '../lib/index';
+import type { Device, SampleOptions, Tensor } from '../lib/index';
 import { sampleFused, sampleReference } from '../lib/index';
 import {
   type FilterSpec,
@@ -39,6 +39,26 @@ async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: 
     addInto(counts, one);
   }
   return { counts, fallbackRows };
+}
+
+/** 99 rows over V = 1000: rows with b % 5 < 2 have +Inf logits on INF_TOKENS, the others NaN there
+ *  (0 * Inf); the finite logits follow three shapes (zipf, flat, dominant). */
+const INF_TOKENS = [3, 141, 142, 500, 998];
+function infRows(device: Device): { H: Tensor; W: Tensor } {
+  const V = 1000;
+  const D = 8;
+  const h = new Float64Array(99 * D);
+  const w = new Float64Array(V * D);
+  const shapes = [zipfLogits(V, 1.1, 8), flatLogits(V, 9, 3), dominantLogits(V, 10, 9)];
+  for (let v = 0; v < V; v++) {
+    for (let u = 0; u < 3; u++) w[v * D + u] = shapes[u][v];
+    w[v * D + 3] = INF_TOKENS.includes(v) ? Infinity : 0;
+  }
+  for (let b = 0; b < 99; b++) {
+    h[b * D + (b % 3)] = 1;
+    if (b % 5 < 2) h[b * D + 3] = 1;
+  }
+  return { H: makeTensor(device, 'bf16', h, [99, D]), W: makeTensor(device, 'bf16', w, [V, D]) };
 }
 
 describeDevices((devName, dev) => {
@@ -230,22 +250,7 @@ describeDevices((devName, dev) => {
     });
 
     test('V = 1000: 40 of 99 rows with +Inf logits and topLogprobs (the +Inf mode), the rest with NaN there', async () => {
-      const V = 1000;
-      const D = 8;
-      const infTokens = [3, 141, 142, 500, 998];
-      const h = new Float64Array(99 * D);
-      const w = new Float64Array(V * D);
-      const shapes = [zipfLogits(V, 1.1, 8), flatLogits(V, 9, 3), dominantLogits(V, 10, 9)];
-      for (let v = 0; v < V; v++) {
-        for (let u = 0; u < 3; u++) w[v * D + u] = shapes[u][v];
-        w[v * D + 3] = infTokens.includes(v) ? Infinity : 0;
-      }
-      for (let b = 0; b < 99; b++) {
-        h[b * D + (b % 3)] = 1;
-        if (b % 5 < 2) h[b * D + 3] = 1; // +Inf on infTokens; the other rows get 0 * Inf = NaN there
-      }
-      const H = makeTensor(dev(), 'bf16', h, [99, D]);
-      const W = makeTensor(dev(), 'bf16', w, [V, D]);
+      const { H, W } = infRows(dev());
       try {
         const fallbackRows = await compare({ H, W }, 99, 3);
         expect(fallbackRows).toBeGreaterThanOrEqual(3 * 40);
@@ -317,21 +322,8 @@ describeDevices((devName, dev) => {
 
     test('V = 1000: rows with +Inf logits under top-k / top-p / min-p draw a +Inf token as reference(gumbel)', async () => {
       const V = 1000;
-      const D = 8;
-      const infTokens = [3, 141, 142, 500, 998];
-      const h = new Float64Array(99 * D);
-      const w = new Float64Array(V * D);
-      const shapes = [zipfLogits(V, 1.1, 8), flatLogits(V, 9, 3), dominantLogits(V, 10, 9)];
-      for (let v = 0; v < V; v++) {
-        for (let u = 0; u < 3; u++) w[v * D + u] = shapes[u][v];
-        w[v * D + 3] = infTokens.includes(v) ? Infinity : 0;
-      }
-      for (let b = 0; b < 99; b++) {
-        h[b * D + (b % 3)] = 1;
-        if (b % 5 < 2) h[b * D + 3] = 1; // +Inf on infTokens; the other rows get 0 * Inf = NaN there
-      }
-      const H = makeTensor(dev(), 'bf16', h, [99, D]);
-      const W = makeTensor(dev(), 'bf16', w, [V, D]);
+      const infTokens = INF_TOKENS;
+      const { H, W } = infRows(dev());
       const counts = new Float64Array(V);
       try {
         for (const spec of [{ topK: 2 }, { topP: 0.3 }, { minP: 0.5 }, { topK: 50, topP: 0.9, minP: 0.05 }] as FilterSpec[]) {
