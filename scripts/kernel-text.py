@@ -8,6 +8,9 @@ Run from the repository root; needs nvcc only (no GPU, no cuobjdump).
   python3 scripts/kernel-text.py > after.txt    # on the new one
   python3 scripts/kernel-text.py --compare before.txt after.txt
 
+KT_FILES="cuda/a.cu cuda/b.cu" limits both runs to the launcher files a change can reach (a header
+included by two files needs only those two).
+
 --compare matches kernels by the hash of their code, so a renamed template parameter or moved
 file still compares equal; it lists code that exists on one side only."""
 import glob, hashlib, os, struct, subprocess, sys, tempfile
@@ -38,7 +41,7 @@ def demangle(names):
 def hashes():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for source in sorted(glob.glob("cuda/*.cu")):
+        for source in os.environ.get("KT_FILES", "").split() or sorted(glob.glob("cuda/*.cu")):
             for arch in ARCHS:
                 cubin = os.path.join(tmp, os.path.basename(source) + "." + arch + ".cubin")
                 subprocess.run(["nvcc", "-cubin", "-arch=" + arch, *FLAGS, "-o", cubin, source], check=True)

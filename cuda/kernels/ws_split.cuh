@@ -287,7 +287,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
     // A shard's global ids (noise and tokens). The filtered epilogue never runs on a shard: the
-    // constant 0 spares it the register a base would take (it spills already).
+    // constant 0 spares it the register a base would take (it still spills at N = 128).
     const int64_t base = kFiltered ? 0 : a.vocab_base;
 #pragma unroll 1
     for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
