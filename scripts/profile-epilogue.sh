@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where the filtered split kernel spends its time at B >= 64 (bench/TUNING.md, "The filtered path":
 # the filtered epilogue is on the K loop's critical path there). For each option set, ncu samples
-# the warps' program counters in
-# one launch of wgmma_split_filtered_kernel (SourceCounters, WarpStateStats) and this prints the
-# SASS instructions that hold most of the stall samples, with their stall reasons.
+# the warps' program counters in one launch of wgmma_split_filtered_kernel (SourceCounters,
+# WarpStateStats) and scripts/ncu-sass-summary.py prints the stall reasons over the kernel, the
+# basic blocks that execute the most instructions, and the instructions that hold the most samples.
 # On the GPU machine, after the addon and dist/ are built (build with line info to see the CUDA
 # lines too; it does not change the SASS: npx cmake-js compile --CDCMAKE_CUDA_FLAGS=-lineinfo):
 #   bash .gpu/on-gpu bash scripts/profile-epilogue.sh                    # logprobs and topk50 at B 64
@@ -30,32 +30,5 @@ for opt in ${OPTIONS:-logprobs topk50}; do
   "$NCU" -i "$rep.ncu-rep" --page details --section WarpStateStats > "$rep-warp-state.txt" 2>> "$rep.log"
   echo "== $opt, B = $batch"
   grep -E "Warp Cycles Per Issued Instruction|Avg. Active Threads" "$rep-warp-state.txt" | head -3
-  python3 - "$rep-sass.csv" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1], newline="")))
-head = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
-if head is None:
-    sys.exit("no source page in " + sys.argv[1] + " (see the .log next to it)")
-cols = rows[head]
-src = cols.index("Source")
-total_col = next(i for i, c in enumerate(cols) if c.startswith("Warp Stall Sampling (All"))
-reasons = [i for i, c in enumerate(cols) if c.startswith("stall_") or c.startswith("smsp__pcsamp_warps_issue_stalled")]
-def num(x):
-    try:
-        return float(x.replace(",", ""))
-    except ValueError:
-        return 0.0
-body = [r for r in rows[head + 1:] if len(r) > total_col]
-total = sum(num(r[total_col]) for r in body) or 1.0
-body.sort(key=lambda r: -num(r[total_col]))
-covered = 0.0
-for r in body[:40]:
-    share = num(r[total_col]) / total
-    covered += share
-    top = sorted(((num(r[i]), cols[i]) for i in reasons), reverse=True)[:2]
-    why = ", ".join(f"{n.split('stalled_')[-1]} {v:.0f}" for v, n in top if v > 0)
-    print(f"{100 * share:5.1f}%  {r[src].strip()[:70]:70s}  {why}")
-    if covered > 0.8:
-        break
-PY
+  python3 scripts/ncu-sass-summary.py "$rep-sass.csv"
 done
