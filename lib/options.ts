@@ -197,6 +197,12 @@ export function checkSoftcap(value: unknown): number {
   return value;
 }
 
+/** 'hf' or 'vllm' (SampleOptions.filterOrder), as the native code's 0 or 1. */
+export function checkFilterOrder(value: unknown): 0 | 1 {
+  if (value !== 'hf' && value !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", value);
+  return value === 'vllm' ? 1 : 0;
+}
+
 export function checkTopLogprobs(value: unknown): number {
   const expected = `an integer in [0, ${MAX_TOP_LOGPROBS}]`;
   if (typeof value !== 'number') throw typeError('topLogprobs', expected, value);
@@ -299,10 +305,7 @@ export function buildRowSpec(batch: number, device: Device, opts: SampleOptions)
     spec.logprobs = opts.logprobs;
   }
   if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
-  if (opts.filterOrder !== undefined) {
-    if (opts.filterOrder !== 'hf' && opts.filterOrder !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", opts.filterOrder);
-    spec.filterOrder = opts.filterOrder === 'vllm' ? 1 : 0;
-  }
+  if (opts.filterOrder !== undefined) spec.filterOrder = checkFilterOrder(opts.filterOrder);
   if (opts.stream !== undefined) {
     checkStream('stream', opts.stream);
     if (device.kind !== 'cuda') {

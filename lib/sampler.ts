@@ -5,7 +5,7 @@ import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
-import { checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
+import { checkFilterOrder, checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
 import { disposeSymbol, type Tensor } from './tensor';
 
 export type RowFilter = 'topK' | 'topP' | 'minP';
@@ -174,9 +174,8 @@ export class Sampler {
     this.allowedTokens = optionalBool('allowedTokens', config.allowedTokens);
     this.topLogprobs = checkTopLogprobs(config.topLogprobs ?? 0);
     this.softcap = checkSoftcap(config.softcap ?? 0);
-    const order = config.filterOrder ?? 'hf';
-    if (order !== 'hf' && order !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", config.filterOrder);
-    this.filterOrder = order;
+    const filterOrder = checkFilterOrder(config.filterOrder ?? 'hf');
+    this.filterOrder = filterOrder === 1 ? 'vllm' : 'hf';
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
@@ -195,7 +194,7 @@ export class Sampler {
       topLogprobs: this.topLogprobs,
       softcap: this.softcap,
       allowedTokens: this.allowedTokens,
-      filterOrder: this.filterOrder === 'vllm' ? 1 : 0,
+      filterOrder,
     });
   }
 
