@@ -880,7 +880,7 @@ __device__ int first_bucket_reaching(const T* incl, double target, int last) {
 // prescaled difference (c2 = log2(e) / T): within a relative 4e-6 at the smallest weights that count
 // and ~3e-7 near the max, a double exp costing ten times the instructions (docs/SEMANTICS.md §5).
 __device__ __forceinline__ unsigned long long fixed_mass(float l, float m, float c2) {
-  return __float2ull_rn(exp2f((l - m) * c2) * 0x1p42f);
+  return __float2ull_rn(exp2f((l - m) * c2) * static_cast<float>(kMassScale));
 }
 
 // *at += x for a shared 64-bit word as two native 32-bit atomics (a 64-bit ATOMS is a CAS loop that
