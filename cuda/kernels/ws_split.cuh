@@ -89,7 +89,9 @@ struct WsSplitTile {
   // The filtered epilogue spills at 128 registers. Below N = 128 the MMA warpgroup holds only N
   // accumulators, so the filtered kernels give the epilogue warps what it does not need.
   static constexpr int kMmaRegsFiltered = N <= 64 ? 152 : N <= 96 ? 184 : kMmaRegs;
-  static constexpr int kEpilogueRegsFiltered = (65536 - kProducerRegs * 128 - kMmaRegsFiltered * 128) / 256 / 8 * 8;
+  static constexpr int kProducerRegsFiltered = 24;  // one thread issuing TMA: setmaxnreg's minimum
+  static constexpr int kEpilogueRegsFiltered =
+      (65536 - kProducerRegsFiltered * 128 - kMmaRegsFiltered * 128) / 256 / 8 * 8;
   // (N = 96 has no ping-pong tile of its own: its other epilogues run the 128-column one)
   using PingPong = WsTileT<(N > 64 ? 128 : N)>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
@@ -99,7 +101,7 @@ struct WsSplitTile {
   static_assert(kSmemBytes + static_smem_padded(kStaticSmemBytes) <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
-  static_assert(kProducerRegs * 128 + kMmaRegsFiltered * 128 + kEpilogueRegsFiltered * 256 <= 65536 &&
+  static_assert(kProducerRegsFiltered * 128 + kMmaRegsFiltered * 128 + kEpilogueRegsFiltered * 256 <= 65536 &&
                     kMmaRegsFiltered % 8 == 0 && kEpilogueRegsFiltered >= 128,
                 "setmaxnreg split (filtered)");
 };
@@ -188,7 +190,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 
   if (wg == 0) {
     // ================================ producer ================================
-    setmaxnreg_dec<Cfg::kProducerRegs>();
+    setmaxnreg_dec<kFiltered ? Cfg::kProducerRegsFiltered : Cfg::kProducerRegs>();
     if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
     return;
   }
