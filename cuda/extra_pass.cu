@@ -258,9 +258,11 @@ template <bool kF16>
 __global__ void __launch_bounds__(kLogitThreads)
     flagged_logits_mma_kernel(SampleParams p, const int32_t* flags, const int32_t* count, Work w,
                               float* row_logits) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one.
-  detail::griddep_launch_dependents();
+  // Launched programmatically after the decision. The kernels after this one read the flagged count
+  // before they wait (a call with no flagged row must not pay four grid completions), so they may
+  // be scheduled only once the count is final: after this wait.
   detail::griddep_wait();
+  detail::griddep_launch_dependents();
   const int F = *count;
   if (F == 0) return;
   __shared__ float s_part[kLogitWarps][kTileRows][kGroup + 1];
@@ -345,9 +347,11 @@ template <typename T>
 __global__ void __launch_bounds__(kLogitThreads)
     flagged_logits_simt_kernel(SampleParams p, const int32_t* flags, const int32_t* count, Work w,
                                float* row_logits) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one.
-  detail::griddep_launch_dependents();
+  // Launched programmatically after the decision. The kernels after this one read the flagged count
+  // before they wait (a call with no flagged row must not pay four grid completions), so they may
+  // be scheduled only once the count is final: after this wait.
   detail::griddep_wait();
+  detail::griddep_launch_dependents();
   const int F = *count;
   if (F == 0) return;
   __shared__ float s_sum[kTileRows][kGroup + 1];
@@ -863,11 +867,12 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
 // grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary.
 __global__ void __launch_bounds__(kDecideThreads)
     histogram_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one.
+  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
+  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
   detail::griddep_launch_dependents();
-  detail::griddep_wait();
-  const int F = *count;
+  const int F = __ldcg(count);
   if (F == 0) return;
+  detail::griddep_wait();
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
     const int64_t b = w.list[slot];
@@ -904,11 +909,12 @@ __global__ void __launch_bounds__(kDecideThreads)
 // its slice's values in them; the row's last block sorts them and resolves the row.
 __global__ void __launch_bounds__(kDecideThreads)
     cut_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one.
+  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
+  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
   detail::griddep_launch_dependents();
-  detail::griddep_wait();
-  const int F = *count;
+  const int F = __ldcg(count);
   if (F == 0) return;
+  detail::griddep_wait();
   extern __shared__ unsigned long long s_keys[];
   __shared__ bool s_last;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
@@ -940,11 +946,12 @@ __global__ void __launch_bounds__(kDecideThreads)
 // blocks in block order and writes the row.
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one.
+  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
+  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
   detail::griddep_launch_dependents();
-  detail::griddep_wait();
-  const int F = *count;
+  const int F = __ldcg(count);
   if (F == 0) return;
+  detail::griddep_wait();
   __shared__ bool s_last;
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
@@ -1164,8 +1171,9 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
 
   // Five kernels that return at once when no row was flagged (the common case): each is launched
-  // programmatically and lets the next one be scheduled at its start, so a no-op pass costs grid
-  // completions, not launch latencies (as plain launches plus a memset: 14-18 us a call, H200).
+  // programmatically, and the four after the logits kernel read the final flagged count before
+  // they wait, so a no-op pass costs one grid completion and four grid starts (as plain launches
+  // plus a memset: 14-18 us a call, H200; waiting in each kernel: ~4 us more at B = 1).
   const bool programmatic = detail::programmatic_launch_supported();
   const dim3 rows_grid(kRowBlocks, static_cast<unsigned>(B < kMaxSlotsInFlight ? B : kMaxSlotsInFlight));
   const size_t gather_bytes = kGatherCap * sizeof(unsigned long long);

@@ -524,8 +524,10 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 __global__ void __launch_bounds__(kThreads)
     whole_rows_kernel(float* logits, SampleParams p, const int32_t* only_rows, const int32_t* any,
                       bool inverse_cdf) {
+  // `any`, the extra pass's flagged count, is final before that pass's later grids start (the
+  // logits kernel lets them start after its wait): no wait for a call with no flagged row.
+  if (any != nullptr && __ldcg(any) == 0) return;
   detail::griddep_wait();  // launched programmatically by the extra pass: its writes are visible
-  if (any != nullptr && *any == 0) return;
   const int64_t b = blockIdx.x;
   if (only_rows != nullptr && only_rows[b] == 0) return;
   const int64_t V = p.vocab;
