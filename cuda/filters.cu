@@ -275,6 +275,16 @@ __device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_
   __syncthreads();
 }
 
+// vLLM's order (min-p first) as Hugging Face's: top-p's mass is that of the min-p survivors S, a
+// prefix of the order, so it is Hugging Face's order with top-k min(k, |S|), whose min-p step then
+// keeps every token. `open`: values below the ones at hand may survive min-p, so |S| is only a lower
+// bound and the top-k must bound S itself. Returns the top-k to use, or -1 when the values at hand
+// cannot decide the row.
+__device__ __forceinline__ int32_t min_p_first_top_k(int32_t top_k, long long survivors, bool open) {
+  if (open) return top_k > 0 && top_k <= survivors ? top_k : -1;
+  return top_k > 0 && top_k < survivors ? top_k : static_cast<int32_t>(survivors);
+}
+
 // Decides one row (one block). `stats`/`winners` non-null: the elements are the fused pass's
 // candidates; else they are the whole row. Returns false when the candidates cannot prove the
 // kept set (the row must fall back); nothing is written then.
@@ -338,8 +348,7 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   const bool overflow = from_candidates && stats->overflow != 0;
   int32_t top_k = c.top_k;
   if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
-    // vLLM's order: top-p's mass is that of the min-p survivors S, a prefix of the order; that is
-    // Hugging Face's order with top-k min(k, |S|) (its min-p step then keeps every token)
+    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k)
     long long local_s = 0;
     float local_min = INFINITY;
     for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
@@ -350,11 +359,8 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     }
     const long long survivors = block_reduce(local_s, Sum(), 0ll);
     const float smallest = -block_reduce(-local_min, Max(), -INFINITY);
-    if (overflow && weight(smallest) >= static_cast<double>(c.min_p)) {
-      if (!(top_k > 0 && top_k <= survivors)) return false;  // S may reach past the candidates
-    } else if (!(top_k > 0 && top_k < survivors)) {
-      top_k = static_cast<int32_t>(survivors);
-    }
+    top_k = min_p_first_top_k(top_k, survivors, overflow && weight(smallest) >= static_cast<double>(c.min_p));
+    if (top_k < 0) return false;
   }
   const bool k_on = !inf_mode && top_k > 0 && top_k < valid;
   const bool filtered = k_on || p_on || minp_on;
@@ -959,16 +965,13 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   const float c2 = static_cast<float>(inv_t * 1.4426950408889634);  // log2(e) / T
   int32_t top_k = c.top_k;
   if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
-    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (decide_row)
+    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k)
     long long local_s = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       if (weight(key_value(s.key[i])) >= static_cast<double>(c.min_p)) ++local_s;
     const long long survivors = block_reduce(local_s, Sum(), 0ll);
-    if (r.incomplete && weight(r.lo) >= static_cast<double>(c.min_p)) {
-      if (!(top_k > 0 && top_k <= survivors)) return kNeedsExtraPass;  // S may reach past the prefix
-    } else if (!(top_k > 0 && top_k < survivors)) {
-      top_k = static_cast<int32_t>(survivors);
-    }
+    top_k = min_p_first_top_k(top_k, survivors, r.incomplete && weight(r.lo) >= static_cast<double>(c.min_p));
+    if (top_k < 0) return kNeedsExtraPass;
   }
   const bool k_on = top_k > 0 && top_k < r.valid;
   // A row with top-k, top-p or min-p has no winner from the epilogue (FilterRow::drawn_by_decision):
