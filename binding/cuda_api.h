@@ -73,6 +73,50 @@ struct HostRowInputs {
   std::vector<float> repetition_penalty, frequency_penalty, presence_penalty;
 };
 
+// Where each per-row input lives in a GPU call's scratch block (binding/gpu/launch.cc lays it out;
+// the CPU backend binds the host vectors and leaves these at 0).
+struct RowInputSlots {
+  size_t temperature = 0, seed = 0, offset = 0, top_k = 0, top_p = 0, min_p = 0, allowed = 0;
+  size_t bias_offsets = 0, bias_tokens = 0, bias_values = 0, banned_offsets = 0, banned_tokens = 0;
+  size_t penalty_offsets = 0, penalty_tokens = 0, penalty_counts = 0, penalty_in_prompt = 0;
+  size_t repetition = 0, frequency = 0, presence = 0;
+};
+
+// Points the per-row input fields of `p` at the arrays of `rows`, once for both backends:
+// `at(vector, slot)` is one array's address, the host vector's data (CPU) or its copy at `slot`
+// of the scratch block (GPU). An optional array that was not given stays null; a list's fields
+// are bound when its offsets were given (an empty tokenIds is valid: its offsets are all 0); a
+// device tensor (seed, offset, allowed) is used as it is.
+template <class At>
+void bind_row_inputs(SampleParams* p, const HostRowInputs& rows, const RowInputSlots& l, At at) {
+  auto optional = [&](const auto& v, size_t slot) { return v.empty() ? nullptr : at(v, slot); };
+  p->temperature = at(rows.temperature, l.temperature);
+  p->seed = rows.device_seed ? rows.device_seed : at(rows.seed, l.seed);
+  p->offset = rows.device_offset ? rows.device_offset : at(rows.offset, l.offset);
+  p->top_k = optional(rows.top_k, l.top_k);
+  p->top_p = optional(rows.top_p, l.top_p);
+  p->min_p = optional(rows.min_p, l.min_p);
+  p->allowed = rows.device_allowed ? rows.device_allowed : optional(rows.allowed, l.allowed);
+  if (!rows.bias_offsets.empty()) {
+    p->bias_offsets = at(rows.bias_offsets, l.bias_offsets);
+    p->bias_tokens = at(rows.bias_tokens, l.bias_tokens);
+    p->bias_values = at(rows.bias_values, l.bias_values);
+  }
+  if (!rows.banned_offsets.empty()) {
+    p->banned_offsets = at(rows.banned_offsets, l.banned_offsets);
+    p->banned_tokens = at(rows.banned_tokens, l.banned_tokens);
+  }
+  if (!rows.penalty_offsets.empty()) {
+    p->penalty_offsets = at(rows.penalty_offsets, l.penalty_offsets);
+    p->penalty_tokens = at(rows.penalty_tokens, l.penalty_tokens);
+    p->penalty_counts = at(rows.penalty_counts, l.penalty_counts);
+    p->penalty_in_prompt = at(rows.penalty_in_prompt, l.penalty_in_prompt);
+    p->repetition_penalty = optional(rows.repetition_penalty, l.repetition);
+    p->frequency_penalty = optional(rows.frequency_penalty, l.frequency);
+    p->presence_penalty = optional(rows.presence_penalty, l.presence);
+  }
+}
+
 enum class SamplerKind : int32_t { kFused = 0, kReferenceGumbel = 1, kReferenceInverseCdf = 2 };
 
 // Launches one sampling call on `stream` (0: the library's stream for the device). `p` carries

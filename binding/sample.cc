@@ -222,31 +222,7 @@ void bind_host(SampleParams* p, const HostRowInputs& rows, bool want_logprobs, i
                GpuOutputs* out) {
   const size_t B = static_cast<size_t>(p->batch), S = static_cast<size_t>(p->num_samples);
   const size_t n = static_cast<size_t>(p->top_logprobs);
-  p->temperature = rows.temperature.data();
-  p->seed = rows.seed.data();
-  p->offset = rows.offset.data();
-  p->top_k = rows.top_k.empty() ? nullptr : rows.top_k.data();
-  p->top_p = rows.top_p.empty() ? nullptr : rows.top_p.data();
-  p->min_p = rows.min_p.empty() ? nullptr : rows.min_p.data();
-  p->allowed = rows.allowed.empty() ? nullptr : rows.allowed.data();
-  if (!rows.bias_offsets.empty()) {
-    p->bias_offsets = rows.bias_offsets.data();
-    p->bias_tokens = rows.bias_tokens.data();
-    p->bias_values = rows.bias_values.data();
-  }
-  if (!rows.banned_offsets.empty()) {
-    p->banned_offsets = rows.banned_offsets.data();
-    p->banned_tokens = rows.banned_tokens.data();
-  }
-  if (!rows.penalty_offsets.empty()) {
-    p->penalty_offsets = rows.penalty_offsets.data();
-    p->penalty_tokens = rows.penalty_tokens.data();
-    p->penalty_counts = rows.penalty_counts.data();
-    p->penalty_in_prompt = rows.penalty_in_prompt.data();
-    p->repetition_penalty = rows.repetition_penalty.empty() ? nullptr : rows.repetition_penalty.data();
-    p->frequency_penalty = rows.frequency_penalty.empty() ? nullptr : rows.frequency_penalty.data();
-    p->presence_penalty = rows.presence_penalty.empty() ? nullptr : rows.presence_penalty.data();
-  }
+  bind_row_inputs(p, rows, RowInputSlots{}, [](const auto& v, size_t) { return v.data(); });
   if (!out_tokens) out->tokens.assign(B * S, -1);
   p->tokens = out_tokens ? out_tokens : out->tokens.data();
   out->row_status.assign(B, kRowOk);

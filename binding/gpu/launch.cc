@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "../../cuda/include/launchers.h"
 #include "runtime.h"
@@ -82,38 +83,10 @@ std::vector<uint8_t> pack_inputs(const ScratchLayout& l, const SampleParams& p,
 
 void bind_scratch(SampleParams* p, const ScratchLayout& l, uint8_t* base, const HostRowInputs& rows,
                   bool want_logprobs) {
-  p->temperature = reinterpret_cast<const float*>(base + l.temperature);
-  p->seed = rows.device_seed ? rows.device_seed : reinterpret_cast<const uint64_t*>(base + l.seed);
-  p->offset =
-      rows.device_offset ? rows.device_offset : reinterpret_cast<const uint64_t*>(base + l.offset);
-  p->top_k = rows.top_k.empty() ? nullptr : reinterpret_cast<const int32_t*>(base + l.top_k);
-  p->top_p = rows.top_p.empty() ? nullptr : reinterpret_cast<const float*>(base + l.top_p);
-  p->min_p = rows.min_p.empty() ? nullptr : reinterpret_cast<const float*>(base + l.min_p);
-  p->allowed = rows.device_allowed ? rows.device_allowed
-               : rows.allowed.empty() ? nullptr
-                                      : reinterpret_cast<const uint32_t*>(base + l.allowed);
-  // The listed tokens' CSR lists (an empty list stays null; an empty tokenIds of a given list is
-  // valid: its offsets are all 0, and the kernels never read past them).
-  auto i32 = [&](size_t at) { return reinterpret_cast<const int32_t*>(base + at); };
-  auto f32 = [&](size_t at) { return reinterpret_cast<const float*>(base + at); };
-  if (!rows.bias_offsets.empty()) {
-    p->bias_offsets = i32(l.bias_offsets);
-    p->bias_tokens = i32(l.bias_tokens);
-    p->bias_values = f32(l.bias_values);
-  }
-  if (!rows.banned_offsets.empty()) {
-    p->banned_offsets = i32(l.banned_offsets);
-    p->banned_tokens = i32(l.banned_tokens);
-  }
-  if (!rows.penalty_offsets.empty()) {
-    p->penalty_offsets = i32(l.penalty_offsets);
-    p->penalty_tokens = i32(l.penalty_tokens);
-    p->penalty_counts = i32(l.penalty_counts);
-    p->penalty_in_prompt = reinterpret_cast<const uint8_t*>(base + l.penalty_in_prompt);
-    p->repetition_penalty = rows.repetition_penalty.empty() ? nullptr : f32(l.repetition);
-    p->frequency_penalty = rows.frequency_penalty.empty() ? nullptr : f32(l.frequency);
-    p->presence_penalty = rows.presence_penalty.empty() ? nullptr : f32(l.presence);
-  }
+  bind_row_inputs(p, rows, l, [base](const auto& v, size_t slot) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    return reinterpret_cast<const T*>(base + slot);
+  });
   p->tokens = reinterpret_cast<int32_t*>(base + l.tokens);
   p->row_status = reinterpret_cast<int32_t*>(base + l.row_status);
   p->logprobs = want_logprobs ? reinterpret_cast<float*>(base + l.logprobs) : nullptr;

@@ -17,11 +17,7 @@ namespace binding {
 namespace gpu_detail {
 
 // Carves one stream-ordered allocation into the per-call arrays.
-struct ScratchLayout {
-  size_t temperature = 0, seed = 0, offset = 0, top_k = 0, top_p = 0, min_p = 0, allowed = 0;
-  size_t bias_offsets = 0, bias_tokens = 0, bias_values = 0, banned_offsets = 0, banned_tokens = 0;
-  size_t penalty_offsets = 0, penalty_tokens = 0, penalty_counts = 0, penalty_in_prompt = 0;
-  size_t repetition = 0, frequency = 0, presence = 0;
+struct ScratchLayout : RowInputSlots {
   size_t tokens = 0, row_status = 0, logprobs = 0, top_tokens = 0, top_logprobs = 0, fallback = 0;
   size_t merge_status = 0;  // mergePartials: PartialError, partial index, largest shard
   size_t input_bytes = 0, total = 0;
