@@ -61,6 +61,29 @@ struct Elems {
   }
 };
 
+// One digit of a radix selection, after the block has filled `hist` (256 buckets of the digit at
+// `shift` among the keys that match `prefix` above it): the largest digit d whose bucket brings the
+// weight of the keys above it to `target`, appended to `prefix`; `above` gains the buckets above d.
+// Thread 0 decides and every thread reads the result back (the caller's shared s_prefix, s_above).
+template <class T>
+__device__ void radix_cut_digit(const T* hist, T target, int shift, uint64_t* prefix, T* above,
+                                uint64_t* s_prefix, T* s_above) {
+  if (threadIdx.x == 0) {
+    T a = *above;
+    int d = 255;
+    for (; d > 0; --d) {
+      if (a + hist[d] >= target) break;
+      a += hist[d];
+    }
+    *s_prefix = *prefix | (static_cast<uint64_t>(d) << shift);
+    *s_above = a;
+  }
+  __syncthreads();
+  *prefix = *s_prefix;
+  *above = *s_above;
+  __syncthreads();
+}
+
 // The largest key K such that the weight of the selected elements with key >= K reaches
 // `target` (radix selection, 8 bits at a time, float64 weights: exact for counts < 2^53).
 // The caller guarantees that the total selected weight reaches the target.
@@ -110,19 +133,7 @@ __device__ uint64_t radix_select(const Elems& e, Select select, Weight weight, d
       }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int d = 255;
-      for (; d > 0; --d) {
-        if (above + hist[d] >= target) break;
-        above += hist[d];
-      }
-      s_prefix = prefix | (static_cast<uint64_t>(d) << shift);
-      s_above = above;
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    above = s_above;
-    __syncthreads();
+    radix_cut_digit(hist, target, shift, &prefix, &above, &s_prefix, &s_above);
   }
   return prefix;
 }
@@ -158,19 +169,7 @@ __device__ uint64_t radix_select_count(const Elems& e, uint32_t target) {
       if (bucket != 256 && lane == __ffs(same) - 1) atomicAdd(&hist[bucket], __popc(same));
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int d = 255;
-      for (; d > 0; --d) {
-        if (above + hist[d] >= target) break;
-        above += hist[d];
-      }
-      s_prefix = prefix | (static_cast<uint64_t>(d) << shift);
-      s_above = above;
-    }
-    __syncthreads();
-    prefix = s_prefix;
-    above = s_above;
-    __syncthreads();
+    radix_cut_digit(hist, target, shift, &prefix, &above, &s_prefix, &s_above);
   }
   return prefix;
 }
