@@ -31,7 +31,7 @@ run_step() {  # name, limit in seconds, command...
 
 for step in $steps; do
   case $step in
-    tests) run_step tests "${TESTS_LIMIT:-420}" npx jest --ci ;;
+    tests) FLASHSAMPLE_TEST_TIMING=1 run_step tests "${TESTS_LIMIT:-420}" npx jest --ci ;;
     bench) run_step bench "${BENCH_LIMIT:-200}" node dist/bench/cli.js \
              --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,8,32,64,128,256 --iters 30 --warmup 5 \
              --options plain,topk50,topp0.9,minp0.05,logprobs,mask \

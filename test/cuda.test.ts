@@ -2,6 +2,8 @@
 // CPU backend at odd sizes, device pointers, device outputs, streams, and V·D > 2^31.
 // Skipped, with the reason in the suite name, when no GPU is usable.
 
+import { performance } from 'node:perf_hooks';
+
 import { open, sampleFused, sampleFusedInto, encodeBF16, encodeF16, Tensor, type Device, type SampleOptions } from '../lib/index';
 import {
   MAX_S,
@@ -21,6 +23,22 @@ import {
 
 const st = cudaStatus();
 const suite = st.usable ? describe : describe.skip;
+
+/** Where a slow test spends its time, printed when FLASHSAMPLE_TEST_TIMING is set (the GPU suite's
+ *  wall time is device time: scripts/gpu-session.sh sets it). */
+class PhaseTimer {
+  private last = performance.now();
+  private readonly parts: string[] = [];
+  constructor(private readonly name: string) {}
+  mark(phase: string): void {
+    const now = performance.now();
+    this.parts.push(`${phase} ${((now - this.last) / 1000).toFixed(2)} s`);
+    this.last = now;
+  }
+  report(): void {
+    if (process.env.FLASHSAMPLE_TEST_TIMING) console.log(`${this.name}: ${this.parts.join(', ')}`);
+  }
+}
 
 suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
   let gpu: Device;
@@ -99,21 +117,29 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
       if (dtype !== 'bf16' && V > 32000) continue;
       test(`agreement B=${B} V=${V} D=${D} ${dtype}: fused vs reference(gumbel) on the GPU and vs the CPU backend ≥ 99.9%`, async () => {
         const S = Math.max(1, Math.ceil(4096 / B));
+        const phases = new PhaseTimer(`agreement B=${B} V=${V} D=${D} ${dtype}`);
         const prob = randomProblem(B, V, D, dtype, B * 7 + V + D);
+        phases.mark('inputs');
         try {
           const o: SampleOptions = { seed: 77n, offset: 5n, numSamples: S, temperature: 0.8 };
           const f = await sampleFused(prob.gpu.H, prob.gpu.W, o);
+          phases.mark('fused');
           const g = await draw('reference-gumbel', prob.gpu.H, prob.gpu.W, o);
+          phases.mark('reference');
           const c = await sampleFused(prob.cpu.H, prob.cpu.W, o);
+          phases.mark('cpu');
           expect(f.tokens.length).toBe(B * S);
           expect({ vsReference: agreement(f.tokens, g.tokens) >= 0.999 }).toEqual({ vsReference: true });
           expect({ vsCpu: agreement(f.tokens, c.tokens) >= 0.999 }).toEqual({ vsCpu: true });
           // greedy too
           const fg = await sampleFused(prob.gpu.H, prob.gpu.W, { temperature: 0 });
           const cg = await sampleFused(prob.cpu.H, prob.cpu.W, { temperature: 0 });
+          phases.mark('greedy');
           expect(agreement(fg.tokens, cg.tokens)).toBeGreaterThanOrEqual(B >= 100 ? 0.99 : 1);
         } finally {
           prob.dispose();
+          phases.mark('dispose');
+          phases.report();
         }
       });
     }
