@@ -87,7 +87,8 @@ struct WsSplitTile {
   static constexpr int kProducerRegs = 40;
   static constexpr int kMmaRegs = 216;
   // The filtered epilogue spills at 128 registers. Below N = 128 the MMA warpgroup holds only N
-  // accumulators, so the filtered kernels give the epilogue warps what it does not need.
+  // accumulators, and the producer needs few for its one TMA thread, so the filtered kernels give
+  // the epilogue warps what the other two do not need.
   static constexpr int kMmaRegsFiltered = N <= 64 ? 152 : N <= 96 ? 184 : kMmaRegs;
   static constexpr int kProducerRegsFiltered = 24;  // one thread issuing TMA: setmaxnreg's minimum
   static constexpr int kEpilogueRegsFiltered =
@@ -289,7 +290,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
     // A shard's global ids (noise and tokens). The filtered epilogue never runs on a shard: the
-    // constant 0 spares it the register a base would take (it still spills at N = 128).
+    // constant 0 spares it the register a base would take.
     const int64_t base = kFiltered ? 0 : a.vocab_base;
 #pragma unroll 1
     for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
