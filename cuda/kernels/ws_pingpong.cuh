@@ -163,6 +163,7 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
                                                int64_t my_items, int KT) {
   prefetch_tensormap(&maps->w);
   prefetch_tensormap(&maps->h);
+  const uint64_t stream_once = l2_evict_first_policy();
   int slot = 0;
   uint32_t phase = 0;
   bool wrapped = false;
@@ -176,7 +177,7 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
       const uint32_t full = bar_full + 8 * slot;
       mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
       const int32_t k0 = kt * Cfg::kBK;
-      tma_load_2d(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full);
+      tma_load_2d_hinted(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full, stream_once);
       tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
       if (++slot == Cfg::kStages) {
         slot = 0;
