@@ -1185,6 +1185,32 @@ __device__ RowSummary block_summary(const detail::TileSummary* ts, int64_t num_v
   return r;
 }
 
+// Quads of candidates a thread loads together in the decision (8192 values a block): their loads are
+// in flight at once, so that ~11 K appended values (a top-p row at llama3-8b) take two round trips.
+constexpr int kPrefixRounds = 4;
+
+// The candidates [base, base + kPrefixRounds * 4 * blockDim.x) of a row, each thread's quads at
+// 4 * threadIdx.x in each round of 4 * blockDim.x; NaN past n (which no level keeps).
+__device__ __forceinline__ void load_prefix_batch(const float* val, const uint32_t* idx, int64_t n, int64_t base,
+                                                  float (&x)[kPrefixRounds][4], uint32_t (&v)[kPrefixRounds][4]) {
+#pragma unroll
+  for (int r = 0; r < kPrefixRounds; ++r) {
+    const int64_t i0 = base + (static_cast<int64_t>(r) * blockDim.x + threadIdx.x) * 4;
+    if (i0 + 3 < n) {  // rows start 16-byte aligned
+      const float4 q = *reinterpret_cast<const float4*>(val + i0);
+      const uint4 w = *reinterpret_cast<const uint4*>(idx + i0);
+      x[r][0] = q.x, x[r][1] = q.y, x[r][2] = q.z, x[r][3] = q.w;
+      v[r][0] = w.x, v[r][1] = w.y, v[r][2] = w.z, v[r][3] = w.w;
+    } else {
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        x[r][o] = i0 + o < n ? val[i0 + o] : __int_as_float(0x7fffffff);
+        v[r][o] = i0 + o < n ? idx[i0 + o] : 0u;
+      }
+    }
+  }
+}
+
 // One block per row: the row's statistics from the tile summaries, its winner and the winner's
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
 // the largest threshold used and above the largest dropped value), decided in shared memory
@@ -1205,6 +1231,18 @@ __global__ void __launch_bounds__(kThreads)
       atomicAdd(p.fallback_rows, 1);
     }
   };
+
+  // The candidates' first batch is loaded while the summaries merge: the prefix load was a chain of
+  // dependent L2 round trips (one a round of 2048 values), the decision's longest phase.
+  const uint32_t cap = static_cast<uint32_t>(f.cap);
+  const uint32_t appended = f.cand_count[b];
+  const int64_t n = appended < cap ? appended : cap;
+  float* val = f.cand_val + b * cap;
+  uint32_t* idx = f.cand_idx + b * cap;
+  const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
+  float x[kPrefixRounds][4];
+  uint32_t xv[kPrefixRounds][4];
+  load_prefix_batch(val, idx, n, 0, x, xv);
 
   const RowSummary sum = block_summary(ts, f.num_vtiles, inv_t);
   const float m = sum.m;
@@ -1259,12 +1297,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // The complete prefix: every value >= level above `dropped` was appended and kept.
-  const uint32_t cap = static_cast<uint32_t>(f.cap);
-  const uint32_t appended = f.cand_count[b];
-  const int64_t n = appended < cap ? appended : cap;
-  float* val = f.cand_val + b * cap;
-  uint32_t* idx = f.cand_idx + b * cap;
-  const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
   float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
   if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
 
@@ -1272,40 +1304,19 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   float local_lo = INFINITY;
   const int lane = threadIdx.x & 31;
-  // four values a thread a round, the next round's loads issued before this round's appends
-  auto load4 = [&](int64_t i0, float (&x)[4], uint32_t (&v)[4]) {
-    if (i0 + 3 < n) {  // rows start 16-byte aligned
-      const float4 q = *reinterpret_cast<const float4*>(val + i0);
-      const uint4 w = *reinterpret_cast<const uint4*>(idx + i0);
-      x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
-      v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-    } else {
+  const int64_t batch = kPrefixRounds * 4 * static_cast<int64_t>(blockDim.x);
+  for (int64_t base = 0; base < n; base += batch) {
+    if (base > 0) load_prefix_batch(val, idx, n, base, x, xv);
+    uint32_t keep[kPrefixRounds];
+    uint32_t mine = 0u;
 #pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        x[o] = i0 + o < n ? val[i0 + o] : -INFINITY;
-        v[o] = i0 + o < n ? idx[i0 + o] : 0u;
-      }
+    for (int r = 0; r < kPrefixRounds; ++r) {
+      keep[r] = 0u;
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if (x[r][o] >= level && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
+      mine += __popc(keep[r]);
     }
-  };
-  const int64_t step = 4 * static_cast<int64_t>(blockDim.x);
-  float next[4];
-  uint32_t next_v[4];
-  load4(4 * threadIdx.x, next, next_v);
-  for (int64_t base = 0; base < n; base += step) {
-    const int64_t i0 = base + 4 * threadIdx.x;
-    float x[4];
-    uint32_t xv[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      x[o] = next[o];
-      xv[o] = next_v[o];
-    }
-    if (base + step < n) load4(i0 + step, next, next_v);
-    uint32_t keep = 0u;
-#pragma unroll
-    for (int o = 0; o < 4; ++o)
-      if (i0 + o < n && x[o] >= level && detail::ordered_bits(x[o]) > dropped) keep |= 1u << o;
-    const uint32_t mine = __popc(keep);
     uint32_t incl = mine;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -1316,12 +1327,14 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
     at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
 #pragma unroll
-    for (int o = 0; o < 4; ++o)
-      if ((keep >> o) & 1u) {
-        if (at < kPrefixCap) s.key[at] = order_key(x[o], xv[o]);
-        local_lo = fminf(local_lo, x[o]);
-        ++at;
-      }
+    for (int r = 0; r < kPrefixRounds; ++r)
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if ((keep[r] >> o) & 1u) {
+          if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
+          local_lo = fminf(local_lo, x[r][o]);
+          ++at;
+        }
   }
   const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
   const int kept = s.n;
