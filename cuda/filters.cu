@@ -841,6 +841,8 @@ struct PrefixShared {
   int cut_n;
   int bucket;
   unsigned long long found;
+  Pick drawn;     // warp 0's draw over a few kept keys, and their mass
+  double drawn_z;
 };
 
 
@@ -990,7 +992,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   const CutBuckets cb{r.m, scale};
   for (int i = threadIdx.x; i < kCutBuckets; i += blockDim.x) {
     s.count[i] = 0u;
-    s.mass[i] = 0ull;
+    if (p_on) s.mass[i] = 0ull;  // only top-p reads the masses
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -1015,7 +1017,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     uint32_t ctot;
     unsigned long long mtot;
     uint32_t crun = block_exclusive_scan(cs, ctot);
-    unsigned long long mrun = block_exclusive_scan(mss, mtot);
+    unsigned long long mrun = p_on ? block_exclusive_scan(mss, mtot) : 0ull;
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
       crun += cnt[o];
@@ -1099,19 +1101,48 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
       kept_n += static_cast<int>(total);
     }
     __syncthreads();  // the compacted keys are written
-    for (int i = threadIdx.x; i < kept_n; i += blockDim.x) {
-      const uint64_t key = s.key[i];
-      const float l = key_value(key);
-      zk += weight(l);
-      const uint32_t v = key_index(key);
-      const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
-      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+    auto draw = [&](int from, int stride) {
+      for (int i = from; i < kept_n; i += stride) {
+        const uint64_t key = s.key[i];
+        const float l = key_value(key);
+        zk += weight(l);
+        const uint32_t v = key_index(key);
+        const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
+        const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+      }
+    };
+    if (kept_n <= 64) {
+      // a few kept keys (top-k, peaked rows): warp 0 draws them alone, its shuffles instead of two
+      // block reductions' barriers
+      if (threadIdx.x < 32) {
+        draw(static_cast<int>(threadIdx.x), 32);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          Pick q;
+          q.score = __shfl_xor_sync(0xffffffffu, best.score, o);
+          q.key = __shfl_xor_sync(0xffffffffu, best.key, o);
+          q.logit = __shfl_xor_sync(0xffffffffu, best.logit, o);
+          if (candidate_better(q.score, q.key, best.score, best.key)) best = q;
+          zk += __shfl_xor_sync(0xffffffffu, zk, o);
+        }
+        if (threadIdx.x == 0) {
+          s.drawn = best;
+          s.drawn_z = zk;
+          s.n = kept_n;  // topLogprobs' head below is gathered from the kept keys
+        }
+      }
+      __syncthreads();
+      best = s.drawn;
+      zk = s.drawn_z;
+    } else {
+      draw(static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+      if (threadIdx.x == 0) s.n = kept_n;  // topLogprobs' head below is gathered from the kept keys
+      best = block_best(best);
+      zk = block_reduce(zk, Sum(), 0.0);
     }
-    if (threadIdx.x == 0) s.n = kept_n;  // topLogprobs' head below is gathered from the kept keys
-    best = block_best(best);
   }
-  const double z_kept = filtered ? block_reduce(zk, Sum(), 0.0) : r.z;
+  const double z_kept = filtered ? zk : r.z;
   const long long kept_count = filtered ? kept_n : r.valid;
   const double log_z = log(z_kept);
 
