@@ -864,15 +864,22 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   finish(plan);
 }
 
+// The prologue of the extra pass's kernels after its logits kernel, which are launched
+// programmatically: lets the next kernel be scheduled now (it waits for this one), then reads the
+// flagged count, final before this grid starts (the logits kernel releases its dependents only
+// after its own wait), and waits for the previous grid only when some row is flagged.
+__device__ __forceinline__ int flagged_count_then_wait(const int32_t* count) {
+  detail::griddep_launch_dependents();
+  const int F = __ldcg(count);
+  if (F != 0) detail::griddep_wait();
+  return F;
+}
+
 // grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary.
 __global__ void __launch_bounds__(kDecideThreads)
     histogram_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
-  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
-  detail::griddep_launch_dependents();
-  const int F = __ldcg(count);
+  const int F = flagged_count_then_wait(count);
   if (F == 0) return;
-  detail::griddep_wait();
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
     const int64_t b = w.list[slot];
@@ -909,12 +916,8 @@ __global__ void __launch_bounds__(kDecideThreads)
 // its slice's values in them; the row's last block sorts them and resolves the row.
 __global__ void __launch_bounds__(kDecideThreads)
     cut_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
-  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
-  detail::griddep_launch_dependents();
-  const int F = __ldcg(count);
+  const int F = flagged_count_then_wait(count);
   if (F == 0) return;
-  detail::griddep_wait();
   extern __shared__ unsigned long long s_keys[];
   __shared__ bool s_last;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
@@ -946,12 +949,8 @@ __global__ void __launch_bounds__(kDecideThreads)
 // blocks in block order and writes the row.
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
-  // Launched programmatically: the next kernel may be scheduled now; it waits for this one. The
-  // flagged count is final before this grid starts (the logits kernel), so no wait when it is 0.
-  detail::griddep_launch_dependents();
-  const int F = __ldcg(count);
+  const int F = flagged_count_then_wait(count);
   if (F == 0) return;
-  detail::griddep_wait();
   __shared__ bool s_last;
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
