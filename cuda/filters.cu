@@ -1263,8 +1263,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  // The candidates' first batch is loaded while the summaries merge: the prefix load was a chain of
-  // dependent L2 round trips (one a round of 2048 values), the decision's longest phase.
+  // The candidates' first batch is loaded before the summaries merge, so that its latency hides
+  // under that phase (a top-k row's appends fit one batch).
   const uint32_t cap = static_cast<uint32_t>(f.cap);
   const uint32_t appended = f.cand_count[b];
   const int64_t n = appended < cap ? appended : cap;
