@@ -46,6 +46,7 @@ using detail::Max;
 using detail::order_key;
 using detail::Pick;
 using detail::Sum;
+using detail::warp_best;
 
 using detail::candidate_value;
 
@@ -1117,15 +1118,9 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
       // block reductions' barriers
       if (threadIdx.x < 32) {
         draw(static_cast<int>(threadIdx.x), 32);
+        best = warp_best(best);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-          Pick q;
-          q.score = __shfl_xor_sync(0xffffffffu, best.score, o);
-          q.key = __shfl_xor_sync(0xffffffffu, best.key, o);
-          q.logit = __shfl_xor_sync(0xffffffffu, best.logit, o);
-          if (candidate_better(q.score, q.key, best.score, best.key)) best = q;
-          zk += __shfl_xor_sync(0xffffffffu, zk, o);
-        }
+        for (int o = 16; o > 0; o >>= 1) zk += __shfl_xor_sync(0xffffffffu, zk, o);
         if (threadIdx.x == 0) {
           s.drawn = best;
           s.drawn_z = zk;

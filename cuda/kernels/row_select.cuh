@@ -93,8 +93,8 @@ struct Pick {
   float logit;
 };
 
-__device__ inline Pick block_best(Pick p) {
-  __shared__ Pick partial[32];
+// The warp's best pick, on every lane.
+__device__ __forceinline__ Pick warp_best(Pick p) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     Pick q;
@@ -103,6 +103,12 @@ __device__ inline Pick block_best(Pick p) {
     q.logit = __shfl_xor_sync(0xffffffffu, p.logit, o);
     if (candidate_better(q.score, q.key, p.score, p.key)) p = q;
   }
+  return p;
+}
+
+__device__ inline Pick block_best(Pick p) {
+  __shared__ Pick partial[32];
+  p = warp_best(p);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = p;
   __syncthreads();
