@@ -414,27 +414,47 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
 #pragma unroll
   for (int jj = 0; jj < K; ++jj) {
     if (total[jj] == 0u) continue;  // warp-uniform
-    uint32_t at = __shfl_sync(kAll, base[jj], 0) + incl[jj] - __popc(want[jj]);
+    // Append s of the column goes to slot first + s, written by lane s % 32: one coalesced store a
+    // round of 32 appends, where each lane storing its own wanted values took four scattered ones.
+    const uint32_t first = __shfl_sync(kAll, base[jj], 0);
+    const uint32_t excl = incl[jj] - __popc(want[jj]);
     uint32_t dropped = 0u;
     int top = -1;
     const int64_t row = b[jj];
+#pragma unroll 1
+    for (uint32_t r0 = 0; r0 < total[jj]; r0 += 32) {  // warp-uniform
+      const uint32_t s = r0 + static_cast<uint32_t>(lane);
+      int src = 0;  // the lane holding append s: the first whose inclusive count exceeds s
 #pragma unroll
-    for (int o = 0; o < 4; ++o)
-      if ((want[jj] >> o) & 1u) {
+      for (int step = 16; step > 0; step >>= 1)
+        if (__shfl_sync(kAll, incl[jj], src + step - 1) <= s) src += step;
+      const uint32_t w = __shfl_sync(kAll, want[jj], src);
+      const uint32_t k = s - __shfl_sync(kAll, excl, src);  // append s is src's k-th wanted value
+      float xs[4];
+#pragma unroll
+      for (int o = 0; o < 4; ++o) xs[o] = __shfl_sync(kAll, x[jj][o], src);
+      if (s < total[jj]) {
+        uint32_t m = w;
+        if (k >= 1u) m &= m - 1u;
+        if (k >= 2u) m &= m - 1u;
+        if (k >= 3u) m &= m - 1u;
+        const int o = __ffs(m) - 1;
+        const float val = o == 0 ? xs[0] : o == 1 ? xs[1] : o == 2 ? xs[2] : xs[3];
+        const uint32_t at = first + s;
         if (at < cap) {
-          f.cand_val[row * cap + at] = x[jj][o];
-          f.cand_idx[row * cap + at] = static_cast<uint32_t>(vq + o);
+          f.cand_val[row * cap + at] = val;
+          f.cand_idx[row * cap + at] = static_cast<uint32_t>(vq + 4 * (src - lane) + o);
           if (fr[jj].mode != kThetaMinP) {  // the rank bounds' histogram
-            const int bucket = hist_bucket(x[jj][o]);
+            const int bucket = hist_bucket(val);
             atomicAdd(f.hist + row * kHistBuckets + bucket, 1u);
             top = bucket > top ? bucket : top;
           }
         } else {
-          const uint32_t ob = ordered_bits(x[jj][o]);
+          const uint32_t ob = ordered_bits(val);
           dropped = ob > dropped ? ob : dropped;
         }
-        ++at;
       }
+    }
     const uint32_t top_all = __reduce_max_sync(kAll, static_cast<uint32_t>(top + 1));
     const uint32_t dropped_all = __reduce_max_sync(kAll, dropped);
     if (lane == 0) {
