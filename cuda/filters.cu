@@ -1269,6 +1269,11 @@ __global__ void __launch_bounds__(kThreads)
   float x[kPrefixRounds][4];
   uint32_t xv[kPrefixRounds][4];
   load_prefix_batch(val, idx, n, 0, x, xv);
+  // a top-p row's histogram of appended values (filter_row: top-p takes the rank bound without top-k)
+  const bool topp_rank = c.top_k <= 0 && c.top_p < 1.0f && c.temperature != 0.0f;
+  static_assert(detail::kHistBuckets == kThreads, "one histogram bucket a thread");
+  const uint32_t hist_count =
+      topp_rank ? __ldcg(f.hist + b * detail::kHistBuckets + (detail::kHistBuckets - 1 - threadIdx.x)) : 0u;
 
   const RowSummary sum = block_summary(ts, f.num_vtiles, inv_t);
   const float m = sum.m;
@@ -1326,60 +1331,85 @@ __global__ void __launch_bounds__(kThreads)
   float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
   if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
 
-  if (threadIdx.x == 0) s.n = 0;
-  __syncthreads();
-  float local_lo = INFINITY;
+  // A top-p row's θ lags the grid's appends, so its level keeps ~2.5x the kTopPRank values it
+  // gathers for (5.4 K of 11.3 K appended at llama3-8b, B = 64). The final histogram's rank bound,
+  // where it lies above the level, is a complete prefix too (every value above the level was
+  // appended and counted): the row is decided from those keys first, and from the whole prefix
+  // only when its nucleus reaches below them.
+  float tight = level;
+  if (topp_rank) {  // block-uniform
+    uint32_t total;
+    const uint32_t above = block_exclusive_scan(hist_count, total) + hist_count;  // from the top bucket down
+    __shared__ int s_rank_bucket;
+    if (threadIdx.x == 0) s_rank_bucket = -1;
+    __syncthreads();
+    const uint32_t rank = static_cast<uint32_t>(detail::kTopPRank);
+    if (above >= rank && above - hist_count < rank) s_rank_bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
+    __syncthreads();
+    if (s_rank_bucket > 0) tight = fmaxf(level, detail::hist_lower_edge(s_rank_bucket));
+  }
+
   const int lane = threadIdx.x & 31;
   const int64_t batch = kPrefixRounds * 4 * static_cast<int64_t>(blockDim.x);
-  for (int64_t base = 0; base < n; base += batch) {
-    if (base > 0) load_prefix_batch(val, idx, n, base, x, xv);
-    uint32_t keep[kPrefixRounds];
-    uint32_t mine = 0u;
-#pragma unroll
-    for (int r = 0; r < kPrefixRounds; ++r) {
-      keep[r] = 0u;
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        if (x[r][o] >= level && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
-      mine += __popc(keep[r]);
-    }
-    uint32_t incl = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
-    int at = 0;
-    if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
-    at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
-#pragma unroll
-    for (int r = 0; r < kPrefixRounds; ++r)
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        if ((keep[r] >> o) & 1u) {
-          if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
-          local_lo = fminf(local_lo, x[r][o]);
-          ++at;
-        }
-  }
-  const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
-  const int kept = s.n;
-
-  // Incomplete prefix: valid tokens below `level` exist. A min-p-only row is still decided when no
-  // token below the level can pass min-p (its weight is below exp((level - m) / T) <= minP).
-  bool incomplete = kept < valid;
   const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
-  if (incomplete && minp_alone && exp((static_cast<double>(level) - m) * inv_t) < static_cast<double>(c.min_p))
-    incomplete = false;
+  float lvl = tight;
+  bool incomplete = false;
+  for (;;) {
+    if (threadIdx.x == 0) s.n = 0;
+    __syncthreads();
+    float local_lo = INFINITY;
+    for (int64_t base = 0; base < n; base += batch) {
+      if (base > 0 || lvl != tight) load_prefix_batch(val, idx, n, base, x, xv);  // (a retry reloads)
+      uint32_t keep[kPrefixRounds];
+      uint32_t mine = 0u;
+#pragma unroll
+      for (int r = 0; r < kPrefixRounds; ++r) {
+        keep[r] = 0u;
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if (x[r][o] >= lvl && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
+        mine += __popc(keep[r]);
+      }
+      uint32_t incl = mine;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      int at = 0;
+      if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
+      at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
+#pragma unroll
+      for (int r = 0; r < kPrefixRounds; ++r)
+#pragma unroll
+        for (int o = 0; o < 4; ++o)
+          if ((keep[r] >> o) & 1u) {
+            if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
+            local_lo = fminf(local_lo, x[r][o]);
+            ++at;
+          }
+    }
+    const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
+    const int kept = s.n;
 
-  if (kept <= kPrefixCap) {
+    // Incomplete prefix: valid tokens below `lvl` exist. A min-p-only row is still decided when no
+    // token below the level can pass min-p (its weight is below exp((level - m) / T) <= minP).
+    incomplete = kept < valid;
+    if (incomplete && minp_alone && exp((static_cast<double>(lvl) - m) * inv_t) < static_cast<double>(c.min_p))
+      incomplete = false;
+    if (kept > kPrefixCap) break;
     const PrefixRow r{kept, m, z, valid, incomplete, lo, token, winner_logit};
     const PrefixDecision d = decide_prefix(p, c, s, r);
+    if (d == kNeedsExtraPass && lvl > level) {  // the nucleus reaches below the rank bound
+      lvl = level;
+      __syncthreads();
+      continue;
+    }
     if (d == kNeedsExtraPass) flag();
     if (d != kGenericPath) return;
     __syncthreads();
+    break;
   }
-
   // generic path: the prefix compacted in global memory, decided by decide_row. A top-k that keeps
   // every valid value would take the epilogue's winner there, which a filtered row does not have.
   if (c.top_k >= valid && c.top_p >= 1.0f && c.min_p <= 0.0f) {
@@ -1389,7 +1419,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t count = compact_prefix(val, idx, n, level, dropped);
   RowStats stats;
   stats.max_logit = m;
-  stats.overflow = incomplete ? 1 : 0;
+  stats.overflow = (lvl != level ? count < valid : incomplete) ? 1 : 0;  // (the whole prefix here)
   stats.z = z;
   stats.valid = valid;
   stats.posinf = 0;
