@@ -951,6 +951,151 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
   return true;
 }
 
+// A complete prefix of at most this many keys (top-k, min-p and peaked rows) is decided by warp 0.
+constexpr int kWarpPrefix = 64;
+
+// decide_prefix's rules on warp 0 alone, for n <= kWarpPrefix keys: the keys sorted in registers
+// (bitonic, two a lane), then the same order-key cut, fixed-point masses and draw, with warp scans
+// in place of the block's histogram, cut buckets and reductions, whose barriers were most of such a
+// row's decision. Never kGenericPath.
+__device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowControl& c, const PrefixShared& s,
+                                              const PrefixRow& r, int32_t top_k, bool k_on, bool p_on,
+                                              bool minp_on, bool filtered) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  const int64_t b = c.b;
+  const int n = r.n;
+  const int n_top = p.top_logprobs;
+  const double md = static_cast<double>(r.m);
+  const double inv_t = 1.0 / static_cast<double>(c.temperature);
+  auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
+  const float c2 = static_cast<float>(inv_t * 1.4426950408889634);  // log2(e) / T
+
+  // key[j] ends at sorted position 2 lane + j, descending; 0 (below every order key) past n
+  uint64_t key[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) key[j] = 2 * lane + j < n ? s.key[2 * lane + j] : 0ull;
+#pragma unroll
+  for (int size = 2; size <= kWarpPrefix; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      if (stride == 1) {  // the pair is in this lane
+        const bool desc = ((2 * lane) & size) == 0;
+        const uint64_t hi = key[0] > key[1] ? key[0] : key[1], lo = key[0] > key[1] ? key[1] : key[0];
+        key[0] = desc ? hi : lo;
+        key[1] = desc ? lo : hi;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint64_t other = __shfl_xor_sync(kAll, key[j], stride >> 1);
+          const int e = 2 * lane + j;
+          const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+          key[j] = keep_max ? (key[j] > other ? key[j] : other) : (key[j] < other ? key[j] : other);
+        }
+      }
+    }
+  }
+  auto key_at = [&](int i) {  // sorted position i (warp-uniform)
+    const uint64_t k0 = __shfl_sync(kAll, key[0], i >> 1), k1 = __shfl_sync(kAll, key[1], i >> 1);
+    return (i & 1) ? k1 : k0;
+  };
+
+  uint64_t k_thr = 0ull;
+  if (k_on) k_thr = key_at(top_k - 1);  // top_k <= n: decide_prefix sent a shorter prefix away
+
+  uint64_t p_thr = 0ull;
+  if (p_on) {
+    unsigned long long mass[2], incl[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) mass[j] = 2 * lane + j < n ? fixed_mass(key_value(key[j]), r.m, c2) : 0ull;
+    unsigned long long run = mass[0] + mass[1];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long y = __shfl_up_sync(kAll, run, o);
+      if (lane >= o) run += y;
+    }
+    incl[0] = run - mass[1];
+    incl[1] = run;
+    auto incl_at = [&](int i) {
+      const unsigned long long a0 = __shfl_sync(kAll, incl[0], i >> 1), a1 = __shfl_sync(kAll, incl[1], i >> 1);
+      return (i & 1) ? a1 : a0;
+    };
+    const unsigned long long k_mass = k_on ? incl_at(top_k - 1) : 0ull;
+    const double z_top_k = k_on ? static_cast<double>(k_mass) / kMassScale : r.z;
+    const double target = static_cast<double>(c.top_p) * z_top_k * kMassScale;
+    const unsigned long long avail = k_on ? k_mass : incl_at(n - 1);
+    if (static_cast<double>(avail) >= target) {
+      // the first position whose inclusive mass reaches the target
+      const unsigned r0 = __ballot_sync(kAll, 2 * lane < n && static_cast<double>(incl[0]) >= target);
+      const unsigned r1 = __ballot_sync(kAll, 2 * lane + 1 < n && static_cast<double>(incl[1]) >= target);
+      int first = kWarpPrefix;
+      if (r0 != 0u) first = 2 * (__ffs(r0) - 1);
+      if (r1 != 0u && 2 * (__ffs(r1) - 1) + 1 < first) first = 2 * (__ffs(r1) - 1) + 1;
+      const uint64_t kp = key_at(first);
+      if (kp >= k_thr) p_thr = kp;
+    } else if (r.incomplete && !k_on) {
+      return kNeedsExtraPass;  // the nucleus reaches past the prefix
+    }  // else: rounding with p ~ 1: keep all of top-k
+  }
+  const uint64_t thr = k_thr > p_thr ? k_thr : p_thr;
+  const double min_w = minp_on ? static_cast<double>(c.min_p) : 0.0;
+
+  // the kept set (a prefix of the order), its mass and the Gumbel draw among it
+  Pick best{-INFINITY, kNoToken, 0.0f};
+  double zk = 0.0;
+  int kept = 0;
+  const float inv_tf = 1.0f / c.temperature;
+  if (filtered) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (2 * lane + j >= n || key[j] < thr) continue;
+      const float l = key_value(key[j]);
+      if (min_w != 0.0 && weight(l) < min_w) continue;
+      zk += weight(l);
+      ++kept;
+      const uint32_t v = key_index(key[j]);
+      const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
+      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      Pick q;
+      q.score = __shfl_xor_sync(kAll, best.score, o);
+      q.key = __shfl_xor_sync(kAll, best.key, o);
+      q.logit = __shfl_xor_sync(kAll, best.logit, o);
+      if (candidate_better(q.score, q.key, best.score, best.key)) best = q;
+      zk += __shfl_xor_sync(kAll, zk, o);
+    }
+    kept = __reduce_add_sync(kAll, static_cast<unsigned>(kept));
+  }
+  const double log_z = log(filtered ? zk : r.z);
+  const long long kept_count = filtered ? kept : r.valid;
+
+  if (lane == 0) {
+    const uint32_t tk = filtered ? best.key : (r.winner_token < 0 ? kNoToken : static_cast<uint32_t>(r.winner_token));
+    const float logit = filtered ? best.logit : r.winner_logit;
+    p.tokens[b] = tk == kNoToken ? -1 : static_cast<int32_t>(tk & 0x7fffffffu);
+    if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
+    if (p.row_status) p.row_status[b] = kRowOk;
+  }
+  // topLogprobs: the head of the kept set is the head of the sorted prefix
+  const int take = static_cast<int>(kept_count < n_top ? kept_count : n_top);
+  for (int i0 = 0; i0 < n_top; i0 += 32) {  // warp-uniform
+    const int i = i0 + lane;
+    const int src = i < kWarpPrefix ? i : 0;
+    const uint64_t k0 = __shfl_sync(kAll, key[0], src >> 1), k1 = __shfl_sync(kAll, key[1], src >> 1);
+    const uint64_t kk = (src & 1) ? k1 : k0;
+    if (i < n_top) {
+      const bool in = i < take;
+      p.top_tokens[b * n_top + i] = in ? static_cast<int32_t>(key_index(kk)) : -1;
+      p.top_token_logprobs[b * n_top + i] =
+          in ? static_cast<float>((static_cast<double>(key_value(kk)) - md) * inv_t - log_z) : -INFINITY;
+    }
+  }
+  return kDecided;
+}
+
 // Decides a filtered row from its complete prefix in s.key (decide_row's rules: top-k by order key,
 // then top-p by mass within top-k, then min-p; topLogprobs of the kept set). Writes nothing unless
 // it returns kDecided.
@@ -986,6 +1131,15 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   if (!filtered && n_top > 0 && r.incomplete && n < n_top) return kNeedsExtraPass;
   if (r.incomplete && minp_on && !k_on && !p_on && weight(r.lo) >= static_cast<double>(c.min_p))
     return kNeedsExtraPass;
+  if (n <= kWarpPrefix) {  // block-uniform; the other warps wait for warp 0's decision
+    __shared__ int s_small;
+    if (threadIdx.x < 32) {
+      const PrefixDecision d = decide_small_prefix(p, c, s, r, top_k, k_on, p_on, minp_on, filtered);
+      if (threadIdx.x == 0) s_small = d;
+    }
+    __syncthreads();
+    return static_cast<PrefixDecision>(s_small);
+  }
 
   // histogram of the prefix over its value range
   float scale = r.m > r.lo ? static_cast<float>(kCutBuckets - 1) / (r.m - r.lo) : 0.0f;
