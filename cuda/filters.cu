@@ -854,6 +854,7 @@ struct PrefixRow {
   long long valid;
   bool incomplete;  // valid values below the prefix exist
   float lo;       // the prefix's smallest value
+  float level;    // every valid value outside the prefix is <= level
   int32_t winner_token;
   float winner_logit;
 };
@@ -1117,7 +1118,8 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       if (weight(key_value(s.key[i])) >= static_cast<double>(c.min_p)) ++local_s;
     const long long survivors = block_reduce(local_s, Sum(), 0ll);
-    top_k = min_p_first_top_k(top_k, survivors, r.incomplete && weight(r.lo) >= static_cast<double>(c.min_p));
+    // values outside the prefix lie at or below its level: they can pass min-p only if the level does
+    top_k = min_p_first_top_k(top_k, survivors, r.incomplete && weight(r.level) >= static_cast<double>(c.min_p));
     if (top_k < 0) return kNeedsExtraPass;
   }
   const bool k_on = top_k > 0 && top_k < r.valid;
@@ -1552,7 +1554,7 @@ __global__ void __launch_bounds__(kThreads)
     if (incomplete && minp_alone && exp((static_cast<double>(lvl) - m) * inv_t) < static_cast<double>(c.min_p))
       incomplete = false;
     if (kept > kPrefixCap) break;
-    const PrefixRow r{kept, m, z, valid, incomplete, lo, token, winner_logit};
+    const PrefixRow r{kept, m, z, valid, incomplete, lo, lvl, token, winner_logit};
     const PrefixDecision d = decide_prefix(p, c, s, r);
     if (d == kNeedsExtraPass && lvl > level) {  // the nucleus reaches below the rank bound
       lvl = level;

@@ -475,6 +475,36 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // A row whose gathered prefix is a cluster of hot tokens that all pass min-p, far above the bulk:
+    // the prefix's level (near max + T ln((1 - p) Z / V)) bounds every value left out, so the min-p
+    // set is complete and the one-pass decision decides the row; the extra pass is not needed.
+    test('hot clusters whose min-p set fits the gathered prefix: chi-square against float64, no extra pass', async () => {
+      const V = 1000;
+      const B = 2048;
+      const calls = scaled(32, 32);
+      const spec = { temperature: 0.6, topP: 0.9, minP: 0.05 };
+      const base = dominantLogits(V, 76, 0);
+      const hot = [20, 19.6, 19.3, 19, 18.5];  // weights 1, 0.51, 0.31, 0.19, 0.08 at T 0.6: all pass min-p
+      hot.forEach((l, i) => (base[17 + 181 * i] = l));
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+      try {
+        const counts = new Float64Array(V);
+        let fallbackRows = 0;
+        for (let c = 0; c < calls; c++) {
+          const r = await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' });
+          fallbackRows += r.fallbackRows;
+          for (const tok of r.tokens) counts[tok] += 1;
+        }
+        const want = vllmKept(p.logits[0], spec);
+        expect(want.filter((x) => x > 0).length).toBe(4);  // top-p 0.9 of the min-p set's mass
+        const fit = goodnessOfFit(counts, want);
+        expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
+        expect(fallbackRows).toBe(0);
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('near-flat rows through the extra pass (V 3000, T 4, top-p 0.99, min-p 0.05): tokens and logprobs equal reference(gumbel)', async () => {
       const V = 3000;
       const B = 64;
