@@ -1,13 +1,16 @@
 // `--mode step`: the engine's decode step (issue 17). Per shape, batch and option set, a sampler
 // sized once (createSampler) with the rows set by setRows, then:
 //   host µs    the JS-thread time of one enqueue (validation + launches) with the device idle,
-//              median and p90; launch µs the same for one graph.launch;
+//              median and p90; launches and bookkeeping, of host µs, the addon's own host-step
+//              timers (mean): a cached graph's replay or the kernels one by one, then the event
+//              records and the retire queue; launch µs the same for one graph.launch;
 //   eager µs   wall time per step of `iters` back-to-back enqueues, then a wait (GPU-bound when
 //              the step takes longer than its enqueue);
 //   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
 //   kernel µs  CUDA events around the same kernels (timeSampler with the rows as per-row arrays);
 // and graph / kernel, the replay's overhead over the kernels alone.
 import { performance } from 'perf_hooks';
+import { native } from '../lib/native';
 import { timeSampler, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
 import type { BenchDType, OptionSet } from './args';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
@@ -23,6 +26,9 @@ export interface StepRow {
   options: string;
   hostUs: number;
   hostP90Us: number;
+  /** Of hostUs, the mean µs per enqueue in the addon's "enqueue kernels" and "enqueue bookkeeping" steps (null: not timed, CPU). */
+  launchesUs: number | null;
+  bookkeepingUs: number | null;
   /** JS-thread time of graph.launch, device idle (median). */
   launchUs: number | null;
   eagerUs: number;
@@ -86,6 +92,11 @@ async function idleHostTimes(device: Device, iters: number, call: () => void): P
   return times;
 }
 
+/** The addon's host-step timers by name (calls and total ms since the process started). */
+function hostStepMs(): Map<string, { calls: number; totalMs: number }> {
+  return new Map(native.hostStepStats().map((x) => [x.name, { calls: x.calls, totalMs: x.totalMs }]));
+}
+
 /** Wall µs per call of `iters` back-to-back calls of `call`, then one wait. */
 async function backToBackUs(device: Device, iters: number, call: () => void): Promise<number> {
   const t0 = performance.now();
@@ -96,7 +107,7 @@ async function backToBackUs(device: Device, iters: number, call: () => void): Pr
 
 async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: number, set: OptionSet): Promise<StepRow> {
   const { device, iters, warmup } = plan;
-  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
+  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, launchesUs: null, bookkeepingUs: null, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
@@ -134,7 +145,15 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
     // Host time with the device idle, as in a decode loop that waits for each step: back to back,
     // the launch queue fills and enqueue would time the GPU instead.
     const enqueue = () => s.enqueue(args);
+    const before = hostStepMs();
     const h = summarize(await idleHostTimes(device, iters, enqueue));
+    const after = hostStepMs();
+    const perCallUs = (name: string) => {
+      const calls = (after.get(name)?.calls ?? 0) - (before.get(name)?.calls ?? 0);
+      return calls > 0 ? (((after.get(name)?.totalMs ?? 0) - (before.get(name)?.totalMs ?? 0)) * 1e3) / calls : null;
+    };
+    row.launchesUs = perCallUs('enqueue kernels');
+    row.bookkeepingUs = perCallUs('enqueue bookkeeping');
     row.hostUs = h.medianUs;
     row.hostP90Us = h.p90Us;
     row.eagerUs = await backToBackUs(device, iters, enqueue);
@@ -189,21 +208,23 @@ export async function runStep(plan: StepPlan): Promise<StepRow[]> {
 export function stepTable(rows: StepRow[]): string {
   const columns = [
     { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const },
-    { title: 'host µs' }, { title: 'host p90' }, { title: 'launch µs' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
+    { title: 'host µs' }, { title: 'host p90' }, { title: 'launches' }, { title: 'bookkeeping' }, { title: 'launch µs' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
     { title: 'graph/kernel' },
   ];
   const errors = rows.some((r) => r.error !== undefined);
   if (errors) columns.push({ title: 'error', align: 'left' as const });
   const cells = rows.map((r) => [
     r.shape, String(r.batch), r.options,
-    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1), r.launchUs === null ? DASH : r.launchUs.toFixed(1),
+    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1),
+    r.launchesUs === null ? DASH : r.launchesUs.toFixed(1), r.bookkeepingUs === null ? DASH : r.bookkeepingUs.toFixed(1), r.launchUs === null ? DASH : r.launchUs.toFixed(1),
     r.error ? DASH : fmtUs(r.eagerUs), fmtUs(r.graphUs), fmtUs(r.kernelUs),
     r.graphUs !== null && r.kernelUs !== null ? fmtRatio(r.graphUs / r.kernelUs) : DASH,
     ...(errors ? [r.error ?? ''] : []),
   ]);
   return [
     formatTable(columns, cells),
-    '  host µs: JS-thread time of one enqueue, device idle (median, p90); launch µs: the same for graph.launch (median)',
+    '  host µs: JS-thread time of one enqueue, device idle (median, p90); launches / bookkeeping: of it, the addon\'s',
+    '  launches (a cached graph or the kernels) and event records after them (mean µs); launch µs: graph.launch (median)',
     '  eager / graph µs: wall time per step of back-to-back enqueues / replays, then one wait',
     '  kernel µs: CUDA events around the same kernels (timeSampler)',
   ].join('\n');
