@@ -952,6 +952,18 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
   return true;
 }
 
+// Adds a kept key of weight w (exp((l - m) / T)) to the draw: w to the kept mass zk, its Gumbel
+// candidate (noise stream 0) to best.
+__device__ __forceinline__ void add_to_draw(const RowControl& c, uint64_t key, double w, float inv_tf, Pick& best,
+                                            double& zk) {
+  const float l = key_value(key);
+  const uint32_t v = key_index(key);
+  zk += w;
+  const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
+  const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+  if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+}
+
 // A complete prefix of at most this many keys (top-k, min-p and peaked rows) is decided by warp 0.
 constexpr int kWarpPrefix = 64;
 
@@ -1050,24 +1062,14 @@ __device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowCo
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       if (2 * lane + j >= n || key[j] < thr) continue;
-      const float l = key_value(key[j]);
-      if (min_w != 0.0 && weight(l) < min_w) continue;
-      zk += weight(l);
+      const double w = weight(key_value(key[j]));
+      if (min_w != 0.0 && w < min_w) continue;
       ++kept;
-      const uint32_t v = key_index(key[j]);
-      const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
-      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+      add_to_draw(c, key[j], w, inv_tf, best, zk);
     }
+    best = warp_best(best);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      Pick q;
-      q.score = __shfl_xor_sync(kAll, best.score, o);
-      q.key = __shfl_xor_sync(kAll, best.key, o);
-      q.logit = __shfl_xor_sync(kAll, best.logit, o);
-      if (candidate_better(q.score, q.key, best.score, best.key)) best = q;
-      zk += __shfl_xor_sync(kAll, zk, o);
-    }
+    for (int o = 16; o > 0; o >>= 1) zk += __shfl_xor_sync(kAll, zk, o);
     kept = __reduce_add_sync(kAll, static_cast<unsigned>(kept));
   }
   const double log_z = log(filtered ? zk : r.z);
@@ -1259,15 +1261,8 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     }
     __syncthreads();  // the compacted keys are written
     auto draw = [&](int from, int stride) {
-      for (int i = from; i < kept_n; i += stride) {
-        const uint64_t key = s.key[i];
-        const float l = key_value(key);
-        zk += weight(l);
-        const uint32_t v = key_index(key);
-        const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
-        const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
-      }
+      for (int i = from; i < kept_n; i += stride)
+        add_to_draw(c, s.key[i], weight(key_value(s.key[i])), inv_tf, best, zk);
     };
     if (kept_n <= 64) {
       // a few kept keys (top-k, peaked rows): warp 0 draws them alone, its shuffles instead of two
@@ -1500,7 +1495,8 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) s_rank_bucket = -1;
     __syncthreads();
     const uint32_t rank = static_cast<uint32_t>(detail::kTopPRank);
-    if (above >= rank && above - hist_count < rank) s_rank_bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
+    if (above >= rank && above - hist_count < rank)
+      s_rank_bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
     __syncthreads();
     if (s_rank_bucket > 0) tight = fmaxf(level, detail::hist_lower_edge(s_rank_bucket));
   }
