@@ -1,9 +1,12 @@
 // `--mode step`: the engine's decode step (issue 17). Per shape, batch and option set, a sampler
 // sized once (createSampler) with the rows set by setRows, then:
 //   host µs    the JS-thread time of one enqueue (validation + launches) with the device idle,
-//              median and p90; launches and bookkeeping, of host µs, the addon's own host-step
-//              timers (mean): a cached graph's replay or the kernels one by one, then the event
-//              records and the retire queue; launch µs the same for one graph.launch;
+//              median and p90; prologue, launches and bookkeeping, of host µs, the addon's own
+//              host-step timers (mean): the streams, retire poll and ordering before the launch, a
+//              cached graph's replay or the kernels one by one, then the event records and the
+//              retire queue; launch µs the same for one graph.launch;
+//   busy µs    the same enqueue while the device runs the steps enqueued before it (an engine that
+//              enqueues the next step before it reads the last one's tokens), median;
 //   eager µs   wall time per step of `iters` back-to-back enqueues, then a wait (GPU-bound when
 //              the step takes longer than its enqueue);
 //   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
@@ -26,7 +29,10 @@ export interface StepRow {
   options: string;
   hostUs: number;
   hostP90Us: number;
-  /** Of hostUs, the mean µs per enqueue in the addon's "enqueue kernels" and "enqueue bookkeeping" steps (null: not timed, CPU). */
+  /** JS-thread time of one enqueue while the device is busy with earlier ones (median). */
+  busyUs: number;
+  /** Of hostUs, the mean µs per enqueue in the addon's "enqueue prologue", "enqueue kernels" and "enqueue bookkeeping" steps (null: not timed, CPU). */
+  prologueUs: number | null;
   launchesUs: number | null;
   bookkeepingUs: number | null;
   /** JS-thread time of graph.launch, device idle (median). */
@@ -92,6 +98,24 @@ async function idleHostTimes(device: Device, iters: number, call: () => void): P
   return times;
 }
 
+/**
+ * JS-thread µs of `iters` calls of `call` made while the device is busy: bursts of `burst` calls
+ * back to back, then a wait; the first call of a burst (made with the device idle) is not counted.
+ */
+async function busyHostTimes(device: Device, iters: number, call: () => void, burst = 16): Promise<number[]> {
+  const times: number[] = [];
+  while (times.length < iters) {
+    call();
+    for (let i = 1; i < burst && times.length < iters; i++) {
+      const t0 = performance.now();
+      call();
+      times.push((performance.now() - t0) * 1e3);
+    }
+    await device.synchronize();
+  }
+  return times;
+}
+
 /** The addon's host-step timers by name (calls and total ms since the process started). */
 function hostStepMs(): Map<string, { calls: number; totalMs: number }> {
   return new Map(native.hostStepStats().map((x) => [x.name, { calls: x.calls, totalMs: x.totalMs }]));
@@ -107,7 +131,7 @@ async function backToBackUs(device: Device, iters: number, call: () => void): Pr
 
 async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: number, set: OptionSet): Promise<StepRow> {
   const { device, iters, warmup } = plan;
-  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, launchesUs: null, bookkeepingUs: null, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
+  const row: StepRow = { shape: shape.name, batch: B, options: set.label, hostUs: NaN, hostP90Us: NaN, busyUs: NaN, prologueUs: null, launchesUs: null, bookkeepingUs: null, launchUs: null, eagerUs: NaN, graphUs: null, kernelUs: null };
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
@@ -152,10 +176,12 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       const calls = (after.get(name)?.calls ?? 0) - (before.get(name)?.calls ?? 0);
       return calls > 0 ? (((after.get(name)?.totalMs ?? 0) - (before.get(name)?.totalMs ?? 0)) * 1e3) / calls : null;
     };
+    row.prologueUs = perCallUs('enqueue prologue');
     row.launchesUs = perCallUs('enqueue kernels');
     row.bookkeepingUs = perCallUs('enqueue bookkeeping');
     row.hostUs = h.medianUs;
     row.hostP90Us = h.p90Us;
+    row.busyUs = summarize(await busyHostTimes(device, iters, enqueue)).medianUs;
     row.eagerUs = await backToBackUs(device, iters, enqueue);
     if (device.kind === 'cuda') {
       const graph = device.captureGraph(enqueue);
@@ -208,23 +234,25 @@ export async function runStep(plan: StepPlan): Promise<StepRow[]> {
 export function stepTable(rows: StepRow[]): string {
   const columns = [
     { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const },
-    { title: 'host µs' }, { title: 'host p90' }, { title: 'launches' }, { title: 'bookkeeping' }, { title: 'launch µs' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
+    { title: 'host µs' }, { title: 'host p90' }, { title: 'busy µs' }, { title: 'prologue' }, { title: 'launches' }, { title: 'bookkeeping' }, { title: 'launch µs' }, { title: 'eager µs' }, { title: 'graph µs' }, { title: 'kernel µs' },
     { title: 'graph/kernel' },
   ];
   const errors = rows.some((r) => r.error !== undefined);
   if (errors) columns.push({ title: 'error', align: 'left' as const });
   const cells = rows.map((r) => [
     r.shape, String(r.batch), r.options,
-    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1),
-    r.launchesUs === null ? DASH : r.launchesUs.toFixed(1), r.bookkeepingUs === null ? DASH : r.bookkeepingUs.toFixed(1), r.launchUs === null ? DASH : r.launchUs.toFixed(1),
+    r.error ? DASH : r.hostUs.toFixed(1), r.error ? DASH : r.hostP90Us.toFixed(1), r.error ? DASH : r.busyUs.toFixed(1),
+    r.prologueUs === null ? DASH : r.prologueUs.toFixed(1), r.launchesUs === null ? DASH : r.launchesUs.toFixed(1), r.bookkeepingUs === null ? DASH : r.bookkeepingUs.toFixed(1), r.launchUs === null ? DASH : r.launchUs.toFixed(1),
     r.error ? DASH : fmtUs(r.eagerUs), fmtUs(r.graphUs), fmtUs(r.kernelUs),
     r.graphUs !== null && r.kernelUs !== null ? fmtRatio(r.graphUs / r.kernelUs) : DASH,
     ...(errors ? [r.error ?? ''] : []),
   ]);
   return [
     formatTable(columns, cells),
-    '  host µs: JS-thread time of one enqueue, device idle (median, p90); launches / bookkeeping: of it, the addon\'s',
-    '  launches (a cached graph or the kernels) and event records after them (mean µs); launch µs: graph.launch (median)',
+    '  host µs: JS-thread time of one enqueue, device idle (median, p90); busy µs: the same with the device busy with',
+    '  earlier enqueues (median); prologue / launches / bookkeeping: of host µs, the addon\'s streams, retire poll and',
+    '  ordering, its launches (a cached graph or the kernels) and the event records after them (mean µs);',
+    '  launch µs: graph.launch, device idle (median)',
     '  eager / graph µs: wall time per step of back-to-back enqueues / replays, then one wait',
     '  kernel µs: CUDA events around the same kernels (timeSampler)',
   ].join('\n');

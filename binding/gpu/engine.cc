@@ -325,28 +325,33 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
 std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
                         bool advance_offset, uint64_t stream, std::vector<StorageRef> keep) {
   const bool capturing = gpu_capturing();
-  DeviceStreams* streams;
-  std::string error = device_streams(s->ordinal, &streams);
-  if (!error.empty()) return error;
-  cudaStream_t target;
-  if (capturing) {
-    if (g_capture.ordinal != s->ordinal) return "enqueue: the graph being captured is on another device";
-    target = stream ? as_stream(stream) : g_capture.stream;
-    cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
-    FS_CUDA_TRY("cudaStreamIsCapturing", cudaStreamIsCapturing(target, &capture_status));
-    if (capture_status != cudaStreamCaptureStatusActive) {
-      return "enqueue: stream is not the stream being captured (pass captureGraph's stream, or none)";
+  cudaStream_t target = nullptr;
+  std::string error = timed(HostStep::kEnqueuePrologue, [&]() -> std::string {
+    DeviceStreams* streams;
+    std::string e = device_streams(s->ordinal, &streams);
+    if (!e.empty()) return e;
+    if (capturing) {
+      if (g_capture.ordinal != s->ordinal) return "enqueue: the graph being captured is on another device";
+      target = stream ? as_stream(stream) : g_capture.stream;
+      cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
+      FS_CUDA_TRY("cudaStreamIsCapturing", cudaStreamIsCapturing(target, &capture_status));
+      if (capture_status != cudaStreamCaptureStatusActive) {
+        return "enqueue: stream is not the stream being captured (pass captureGraph's stream, or none)";
+      }
+    } else {
+      poll_retired();
+      target = stream ? as_stream(stream) : streams->compute;
     }
-  } else {
-    poll_retired();
-    target = stream ? as_stream(stream) : streams->compute;
-  }
-  FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
-  cudaError_t status = capturing ? cudaSuccess : order_after_last(s.get(), target);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cuda_message("enqueue (ordering after the sampler's last work)", status);
-  }
+    FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(s->ordinal));
+    const cudaError_t ordered = capturing ? cudaSuccess : order_after_last(s.get(), target);
+    if (ordered != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cuda_message("enqueue (ordering after the sampler's last work)", ordered);
+    }
+    return "";
+  });
+  if (!error.empty()) return error;
+  cudaError_t status = cudaSuccess;
   status = timed(HostStep::kEnqueueKernels, [&] {
     return capturing ? launch_direct(p, advance_offset, target) : launch_eager(s.get(), p, advance_offset, target);
   });

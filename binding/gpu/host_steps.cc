@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kHostStepNames[] = {
     "tensor alloc", "tensor upload", "tensor free", "call pinned block",
     "call scratch alloc", "call inputs copy", "call kernels", "call event",
-    "enqueue kernels", "enqueue bookkeeping", "graph launch"};
+    "enqueue prologue", "enqueue kernels", "enqueue bookkeeping", "graph launch"};
 static_assert(sizeof(kHostStepNames) / sizeof(kHostStepNames[0]) ==
               static_cast<size_t>(HostStep::kCount));
 

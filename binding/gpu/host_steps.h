@@ -20,6 +20,7 @@ enum class HostStep : int {
   kCallInputsCopy,
   kCallKernels,
   kCallEvent,
+  kEnqueuePrologue,
   kEnqueueKernels,
   kEnqueueBookkeeping,
   kGraphLaunch,
