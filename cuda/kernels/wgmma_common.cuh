@@ -66,6 +66,25 @@ __device__ __forceinline__ void pin_registers(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The next stage of a ring of `Stages` mbarrier-guarded slots: the slot index wraps to 0 and the
+// parity of the phase to wait for flips (a producer also notes that it has wrapped: from then on
+// it waits for each slot's release).
+template <int Stages>
+__device__ __forceinline__ void ring_advance(int& slot, uint32_t& phase) {
+  if (++slot == Stages) {
+    slot = 0;
+    phase ^= 1u;
+  }
+}
+template <int Stages>
+__device__ __forceinline__ void ring_advance(int& slot, uint32_t& phase, bool& wrapped) {
+  if (++slot == Stages) {
+    slot = 0;
+    phase ^= 1u;
+    wrapped = true;
+  }
+}
+
 // ---- PTX wrappers: mbarrier, cp.async arrive, named barriers, setmaxnreg (sm_90) -------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

@@ -179,11 +179,7 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
       const int32_t k0 = kt * Cfg::kBK;
       tma_load_2d_hinted(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full, stream_once);
       tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
-      if (++slot == Cfg::kStages) {
-        slot = 0;
-        phase ^= 1u;
-        wrapped = true;
-      }
+      ring_advance<Cfg::kStages>(slot, phase, wrapped);
     }
   }
 }
@@ -373,11 +369,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
                      ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
         }
         cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
-        if (++slot == kStages) {
-          slot = 0;
-          phase ^= 1u;
-          wrapped = true;
-        }
+        ring_advance<kStages>(slot, phase, wrapped);
       }
     }
     // Keep the issuing threads alive until their copies have landed (their mbarrier arrivals are
@@ -443,10 +435,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       wgmma_wait<1>();
       if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
       prev_slot = slot;
-      if (++slot == kStages) {
-        slot = 0;
-        phase ^= 1u;
-      }
+      ring_advance<kStages>(slot, phase);
     }
     wgmma_wait<0>();
     mbar_arrive(bar_empty + 8 * prev_slot);

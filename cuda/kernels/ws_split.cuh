@@ -219,10 +219,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         wgmma_wait<1>();  // the previous k-slice's wgmmas have retired: release its stage
         if (kt > 0) mbar_arrive(bar_empty + 8 * prev_slot);
         prev_slot = slot;
-        if (++slot == Cfg::kStages) {
-          slot = 0;
-          phase ^= 1u;
-        }
+        ring_advance<Cfg::kStages>(slot, phase);
       }
       wgmma_wait<0>();
       mbar_arrive(bar_empty + 8 * prev_slot);
