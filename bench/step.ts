@@ -11,14 +11,16 @@
 //              the step takes longer than its enqueue);
 //   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
 //   kernel µs  CUDA events around the same kernels (timeSampler with the rows as per-row arrays);
-// and graph / kernel, the replay's overhead over the kernels alone.
+// and graph / kernel, the replay's overhead over the kernels alone. An option set with listed<n>
+// gives the sampler a penalty table holding the penalty part of the same lists --mode sample uses
+// (bench/inputs.ts listedLists: no bias or ban here), and every enqueue records its tokens.
 import { performance } from 'perf_hooks';
 import { native } from '../lib/native';
 import { timeSampler, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
 import type { BenchDType, OptionSet } from './args';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
 import type { LogitsMode } from './logits';
-import { halfMask } from './inputs';
+import { halfMask, listedLists } from './inputs';
 import type { Shape } from './presets';
 import { summarize } from './stats';
 import { DASH, fmtRatio, fmtUs, formatTable } from './table';
@@ -73,8 +75,9 @@ export function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
 }
 
 /** The sampleFused options of `set` with the per-row values of `rows` (rowsFor). */
-export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined): SampleOptions {
+export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined, penalties?: PenaltyLists): SampleOptions {
   const o: SampleOptions = { seed: rows.seed as BigUint64Array, offset: 0n, temperature: rows.temperature as Float32Array };
+  if (penalties) Object.assign(o, penalties);
   if (rows.topK) o.topK = rows.topK as Int32Array;
   if (rows.topP) o.topP = rows.topP as Float32Array;
   if (rows.minP) o.minP = rows.minP as Float32Array;
@@ -84,6 +87,15 @@ export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowe
   if (set.filterOrder) o.filterOrder = set.filterOrder;
   if (allowed) o.allowedTokens = allowed;
   return o;
+}
+
+type PenaltyLists = Pick<ReturnType<typeof listedLists>, 'penaltyTokens' | 'repetitionPenalty' | 'frequencyPenalty' | 'presencePenalty'>;
+
+/** The penalty part of listedLists for a listed<n> option set (undefined without one). */
+function penaltyLists(set: OptionSet, B: number, vocab: number): PenaltyLists | undefined {
+  if (set.listed === undefined) return undefined;
+  const l = listedLists(B, vocab, set.listed, set.listedShared ?? false, 98);
+  return { penaltyTokens: l.penaltyTokens, repetitionPenalty: l.repetitionPenalty, frequencyPenalty: l.frequencyPenalty, presencePenalty: l.presencePenalty };
 }
 
 /** JS-thread µs of each of `iters` calls of `call`, each with the device idle (a wait after it). */
@@ -135,15 +147,25 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
-    if (set.listed !== undefined) throw new Error(`${set.label}: the engine sampler takes no token lists yet (--mode sample measures them)`);
+    const penalties = penaltyLists(set, B, shape.vocab);
     const filters = (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined);
     sampler = device.createSampler({
       maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
       logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
       filterOrder: set.filterOrder ?? 'hf',
+      // room for the steps' recorded tokens; a full row only reports status 3
+      penaltyCapacity: penalties ? (set.listed ?? 0) + 64 : 0,
     });
     const rows = rowsFor(set, B);
     sampler.setRows(0, rows);
+    if (penalties) {
+      sampler.setRows(0, {
+        repetitionPenalty: new Float32Array(B).fill(penalties.repetitionPenalty),
+        frequencyPenalty: new Float32Array(B).fill(penalties.frequencyPenalty),
+        presencePenalty: new Float32Array(B).fill(penalties.presencePenalty),
+      });
+      sampler.setPenaltyTokens(0, penalties.penaltyTokens);
+    }
     const make = (shape0: number[], dtype: 'i32' | 'f32') => {
       const t = device.empty(shape0, dtype);
       owned.push(t);
@@ -162,6 +184,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       topLogprobsOut: n ? make([B * n], 'f32') : undefined,
       allowedTokens: allowed,
       advanceOffset: true,
+      recordTokens: penalties !== undefined,
     };
     const s = sampler;
     for (let i = 0; i < warmup; i++) s.enqueue(args);
@@ -194,7 +217,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       } finally {
         graph.dispose();
       }
-      const times = await timeSampler('fused', [{ H, W }], optionsFor(set, rows, allowed), { warmup, iters });
+      const times = await timeSampler('fused', [{ H, W }], optionsFor(set, rows, allowed, penalties), { warmup, iters });
       row.kernelUs = summarize(times).medianUs;
     }
   } catch (e) {

@@ -181,18 +181,30 @@ enum RowField : int {
   kFieldMinP = 3,         // f32
   kFieldSeed = 4,         // u64
   kFieldOffset = 5,       // u64
-  kRowFieldCount = 6
+  kFieldRepetitionPenalty = 6,  // f32
+  kFieldFrequencyPenalty = 7,   // f32
+  kFieldPresencePenalty = 8,    // f32
+  kRowFieldCount = 9
 };
-inline size_t row_field_bytes(int field) { return field >= kFieldSeed ? 8 : 4; }
+// The most slots a row of an engine sampler's penalty table has (and maxBatch * capacity < 2^31:
+// the table is read as CSR with 32-bit offsets).
+constexpr int64_t kMaxPenaltyCapacity = 65536;
+inline size_t row_field_bytes(int field) { return field == kFieldSeed || field == kFieldOffset ? 8 : 4; }
 
 // The parameter block of a sampler of `max_batch` rows: one region of max_batch elements per
-// field (256-byte aligned, at at[field]), the fallback-row counter, and (device samplers) the
-// staging region that setRows copies into before scattering.
+// field (256-byte aligned, at at[field]), the fallback-row counter, the penalty table when the
+// sampler has one (`penalty_capacity` slots a row: CSR offsets b * capacity, then token ids,
+// counts, prompt flags, and the count of tokens a full table did not record), and (device
+// samplers) the staging region that setRows copies into before scattering. readRows copies
+// everything before the staging region.
 struct SamplerBlock {
   size_t at[kRowFieldCount] = {};
-  size_t fallback = 0, staging = 0, bytes = 0;
+  size_t fallback = 0;
+  int64_t penalty_capacity = 0;
+  size_t penalty_offsets = 0, penalty_tokens = 0, penalty_counts = 0, penalty_in_prompt = 0, unrecorded = 0;
+  size_t staging = 0, bytes = 0;
 };
-SamplerBlock sampler_block_layout(int64_t max_batch);
+SamplerBlock sampler_block_layout(int64_t max_batch, int64_t penalty_capacity);
 
 // A sampler's state, shared by its JS object, the graphs that captured it and its work in flight.
 struct EngineSampler {
@@ -225,11 +237,18 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
                          const uint32_t staging_at[kRowFieldCount], uint64_t stream);
 
 // Launches the fused sampler for `p` (device pointers, the sampler's rows and workspace) on
-// `stream` (0: the stream being captured, else the library's), then, with advance_offset, adds 1
-// to the first p.batch offsets. `keep` stays alive until the work completes, or as long as the
+// `stream` (0: the stream being captured, else the library's); then, with record_tokens, counts
+// each row's token in the sampler's penalty table, and with advance_offset, adds 1 to the first
+// p.batch offsets. `keep` stays alive until the work completes, or as long as the
 // graph being captured.
 std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
-                        bool advance_offset, uint64_t stream, std::vector<StorageRef> keep);
+                        bool advance_offset, bool record_tokens, uint64_t stream, std::vector<StorageRef> keep);
+
+// Replaces the penalty tables of rows [first, first + count): `tokens`, `counts` and `in_prompt`
+// hold count * capacity slots each (token -1: free), copied stream-ordered through a pinned
+// block. Never waits.
+std::string gpu_set_penalty_rows(EngineSampler* s, int64_t first, int64_t count, const int32_t* tokens,
+                                 const int32_t* counts, const uint8_t* in_prompt, uint64_t stream);
 
 // The sampler's block copied to the host after its last work: start on the JS thread, wait on a
 // worker thread.

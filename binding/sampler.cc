@@ -18,7 +18,7 @@
 namespace flashsample {
 namespace binding {
 
-SamplerBlock sampler_block_layout(int64_t max_batch) {
+SamplerBlock sampler_block_layout(int64_t max_batch, int64_t penalty_capacity) {
   SamplerBlock l;
   size_t at = 0;
   auto take = [&](size_t bytes) {
@@ -27,10 +27,23 @@ SamplerBlock sampler_block_layout(int64_t max_batch) {
     return start;
   };
   const size_t B = static_cast<size_t>(max_batch);
-  for (int f = 0; f < kRowFieldCount; ++f) l.at[f] = take(B * row_field_bytes(f));
+  size_t row_bytes = 0;
+  for (int f = 0; f < kRowFieldCount; ++f) {
+    l.at[f] = take(B * row_field_bytes(f));
+    row_bytes += row_field_bytes(f);
+  }
   l.fallback = take(4);
-  // setRows's packed rows: every field (32 bytes a row), each section 8-byte aligned.
-  l.staging = take(B * 32 + 8 * kRowFieldCount);
+  l.penalty_capacity = penalty_capacity;
+  if (penalty_capacity > 0) {
+    const size_t slots = B * static_cast<size_t>(penalty_capacity);
+    l.penalty_offsets = take(4 * (B + 1));
+    l.penalty_tokens = take(4 * slots);
+    l.penalty_counts = take(4 * slots);
+    l.penalty_in_prompt = take(slots);
+    l.unrecorded = take(4);
+  }
+  // setRows's packed rows: every field, each section 8-byte aligned.
+  l.staging = take(B * row_bytes + 8 * kRowFieldCount);
   l.bytes = at;
   return l;
 }
@@ -49,6 +62,35 @@ uint64_t stream_arg(const Napi::Value& v, const char* what) {
 void refuse_during_capture(Napi::Env env, const char* what) {
   if (gpu_capturing()) {
     throw_error(env, std::string(what) + ": cannot run during graph capture (captureGraph): it allocates memory");
+  }
+}
+
+// launch_record_tokens on a CPU sampler's host block: the same slots, in the same order.
+void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
+  uint8_t* block = static_cast<uint8_t*>(s.block->data());
+  const int64_t cap = s.layout.penalty_capacity;
+  auto* ids = reinterpret_cast<int32_t*>(block + s.layout.penalty_tokens);
+  auto* counts = reinterpret_cast<int32_t*>(block + s.layout.penalty_counts);
+  uint8_t* in_prompt = block + s.layout.penalty_in_prompt;
+  auto* unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int32_t token = p.tokens[b];
+    if (token < 0) continue;
+    int64_t found = -1, free = -1;
+    for (int64_t i = b * cap; i < (b + 1) * cap && found < 0; ++i) {
+      if (ids[i] == token) found = i;
+      if (ids[i] < 0 && free < 0) free = i;
+    }
+    if (found >= 0) {
+      counts[found] += 1;
+    } else if (free >= 0) {
+      ids[free] = token;
+      counts[free] = 1;
+      in_prompt[free] = 0;
+    } else {
+      if (p.row_status != nullptr) p.row_status[b] = kRowTableFull;
+      *unrecorded += 1;
+    }
   }
 }
 
@@ -89,6 +131,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeSampler",
                        {InstanceMethod<&NativeSampler::SetRows>("setRows"),
+                        InstanceMethod<&NativeSampler::SetPenaltyTokens>("setPenaltyTokens"),
                         InstanceMethod<&NativeSampler::Enqueue>("enqueue"),
                         InstanceMethod<&NativeSampler::ReadRows>("readRows"),
                         InstanceMethod<&NativeSampler::Dispose>("dispose"),
@@ -98,7 +141,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   }
 
   // new NativeSampler({device, ordinal, maxBatch, dtype, vocab, dim, numSamples, topK, topP, minP,
-  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder})
+  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder, penaltyCapacity})
   explicit NativeSampler(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeSampler>(info) {
     Napi::Env env = info.Env();
     if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "NativeSampler(config): expected an object");
@@ -120,20 +163,31 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.top_logprobs = static_cast<int32_t>(get_int(c, "topLogprobs", 0, 1 << 20));
     s->logprobs = get_bool(c, "logprobs");
     s->allowed_tokens = get_bool(c, "allowedTokens");
-    s->layout = sampler_block_layout(s->max_batch);
+    const int64_t capacity = get_int(c, "penaltyCapacity", 0, kMaxPenaltyCapacity);
+    if (capacity > 0 && p.num_samples != 1) throw_error(env, "createSampler: penaltyCapacity needs numSamples 1");
+    if (capacity * s->max_batch > INT32_MAX) throw_error(env, "createSampler: maxBatch * penaltyCapacity must be below 2^31");
+    s->layout = sampler_block_layout(s->max_batch, capacity);
 
     const MemoryKind kind = s->on_device ? MemoryKind::kDevice : MemoryKind::kHost;
     std::string error;
     s->block = Storage::allocate(kind, s->ordinal, s->layout.bytes, &error);
     if (!s->block) throw_error(env, "createSampler: " + error);
     uint8_t* block = static_cast<uint8_t*>(s->block->data());
-    // Defaults: temperature 1, filters off, seed 0, offset 0.
+    // Defaults: temperature 1, filters and penalties off, seed 0, offset 0; every penalty slot free.
     std::vector<uint8_t> init(s->layout.bytes, 0);
     const size_t B = static_cast<size_t>(s->max_batch);
+    const float one = 1.0f;
     for (size_t b = 0; b < B; ++b) {
-      const float one = 1.0f;
       std::memcpy(&init[s->layout.at[kFieldTemperature] + 4 * b], &one, 4);
       std::memcpy(&init[s->layout.at[kFieldTopP] + 4 * b], &one, 4);
+      std::memcpy(&init[s->layout.at[kFieldRepetitionPenalty] + 4 * b], &one, 4);
+    }
+    if (capacity > 0) {
+      for (size_t b = 0; b <= B; ++b) {
+        const int32_t offset = static_cast<int32_t>(b * static_cast<size_t>(capacity));
+        std::memcpy(&init[s->layout.penalty_offsets + 4 * b], &offset, 4);
+      }
+      std::memset(&init[s->layout.penalty_tokens], 0xff, 4 * B * static_cast<size_t>(capacity));  // -1: free
     }
     if (s->on_device) {
       error = gpu_upload(s->ordinal, block, init.data(), init.size());
@@ -148,6 +202,18 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     if (get_bool(c, "topP")) p.top_p = reinterpret_cast<const float*>(block + s->layout.at[kFieldTopP]);
     if (get_bool(c, "minP")) p.min_p = reinterpret_cast<const float*>(block + s->layout.at[kFieldMinP]);
     p.fallback_rows = reinterpret_cast<int32_t*>(block + s->layout.fallback);
+    if (capacity > 0) {
+      // The table as the calls' CSR penalty lists: row b's slots at b * capacity; free slots (-1)
+      // are skipped like any id outside [0, V).
+      p.penalty_offsets = reinterpret_cast<const int32_t*>(block + s->layout.penalty_offsets);
+      p.penalty_tokens = reinterpret_cast<const int32_t*>(block + s->layout.penalty_tokens);
+      p.penalty_counts = reinterpret_cast<const int32_t*>(block + s->layout.penalty_counts);
+      p.penalty_in_prompt = block + s->layout.penalty_in_prompt;
+      p.repetition_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldRepetitionPenalty]);
+      p.frequency_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldFrequencyPenalty]);
+      p.presence_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldPresencePenalty]);
+      p.listed_entries = static_cast<int64_t>(B) * capacity;
+    }
 
     if (s->on_device) {
       // Sized with stand-ins for the per-call pointers whose presence picks the path.
@@ -211,8 +277,50 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     return env.Undefined();
   }
 
+  // setPenaltyTokens(first, count, tokens: Int32Array, counts: Int32Array, inPrompt: Uint8Array,
+  //                  stream?): rows [first, first + count) of the penalty table, capacity slots each.
+  Napi::Value SetPenaltyTokens(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    EngineSampler& s = live(env, "setPenaltyTokens");
+    if (info.Length() < 5 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsTypedArray() ||
+        !info[3].IsTypedArray() || !info[4].IsTypedArray()) {
+      throw_error(env, "setPenaltyTokens(first, count, tokens, counts, inPrompt, stream?): bad arguments");
+    }
+    if (s.layout.penalty_capacity < 1) throw_error(env, "setPenaltyTokens: the sampler has no penalty table");
+    const int64_t first = info[0].As<Napi::Number>().Int64Value();
+    const int64_t count = info[1].As<Napi::Number>().Int64Value();
+    if (first < 0 || count < 1 || first + count > s.max_batch) throw_error(env, "setPenaltyTokens: rows out of range");
+    auto tokens = info[2].As<Napi::TypedArray>();
+    auto counts = info[3].As<Napi::TypedArray>();
+    auto in_prompt = info[4].As<Napi::TypedArray>();
+    const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(s.layout.penalty_capacity);
+    if (tokens.TypedArrayType() != napi_int32_array || counts.TypedArrayType() != napi_int32_array ||
+        in_prompt.TypedArrayType() != napi_uint8_array || tokens.ElementLength() != slots ||
+        counts.ElementLength() != slots || in_prompt.ElementLength() != slots) {
+      throw_error(env, "setPenaltyTokens: expected Int32Array, Int32Array and Uint8Array of count * capacity slots");
+    }
+    auto data = [](const Napi::TypedArray& a) {
+      return static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
+    };
+    const auto* t = reinterpret_cast<const int32_t*>(data(tokens));
+    const auto* c = reinterpret_cast<const int32_t*>(data(counts));
+    const uint8_t* ip = data(in_prompt);
+    const uint64_t stream = stream_arg(info.Length() > 5 ? info[5] : env.Undefined(), "stream");
+    if (s.on_device) {
+      const std::string error = gpu_set_penalty_rows(&s, first, count, t, c, ip, stream);
+      if (!error.empty()) throw_error(env, error);
+      return env.Undefined();
+    }
+    uint8_t* block = static_cast<uint8_t*>(s.block->data());
+    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(s.layout.penalty_capacity);
+    std::memcpy(block + s.layout.penalty_tokens + 4 * at, t, 4 * slots);
+    std::memcpy(block + s.layout.penalty_counts + 4 * at, c, 4 * slots);
+    std::memcpy(block + s.layout.penalty_in_prompt + at, ip, slots);
+    return env.Undefined();
+  }
+
   // enqueue({hidden, weight, bias?, allowed?, out, status?, logprobs?, topTokens?, topLogprobs?,
-  //          batch, stream?, advanceOffset})
+  //          batch, stream?, advanceOffset, recordTokens})
   Napi::Value Enqueue(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     live(env, "enqueue");
@@ -257,14 +365,17 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.allowed = static_cast<const uint32_t*>(optional("allowed", words * 4));
     if ((p.allowed != nullptr) != s->allowed_tokens) throw_error(env, "allowedTokens: required exactly when the sampler was created with allowedTokens");
     const bool advance = get_bool(spec, "advanceOffset");
+    const bool record = get_bool(spec, "recordTokens");
+    if (record && s->layout.penalty_capacity < 1) throw_error(env, "recordTokens: the sampler has no penalty table");
     const uint64_t stream = stream_arg(spec.Get("stream"), "stream");
     if (s->on_device) {
-      const std::string error = gpu_enqueue(s, p, advance, stream, std::move(keep));
+      const std::string error = gpu_enqueue(s, p, advance, record, stream, std::move(keep));
       if (!error.empty()) throw_error(env, error);
       return env.Undefined();
     }
     const std::string error = cpu::sample_fused(p, 0);
     if (!error.empty()) throw_error(env, "enqueue: " + error);
+    if (record) record_tokens_on_host(*s, p);
     if (advance) {
       auto* offset = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(s->block->data()) + s->layout.at[kFieldOffset]);
       for (size_t b = 0; b < B; ++b) offset[b] += 1;
@@ -308,10 +419,18 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   Napi::Value Layout(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EngineSampler& s = live(env, "layout");
-    static const char* kNames[kRowFieldCount] = {"temperature", "topK", "topP", "minP", "seed", "offset"};
+    static const char* kNames[kRowFieldCount] = {"temperature", "topK", "topP", "minP", "seed", "offset",
+                                                  "repetitionPenalty", "frequencyPenalty", "presencePenalty"};
     Napi::Object o = Napi::Object::New(env);
     for (int f = 0; f < kRowFieldCount; ++f) o.Set(kNames[f], static_cast<double>(s.layout.at[f]));
     o.Set("fallbackRows", static_cast<double>(s.layout.fallback));
+    o.Set("penaltyCapacity", static_cast<double>(s.layout.penalty_capacity));
+    if (s.layout.penalty_capacity > 0) {
+      o.Set("penaltyTokenIds", static_cast<double>(s.layout.penalty_tokens));
+      o.Set("penaltyCounts", static_cast<double>(s.layout.penalty_counts));
+      o.Set("penaltyInPrompt", static_cast<double>(s.layout.penalty_in_prompt));
+      o.Set("unrecordedTokens", static_cast<double>(s.layout.unrecorded));
+    }
     o.Set("bytes", static_cast<double>(s.layout.staging));
     return o;
   }

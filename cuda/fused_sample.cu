@@ -14,6 +14,8 @@
 // Also here: the engine samplers' row-parameter kernels (scatter of staged rows, offset advance).
 #include <cuda_runtime.h>
 
+#include <climits>
+
 #include "dispatch.cuh"
 #include "internal_launchers.h"
 #include "include/launchers.h"
@@ -80,7 +82,47 @@ __global__ void advance_offsets_kernel(uint64_t* __restrict__ offset, int64_t ba
   if (i < batch) offset[i] += 1;
 }
 
+// One block per row: the slot holding the drawn token, else the first free one (the smallest index
+// either way, so that a table the engine wrote with gaps fills in order).
+constexpr int kRecordThreads = 128;
+__global__ void __launch_bounds__(kRecordThreads)
+    record_tokens_kernel(PenaltyTable t, const int32_t* __restrict__ drawn, int32_t* row_status, int32_t* unrecorded) {
+  const int64_t b = blockIdx.x;
+  const int32_t token = drawn[b];
+  if (token < 0) return;
+  const int64_t row = b * t.capacity;
+  __shared__ int s_found, s_free;
+  if (threadIdx.x == 0) s_found = s_free = INT_MAX;
+  __syncthreads();
+  for (int i = threadIdx.x; i < t.capacity; i += kRecordThreads) {
+    const int32_t id = t.tokens[row + i];
+    if (id == token) atomicMin(&s_found, i);
+    if (id < 0) atomicMin(&s_free, i);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (s_found != INT_MAX) {
+    t.counts[row + s_found] += 1;
+  } else if (s_free != INT_MAX) {
+    t.tokens[row + s_free] = token;
+    t.counts[row + s_free] = 1;
+    t.in_prompt[row + s_free] = 0;
+  } else {
+    if (row_status != nullptr) row_status[b] = kRowTableFull;
+    atomicAdd(unrecorded, 1);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_record_tokens(const PenaltyTable& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
+                                 int32_t* unrecorded, cudaStream_t stream) {
+  if (t.tokens == nullptr || t.counts == nullptr || t.in_prompt == nullptr || t.capacity < 1 || drawn == nullptr ||
+      unrecorded == nullptr || batch < 1)
+    return cudaErrorInvalidValue;
+  record_tokens_kernel<<<static_cast<unsigned>(batch), kRecordThreads, 0, stream>>>(t, drawn, row_status, unrecorded);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream) {
   if (s.count < 1 || s.first < 0 || s.staging == nullptr) return cudaErrorInvalidValue;

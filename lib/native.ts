@@ -117,13 +117,16 @@ export type HalfEncoding = 0 | 1 | 2;
 /** binding/sampler.cc: an engine sampler's native side (lib/sampler.ts validates its arguments). */
 export interface NativeSamplerHandle {
   setRows(first: number, count: number, fields: number, staging: Uint8Array, stagingAt: Uint32Array, stream?: bigint): void;
+  setPenaltyTokens(first: number, count: number, tokens: Int32Array, counts: Int32Array, inPrompt: Uint8Array, stream?: bigint): void;
   enqueue(spec: Record<string, unknown>): void;
   readRows(): Promise<ArrayBuffer>;
   dispose(): void;
   readonly pointer: bigint;
   readonly layout: {
     temperature: number; topK: number; topP: number; minP: number; seed: number; offset: number;
-    fallbackRows: number; bytes: number;
+    repetitionPenalty: number; frequencyPenalty: number; presencePenalty: number;
+    fallbackRows: number; penaltyCapacity: number; penaltyTokenIds?: number; penaltyCounts?: number;
+    penaltyInPrompt?: number; unrecordedTokens?: number; bytes: number;
   };
   readonly workspaceBytes: number;
 }
@@ -144,6 +147,7 @@ export interface NativeSamplerConfig {
   softcap: number;
   allowedTokens: boolean;
   filterOrder: 0 | 1; // Hugging Face's, vLLM's (min-p first)
+  penaltyCapacity: number; // slots a row of the penalty table (0: none)
 }
 
 export interface NativeGraphHandle {

@@ -254,6 +254,22 @@ function checkCsr(
   return { offsets: offsets.slice(), tokens: tokens.slice(), arrays };
 }
 
+/** SampleOptions.penaltyTokens (or Sampler.setPenaltyTokens) for `rows` rows, checked and copied. */
+export function checkPenaltyTokens(
+  value: unknown, rows: number, vocab: number,
+): { offsets: Int32Array; tokens: Int32Array; counts: Int32Array; inPrompt: Uint8Array } {
+  const c = checkCsr('penaltyTokens', value, rows, vocab, { outputCounts: 'Int32Array', inPrompt: 'Uint8Array' }, false);
+  const counts = c.arrays.outputCounts as Int32Array;
+  for (let i = 0; i < counts.length; i++) {
+    if (counts[i] < 0) throw rangeError(`penaltyTokens.outputCounts[${i}]`, 'a count >= 0', counts[i]);
+  }
+  const inPrompt = c.arrays.inPrompt as Uint8Array;
+  for (let i = 0; i < inPrompt.length; i++) {
+    if (inPrompt[i] > 1) throw rangeError(`penaltyTokens.inPrompt[${i}]`, '0 or 1', inPrompt[i]);
+  }
+  return { offsets: c.offsets, tokens: c.tokens, counts: counts.slice(), inPrompt: inPrompt.slice() };
+}
+
 export type SamplerCode = 0 | 1 | 2;
 
 /** The options that say how a row is drawn, whatever W holds: what sampleFused and mergePartials
@@ -394,19 +410,11 @@ export function buildSpec(
     spec.bannedTokens = c.tokens;
   }
   if (opts.penaltyTokens !== undefined) {
-    const c = checkCsr('penaltyTokens', opts.penaltyTokens, batch, vocab, { outputCounts: 'Int32Array', inPrompt: 'Uint8Array' }, false);
-    const counts = c.arrays.outputCounts as Int32Array;
-    for (let i = 0; i < counts.length; i++) {
-      if (counts[i] < 0) throw rangeError(`penaltyTokens.outputCounts[${i}]`, 'a count >= 0', counts[i]);
-    }
-    const inPrompt = c.arrays.inPrompt as Uint8Array;
-    for (let i = 0; i < inPrompt.length; i++) {
-      if (inPrompt[i] > 1) throw rangeError(`penaltyTokens.inPrompt[${i}]`, '0 or 1', inPrompt[i]);
-    }
+    const c = checkPenaltyTokens(opts.penaltyTokens, batch, vocab);
     spec.penaltyOffsets = c.offsets;
     spec.penaltyTokens = c.tokens;
-    spec.penaltyCounts = counts.slice();
-    spec.penaltyInPrompt = inPrompt.slice();
+    spec.penaltyCounts = c.counts;
+    spec.penaltyInPrompt = c.inPrompt;
     spec.repetitionPenalty = perRowFloat(
       'repetitionPenalty', opts.repetitionPenalty, batch, 1, (x) => Number.isFinite(x) && x > 0, 'a finite number > 0',
     );

@@ -5,7 +5,7 @@ import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
-import { checkFilterOrder, checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
+import { checkFilterOrder, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
 import { disposeSymbol, type Tensor } from './tensor';
 
 export type RowFilter = 'topK' | 'topP' | 'minP';
@@ -32,11 +32,20 @@ export interface SamplerConfig {
   allowedTokens?: boolean;
   /** The filters' order for every row, as SampleOptions.filterOrder; default 'hf'. */
   filterOrder?: 'hf' | 'vllm';
+  /**
+   * Slots per row of a device-resident penalty table (0 .. 65536; default 0: none): the distinct
+   * tokens of a row's prompt and output that the repetition, frequency and presence penalties
+   * apply to (setPenaltyTokens; enqueue's recordTokens adds each drawn token). Needs numSamples 1.
+   */
+  penaltyCapacity?: number;
 }
+
+/** The most slots a row of a sampler's penalty table can have. */
+export const MAX_PENALTY_CAPACITY = 65536;
 
 const CONFIG_KEYS = [
   'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
-  'allowedTokens', 'filterOrder',
+  'allowedTokens', 'filterOrder', 'penaltyCapacity',
 ] as const;
 
 /** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
@@ -47,6 +56,17 @@ export interface RowValues {
   minP?: Float32Array;
   seed?: BigUint64Array;
   offset?: BigUint64Array;
+  /** The penalties (samplers with a penalty table): SampleOptions' repetitionPenalty, ... per row. */
+  repetitionPenalty?: Float32Array;
+  frequencyPenalty?: Float32Array;
+  presencePenalty?: Float32Array;
+}
+
+/** A row's penalty table slots (readRows), row b at b * penaltyCapacity: token -1 is a free slot. */
+export interface PenaltyTable {
+  tokenIds: Int32Array;
+  outputCounts: Int32Array;
+  inPrompt: Uint8Array;
 }
 
 /** What readRows returns: every field of every row (maxBatch each). */
@@ -57,8 +77,15 @@ export interface Rows {
   minP: Float32Array;
   seed: BigUint64Array;
   offset: BigUint64Array;
+  repetitionPenalty: Float32Array;
+  frequencyPenalty: Float32Array;
+  presencePenalty: Float32Array;
   /** Rows of the last enqueue that took the materializing fallback (the filters issue's extra pass). */
   fallbackRows: number;
+  /** The penalty table (maxBatch * penaltyCapacity slots), or null without one. */
+  penaltyTable: PenaltyTable | null;
+  /** Drawn tokens that recordTokens could not add to a full table, since the sampler was created. */
+  unrecordedTokens: number;
 }
 
 /**
@@ -72,7 +99,20 @@ export interface RowLayout {
   minP: number;
   seed: number;
   offset: number;
+  repetitionPenalty: number;
+  frequencyPenalty: number;
+  presencePenalty: number;
   fallbackRows: number;
+  /** Slots a row of the penalty table (0: none); the table's arrays, with a table: */
+  penaltyCapacity: number;
+  /** i32 [maxBatch, penaltyCapacity]: token ids, -1 = a free slot (the first free slots take new tokens). */
+  penaltyTokenIds?: number;
+  /** i32 [maxBatch, penaltyCapacity]: the token's count in the row's output so far. */
+  penaltyCounts?: number;
+  /** u8 [maxBatch, penaltyCapacity]: 1 when the token occurs in the row's prompt. */
+  penaltyInPrompt?: number;
+  /** i32: tokens recordTokens could not add to a full table (cumulative). */
+  unrecordedTokens?: number;
   /** Bytes of the block that hold the fields above. */
   bytes: number;
 }
@@ -85,7 +125,11 @@ export const ROW_FIELDS = [
   ['minP', 'f32', 'a number in [0, 1) (0 = off); default 0'],
   ['seed', 'u64', 'any 64-bit value; default 0'],
   ['offset', 'u64', 'any 64-bit value (the decode step); default 0'],
+  ['repetitionPenalty', 'f32', 'a finite number > 0 (1 = off); default 1'],
+  ['frequencyPenalty', 'f32', 'a finite number (0 = off); default 0'],
+  ['presencePenalty', 'f32', 'a finite number (0 = off); default 0'],
 ] as const;
+const PENALTY_FIELDS = ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'];
 
 export interface EnqueueArgs {
   /** Hidden states [B, D] (B <= maxBatch), on the sampler's device, its dtype. */
@@ -111,11 +155,16 @@ export interface EnqueueArgs {
   allowedTokens?: Tensor;
   /** After the draw, offset[b] += 1 on the device for b < batch (graph replays draw fresh noise). */
   advanceOffset?: boolean;
+  /**
+   * After the draw, each row's token is counted in its penalty table on the device (a new token
+   * takes the row's first free slot); a row whose table is full gets status 3. Needs a table.
+   */
+  recordTokens?: boolean;
 }
 
 const ENQUEUE_KEYS = [
   'H', 'W', 'out', 'batch', 'stream', 'statusOut', 'logprobsOut', 'topTokensOut', 'topLogprobsOut', 'bias',
-  'allowedTokens', 'advanceOffset',
+  'allowedTokens', 'advanceOffset', 'recordTokens',
 ] as const;
 
 function positiveInt(name: string, value: unknown, max: number): number {
@@ -148,6 +197,7 @@ export class Sampler {
   readonly softcap: number;
   readonly filterOrder: 'hf' | 'vllm';
   readonly allowedTokens: boolean;
+  readonly penaltyCapacity: number;
   #native: NativeSamplerHandle | null;
 
   /** @internal Use device.createSampler. */
@@ -179,6 +229,18 @@ export class Sampler {
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
+    const capacity = config.penaltyCapacity ?? 0;
+    if (typeof capacity !== 'number') throw typeError('penaltyCapacity', `an integer in [0, ${MAX_PENALTY_CAPACITY}]`, capacity);
+    if (!Number.isInteger(capacity) || capacity < 0 || capacity > MAX_PENALTY_CAPACITY) {
+      throw rangeError('penaltyCapacity', `an integer in [0, ${MAX_PENALTY_CAPACITY}]`, capacity);
+    }
+    if (capacity > 0 && this.numSamples !== 1) {
+      throw rangeError('penaltyCapacity', '0 with numSamples > 1 (a row has one output to count)', capacity);
+    }
+    if (capacity * this.maxBatch > 2 ** 31 - 1) {
+      throw rangeError('penaltyCapacity', `maxBatch * penaltyCapacity below 2^31 (maxBatch is ${this.maxBatch})`, capacity);
+    }
+    this.penaltyCapacity = capacity;
     this.#native = new native.NativeSampler({
       device: device.kind === 'cuda' ? 1 : 0,
       ordinal: device.ordinal,
@@ -195,6 +257,7 @@ export class Sampler {
       softcap: this.softcap,
       allowedTokens: this.allowedTokens,
       filterOrder,
+      penaltyCapacity: capacity,
     });
   }
 
@@ -253,6 +316,9 @@ export class Sampler {
           throw new TypeError(`${name}: this sampler was created without '${name}' in filters (createSampler({ filters }))`);
         }
       }
+      if (PENALTY_FIELDS.includes(name) && this.penaltyCapacity === 0) {
+        throw new TypeError(`${name}: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`);
+      }
       const check = fieldCheck(name);
       if (check) {
         for (let i = 0; i < values.length; i++) {
@@ -270,7 +336,7 @@ export class Sampler {
       throw rangeError('rows', `1 .. ${this.maxBatch - Math.min(first, this.maxBatch)} rows from row ${first} (maxBatch is ${this.maxBatch})`, raw(`${count} rows`));
     }
     // Packed: each given field's `count` values, 8-byte aligned sections.
-    const at = new Uint32Array(6);
+    const at = new Uint32Array(ROW_FIELDS.length);
     let bytes = 0;
     for (const [field, values] of given) {
       at[field] = bytes;
@@ -283,6 +349,54 @@ export class Sampler {
       fields |= 1 << field;
     }
     handle.setRows(first, count, fields, staging, at, stream);
+  }
+
+  /**
+   * Replaces the penalty tables of rows first .. first + n - 1 (n = rowOffsets.length - 1) with
+   * the tokens given, as SampleOptions.penaltyTokens lists them (a row's prompt tokens, and its
+   * output so far with their counts): at most penaltyCapacity distinct ids a row, the other slots
+   * freed. One stream-ordered copy on `stream` (default the library's); never waits. Not allowed
+   * during graph capture.
+   */
+  setPenaltyTokens(
+    first: number,
+    penaltyTokens: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array },
+    options: { stream?: bigint } = {},
+  ): void {
+    const handle = this.#handle('setPenaltyTokens');
+    const cap = this.penaltyCapacity;
+    if (cap === 0) {
+      throw new TypeError('setPenaltyTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))');
+    }
+    if (options === null || typeof options !== 'object') throw typeError('options', 'an object', options);
+    checkKnownKeys('setPenaltyTokens options', options, ['stream']);
+    const stream = checkStream('stream', options.stream);
+    if (stream !== undefined && this.device.kind !== 'cuda') {
+      throw new TypeError(`stream: a CUDA stream needs a 'cuda' sampler, got one on ${this.device}`);
+    }
+    if (typeof first !== 'number' || !Number.isInteger(first) || first < 0 || first >= this.maxBatch) {
+      throw rangeError('first', `an integer in [0, ${this.maxBatch - 1}] (maxBatch is ${this.maxBatch})`, first);
+    }
+    const offsets = (penaltyTokens as { rowOffsets?: unknown } | null)?.rowOffsets;
+    if (!isTyped(offsets, 'Int32Array')) checkPenaltyTokens(penaltyTokens, 1, this.vocab);  // throws its message
+    const count = (offsets as Int32Array).length - 1;
+    if (count < 1 || first + count > this.maxBatch) {
+      throw rangeError('penaltyTokens.rowOffsets', `an Int32Array of 2 .. ${this.maxBatch - first + 1} values (rows from row ${first}, maxBatch ${this.maxBatch}, + 1)`, offsets);
+    }
+    const c = checkPenaltyTokens(penaltyTokens, count, this.vocab);
+    const tokens = new Int32Array(count * cap).fill(-1);
+    const counts = new Int32Array(count * cap);
+    const inPrompt = new Uint8Array(count * cap);
+    for (let r = 0; r < count; r++) {
+      const n = c.offsets[r + 1] - c.offsets[r];
+      if (n > cap) {
+        throw rangeError(`penaltyTokens.rowOffsets[${r + 1}]`, `at most ${cap} tokens in row ${r} (the sampler's penaltyCapacity)`, raw(`${n} tokens`));
+      }
+      tokens.set(c.tokens.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
+      counts.set(c.counts.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
+      inPrompt.set(c.inPrompt.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
+    }
+    handle.setPenaltyTokens(first, count, tokens, counts, inPrompt, stream);
   }
 
   /**
@@ -334,7 +448,11 @@ export class Sampler {
       batch,
       stream,
       advanceOffset: optionalBool('advanceOffset', args.advanceOffset),
+      recordTokens: optionalBool('recordTokens', args.recordTokens),
     };
+    if (spec.recordTokens && this.penaltyCapacity === 0) {
+      throw new TypeError('recordTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))');
+    }
     if (args.statusOut !== undefined) spec.status = output('statusOut', args.statusOut, 'i32', batch, 'one per row');
     if (this.logprobs) {
       if (args.logprobsOut === undefined) throw typeError('logprobsOut', `an 'f32' tensor of at least ${batch * S} elements (the sampler was created with logprobs)`, undefined);
@@ -371,6 +489,14 @@ export class Sampler {
     const l = this.layout;
     const B = this.maxBatch;
     const view = new DataView(bytes);
+    const slots = B * this.penaltyCapacity;
+    const table = l.penaltyTokenIds !== undefined && l.penaltyCounts !== undefined && l.penaltyInPrompt !== undefined
+      ? {
+          tokenIds: new Int32Array(bytes.slice(l.penaltyTokenIds, l.penaltyTokenIds + 4 * slots)),
+          outputCounts: new Int32Array(bytes.slice(l.penaltyCounts, l.penaltyCounts + 4 * slots)),
+          inPrompt: new Uint8Array(bytes.slice(l.penaltyInPrompt, l.penaltyInPrompt + slots)),
+        }
+      : null;
     return {
       temperature: new Float32Array(bytes.slice(l.temperature, l.temperature + 4 * B)),
       topK: new Int32Array(bytes.slice(l.topK, l.topK + 4 * B)),
@@ -378,7 +504,12 @@ export class Sampler {
       minP: new Float32Array(bytes.slice(l.minP, l.minP + 4 * B)),
       seed: new BigUint64Array(bytes.slice(l.seed, l.seed + 8 * B)),
       offset: new BigUint64Array(bytes.slice(l.offset, l.offset + 8 * B)),
+      repetitionPenalty: new Float32Array(bytes.slice(l.repetitionPenalty, l.repetitionPenalty + 4 * B)),
+      frequencyPenalty: new Float32Array(bytes.slice(l.frequencyPenalty, l.frequencyPenalty + 4 * B)),
+      presencePenalty: new Float32Array(bytes.slice(l.presencePenalty, l.presencePenalty + 4 * B)),
       fallbackRows: view.getInt32(l.fallbackRows, true),
+      penaltyTable: table,
+      unrecordedTokens: l.unrecordedTokens === undefined ? 0 : view.getInt32(l.unrecordedTokens, true),
     };
   }
 
@@ -403,6 +534,11 @@ function fieldCheck(name: string): ((x: number) => boolean) | null {
       return (x) => x > 0 && x <= 1;
     case 'minP':
       return (x) => x >= 0 && x < 1;
+    case 'repetitionPenalty':
+      return (x) => Number.isFinite(x) && x > 0;
+    case 'frequencyPenalty':
+    case 'presencePenalty':
+      return Number.isFinite;
   }
   return null;
 }

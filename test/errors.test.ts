@@ -327,6 +327,39 @@ const cases: Record<string, Case> = {
   [`RangeError: rows: expected 1 .. 1 rows from row 3 (maxBatch is 4), got 2 rows`]: {
     runs: [() => sampler(cpu).setRows(3, { temperature: new Float32Array(2) })],
   },
+  [`RangeError: penaltyCapacity: expected an integer in [0, 65536], got 70000`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 70000 })],
+  },
+  [`RangeError: penaltyCapacity: expected 0 with numSamples > 1 (a row has one output to count), got 8`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 8, numSamples: 2 })],
+  },
+  [`TypeError: repetitionPenalty: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`]: {
+    runs: [() => sampler(cpu).setRows(0, { repetitionPenalty: new Float32Array([1.2]) })],
+  },
+  [`TypeError: setPenaltyTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`]: {
+    runs: [() => sampler(cpu).setPenaltyTokens(0, penaltyTokens([[1]]))],
+  },
+  [`TypeError: recordTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`]: {
+    runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')), recordTokens: true })],
+  },
+  [`RangeError: repetitionPenalty[0]: expected a finite number > 0 (1 = off), got 0`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setRows(0, { repetitionPenalty: new Float32Array([0]) })],
+  },
+  [`RangeError: penaltyTokens.rowOffsets[1]: expected at most 2 tokens in row 0 (the sampler's penaltyCapacity), got 3 tokens`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setPenaltyTokens(0, penaltyTokens([[1, 2, 3]]))],
+  },
+  [`RangeError: penaltyTokens.rowOffsets: expected an Int32Array of 2 .. 2 values (rows from row 3, maxBatch 4, + 1), got Int32Array(3)`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setPenaltyTokens(3, penaltyTokens([[1], [2]]))],
+  },
+  [`Error: setPenaltyTokens: cannot run during graph capture …`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const s = sampler(gpu(), { penaltyCapacity: 2 });
+        return gpu().captureGraph(() => s.setPenaltyTokens(0, penaltyTokens([[1]])));
+      },
+    ],
+  },
   [`RangeError: H: expected at most maxBatch = 4 rows, got [5, 8]`]: {
     runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [5, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([5], 'i32')) })],
   },
@@ -523,6 +556,16 @@ function sampler(dev: Device, extra: Partial<SamplerConfig> = {}): Sampler {
   return s;
 }
 const samplers: Sampler[] = [];
+/** setPenaltyTokens' argument for rows of prompt tokens. */
+function penaltyTokens(rows: number[][]) {
+  const ids = rows.flat();
+  return {
+    rowOffsets: Int32Array.from({ length: rows.length + 1 }, (_, b) => rows.slice(0, b).flat().length),
+    tokenIds: Int32Array.from(ids),
+    outputCounts: new Int32Array(ids.length),
+    inPrompt: new Uint8Array(ids.length).fill(1),
+  };
+}
 afterEach(() => {
   while (samplers.length) samplers.pop()!.dispose();
 });

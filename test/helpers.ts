@@ -840,3 +840,64 @@ export function runRanks(ranks: number, testCase: object, limitMs: number): Prom
     ),
   );
 }
+
+/** A row's listed tokens and penalties (SEMANTICS §2, steps 2a-2d), as the tests describe them. */
+export interface Listed {
+  bias?: [number, number][];                       // [token, value]
+  banned?: number[];
+  penalized?: [number, number, boolean][];         // [token, output count, in prompt]
+  repetition?: number;
+  frequency?: number;
+  presence?: number;
+}
+
+/** The logits after steps 2a-2d, each step rounded to float32 as the library computes it. */
+export function adjusted(logits: ArrayLike<number>, row: Listed): Float64Array {
+  const l = Float64Array.from(logits);
+  for (const [t, value] of row.bias ?? []) l[t] = Math.fround(l[t] + Math.fround(value));
+  for (const t of row.banned ?? []) l[t] = -Infinity;
+  const r = Math.fround(row.repetition ?? 1);
+  const f = Math.fround(row.frequency ?? 0);
+  const p = Math.fround(row.presence ?? 0);
+  for (const [t, count, inPrompt] of row.penalized ?? []) {
+    if (r !== 1 && (count > 0 || inPrompt)) l[t] = Math.fround(l[t] > 0 ? l[t] / r : l[t] * r);
+    if (count > 0) l[t] = Math.fround(l[t] - Math.fround(f * count + p));
+  }
+  return l;
+}
+
+/** The options for rows of Listed (CSR lists in row order). */
+export function listedOptions(rows: Listed[]): SampleOptions {
+  const B = rows.length;
+  const o: SampleOptions = {};
+  const csr = <T>(get: (r: Listed) => T[] | undefined) => {
+    const offsets = new Int32Array(B + 1);
+    const items: T[] = [];
+    rows.forEach((r, b) => {
+      items.push(...(get(r) ?? []));
+      offsets[b + 1] = items.length;
+    });
+    return { offsets, items };
+  };
+  if (rows.some((r) => r.bias)) {
+    const { offsets, items } = csr((r) => r.bias);
+    o.logitBias = { rowOffsets: offsets, tokenIds: Int32Array.from(items, (x) => x[0]), values: Float32Array.from(items, (x) => x[1]) };
+  }
+  if (rows.some((r) => r.banned)) {
+    const { offsets, items } = csr((r) => r.banned);
+    o.bannedTokens = { rowOffsets: offsets, tokenIds: Int32Array.from(items) };
+  }
+  if (rows.some((r) => r.penalized)) {
+    const { offsets, items } = csr((r) => r.penalized);
+    o.penaltyTokens = {
+      rowOffsets: offsets,
+      tokenIds: Int32Array.from(items, (x) => x[0]),
+      outputCounts: Int32Array.from(items, (x) => x[1]),
+      inPrompt: Uint8Array.from(items, (x) => (x[2] ? 1 : 0)),
+    };
+    o.repetitionPenalty = Float32Array.from(rows, (r) => r.repetition ?? 1);
+    o.frequencyPenalty = Float32Array.from(rows, (r) => r.frequency ?? 0);
+    o.presencePenalty = Float32Array.from(rows, (r) => r.presence ?? 0);
+  }
+  return o;
+}

@@ -20,6 +20,8 @@
 #include "pools.h"
 #include "runtime.h"
 
+static_assert(flashsample::binding::kRowFieldCount == flashsample::cuda::kRowFields, "the scatter kernel's fields");
+
 namespace flashsample {
 namespace binding {
 
@@ -166,16 +168,18 @@ std::set<std::pair<int, uint64_t>> g_created_streams;
 struct LaunchKey {
   int64_t batch = 0;
   const void* pointers[9] = {};
-  bool advance = false;
+  bool advance = false, record = false;
   bool operator==(const LaunchKey& o) const {
-    return batch == o.batch && advance == o.advance && std::equal(pointers, pointers + 9, o.pointers);
+    return batch == o.batch && advance == o.advance && record == o.record &&
+           std::equal(pointers, pointers + 9, o.pointers);
   }
 };
 
-LaunchKey key_of(const SampleParams& p, bool advance) {
+LaunchKey key_of(const SampleParams& p, bool advance, bool record) {
   LaunchKey k;
   k.batch = p.batch;
   k.advance = advance;
+  k.record = record;
   const void* ptrs[9] = {p.hidden, p.weight, p.bias, p.allowed, p.tokens, p.row_status, p.logprobs,
                          p.top_tokens, p.top_token_logprobs};
   std::copy(ptrs, ptrs + 9, k.pointers);
@@ -221,20 +225,37 @@ LaunchGraphs& launch_graphs_of(EngineSampler* s) {
   return *static_cast<LaunchGraphs*>(s->launch_graphs.get());
 }
 
-cudaError_t launch_direct(const SampleParams& p, bool advance, cudaStream_t stream) {
+// The sampler's penalty table, as launch_record_tokens takes it.
+cuda::PenaltyTable penalty_table_of(const EngineSampler& s) {
+  uint8_t* block = static_cast<uint8_t*>(s.block->data());
+  cuda::PenaltyTable t;
+  t.tokens = reinterpret_cast<int32_t*>(block + s.layout.penalty_tokens);
+  t.counts = reinterpret_cast<int32_t*>(block + s.layout.penalty_counts);
+  t.in_prompt = block + s.layout.penalty_in_prompt;
+  t.capacity = static_cast<int32_t>(s.layout.penalty_capacity);
+  return t;
+}
+
+cudaError_t launch_direct(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
+                          cudaStream_t stream) {
   cudaError_t e = cuda::launch_fused_sample(p, stream);
+  if (e == cudaSuccess && record) {
+    int32_t* unrecorded = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(s.block->data()) + s.layout.unrecorded);
+    e = cuda::launch_record_tokens(penalty_table_of(s), p.tokens, p.batch, p.row_status, unrecorded, stream);
+  }
   if (e == cudaSuccess && advance) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
   return e;
 }
 
 cudaStream_t g_private_streams[64];  // JS thread only: where repeated enqueues are captured
 
-cudaError_t capture_launches(int ordinal, const SampleParams& p, bool advance, cudaGraphExec_t* exec) {
-  cudaStream_t& stream = g_private_streams[ordinal];
+cudaError_t capture_launches(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
+                             cudaGraphExec_t* exec) {
+  cudaStream_t& stream = g_private_streams[s.ordinal];
   cudaError_t e = stream ? cudaSuccess : cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) return e;
   if ((e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) return e;
-  e = launch_direct(p, advance, stream);
+  e = launch_direct(s, p, advance, record, stream);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   if (e == cudaSuccess) e = ended;
@@ -244,14 +265,14 @@ cudaError_t capture_launches(int ordinal, const SampleParams& p, bool advance, c
 }
 
 // Launches p's work on `target`: a graph for a repeated call, else the kernels one by one.
-cudaError_t launch_eager(EngineSampler* s, const SampleParams& p, bool advance, cudaStream_t target) {
+cudaError_t launch_eager(EngineSampler* s, const SampleParams& p, bool advance, bool record, cudaStream_t target) {
   LaunchGraphs& graphs = launch_graphs_of(s);
-  const LaunchKey key = key_of(p, advance);
+  const LaunchKey key = key_of(p, advance, record);
   cudaGraphExec_t exec = nullptr;
   if (LaunchGraphs::Entry* e = graphs.find(key)) {
     exec = e->exec;
   } else if (graphs.has_last && graphs.last == key) {
-    if (capture_launches(s->ordinal, p, advance, &exec) != cudaSuccess) {
+    if (capture_launches(*s, p, advance, record, &exec) != cudaSuccess) {
       (void)cudaGetLastError();
       exec = nullptr;
     }
@@ -259,7 +280,7 @@ cudaError_t launch_eager(EngineSampler* s, const SampleParams& p, bool advance, 
   }
   graphs.last = key;
   graphs.has_last = true;
-  return exec != nullptr ? cudaGraphLaunch(exec, target) : launch_direct(p, advance, target);
+  return exec != nullptr ? cudaGraphLaunch(exec, target) : launch_direct(*s, p, advance, record, target);
 }
 
 }  // namespace
@@ -322,8 +343,53 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
   return "";
 }
 
+std::string gpu_set_penalty_rows(EngineSampler* s, int64_t first, int64_t count, const int32_t* tokens,
+                                 const int32_t* counts, const uint8_t* in_prompt, uint64_t stream) {
+  if (gpu_capturing()) {
+    return "setPenaltyTokens: cannot run during graph capture (it copies from host memory, which a "
+           "replay would read again): set them between replays, or write the table with your own kernels";
+  }
+  const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(s->layout.penalty_capacity);
+  const size_t at = static_cast<size_t>(first) * static_cast<size_t>(s->layout.penalty_capacity);
+  DeviceStreams* streams;
+  std::string error = enter_device(s->ordinal, &streams);
+  if (!error.empty()) return error;
+  cudaStream_t target = stream ? as_stream(stream) : streams->compute;
+  size_t capacity = 0;
+  uint8_t* pinned = static_cast<uint8_t*>(pinned_pool().acquire(9 * slots, &capacity));
+  if (pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for setPenaltyTokens";
+  std::memcpy(pinned, tokens, 4 * slots);
+  std::memcpy(pinned + 4 * slots, counts, 4 * slots);
+  std::memcpy(pinned + 8 * slots, in_prompt, slots);
+  uint8_t* block = static_cast<uint8_t*>(s->block->data());
+  cudaError_t status = order_after_last(s, target);
+  if (status == cudaSuccess) {
+    status = cudaMemcpyAsync(block + s->layout.penalty_tokens + 4 * at, pinned, 4 * slots, cudaMemcpyHostToDevice,
+                             target);
+  }
+  if (status == cudaSuccess) {
+    status = cudaMemcpyAsync(block + s->layout.penalty_counts + 4 * at, pinned + 4 * slots, 4 * slots,
+                             cudaMemcpyHostToDevice, target);
+  }
+  if (status == cudaSuccess) {
+    status = cudaMemcpyAsync(block + s->layout.penalty_in_prompt + at, pinned + 8 * slots, slots,
+                             cudaMemcpyHostToDevice, target);
+  }
+  if (status == cudaSuccess) status = mark_last(s, target);
+  Retired r;
+  r.pinned = pinned;
+  r.pinned_capacity = capacity;
+  r.keep.push_back(s->block);
+  retire_after(s->ordinal, target, std::move(r));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_message("setPenaltyTokens (copy)", status);
+  }
+  return "";
+}
+
 std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
-                        bool advance_offset, uint64_t stream, std::vector<StorageRef> keep) {
+                        bool advance_offset, bool record_tokens, uint64_t stream, std::vector<StorageRef> keep) {
   const bool capturing = gpu_capturing();
   cudaStream_t target = nullptr;
   std::string error = timed(HostStep::kEnqueuePrologue, [&]() -> std::string {
@@ -353,7 +419,8 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
   if (!error.empty()) return error;
   cudaError_t status = cudaSuccess;
   status = timed(HostStep::kEnqueueKernels, [&] {
-    return capturing ? launch_direct(p, advance_offset, target) : launch_eager(s.get(), p, advance_offset, target);
+    return capturing ? launch_direct(*s, p, advance_offset, record_tokens, target)
+                     : launch_eager(s.get(), p, advance_offset, record_tokens, target);
   });
   if (status == cudaSuccess) status = cudaGetLastError();
   if (capturing) {

@@ -43,8 +43,12 @@ std::string gpu_set_rows(EngineSampler*, int64_t, int64_t, uint32_t, const uint8
                          const uint32_t*, uint64_t) {
   return kNoCuda;
 }
-std::string gpu_enqueue(const std::shared_ptr<EngineSampler>&, const SampleParams&, bool, uint64_t,
+std::string gpu_enqueue(const std::shared_ptr<EngineSampler>&, const SampleParams&, bool, bool, uint64_t,
                         std::vector<StorageRef>) {
+  return kNoCuda;
+}
+std::string gpu_set_penalty_rows(EngineSampler*, int64_t, int64_t, const int32_t*, const int32_t*, const uint8_t*,
+                                 uint64_t) {
   return kNoCuda;
 }
 struct GpuRead {};

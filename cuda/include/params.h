@@ -28,6 +28,7 @@ enum RowStatus : int32_t {
   kRowOk = 0,
   kRowNoCandidate = 1,  // every logit of the row is NaN, -Inf or masked out: no token can be drawn
   kRowUndecided = 2,    // merge_partials: the shards' candidates do not settle the kept set
+  kRowTableFull = 3,    // an engine sampler's penalty table had no free slot: drawn, not recorded
 };
 
 struct SampleParams {

@@ -1,0 +1,282 @@
+// The engine sampler's penalty table (issue 20): setPenaltyTokens loads rows' prompt and output
+// tokens, enqueue's recordTokens counts each drawn token on the device, and every step draws what
+// sampleFused draws with the same lists built on the host (bit for bit, on every device); a full
+// table's status; a fixed table's draws against float64 (chi-square); on CUDA, graph replays that
+// record equal sequential calls.
+
+import { open, sampleFused, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
+import {
+  adjusted,
+  cudaStatus,
+  describeDevices,
+  dominantLogits,
+  goodnessOfFit,
+  keptDistribution,
+  listedOptions,
+  plantLogits,
+  rowCounts,
+  zipfLogits,
+  type Listed,
+} from './helpers';
+
+/** A row's tokens as the host keeps them: token -> [count in the output, in the prompt], in slot order. */
+type HostTable = Map<number, [number, boolean]>;
+
+interface PenaltyRow {
+  temperature: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetition?: number;
+  frequency?: number;
+  presence?: number;
+  prompt: number[];
+  output?: [number, number][];  // [token, count] already drawn
+}
+
+/** Rows whose penalties change their draws: a greedy row with a repetition penalty, filters, all three. */
+function penaltyRows(top: (b: number) => number[]): PenaltyRow[] {
+  return [
+    { temperature: 0.8, repetition: 1.5, prompt: top(0).slice(0, 2) },
+    { temperature: 1, frequency: 0.7, prompt: [], output: [[top(1)[0], 2]] },
+    { temperature: 0.6, topK: 20, presence: 1.2, prompt: [7, 8] },
+    { temperature: 1, topP: 0.9, repetition: 1.3, frequency: 0.4, presence: 0.3, prompt: top(3).slice(1, 3) },
+    { temperature: 1, prompt: [] },
+    { temperature: 0, repetition: 2, prompt: [top(5)[0]] },
+    { temperature: 0.9, minP: 0.05, frequency: 1, prompt: [] },
+  ];
+}
+
+function hostTables(rows: PenaltyRow[]): HostTable[] {
+  return rows.map((r) => {
+    const t: HostTable = new Map();
+    for (const v of r.prompt) t.set(v, [0, true]);
+    for (const [v, n] of r.output ?? []) t.set(v, [(t.get(v)?.[0] ?? 0) + n, t.get(v)?.[1] ?? false]);
+    return t;
+  });
+}
+
+function asListed(r: PenaltyRow, t: HostTable): Listed {
+  return {
+    penalized: [...t].map(([v, [n, p]]) => [v, n, p] as [number, number, boolean]),
+    repetition: r.repetition,
+    frequency: r.frequency,
+    presence: r.presence,
+  };
+}
+
+/** setPenaltyTokens' argument for the host tables. */
+function tableTokens(tables: HostTable[]) {
+  const rowOffsets = new Int32Array(tables.length + 1);
+  const ids: number[] = [];
+  const counts: number[] = [];
+  const prompt: number[] = [];
+  tables.forEach((t, b) => {
+    for (const [v, [n, p]] of t) {
+      ids.push(v);
+      counts.push(n);
+      prompt.push(p ? 1 : 0);
+    }
+    rowOffsets[b + 1] = ids.length;
+  });
+  return { rowOffsets, tokenIds: Int32Array.from(ids), outputCounts: Int32Array.from(counts), inPrompt: Uint8Array.from(prompt) };
+}
+
+function rowFields(rows: PenaltyRow[], seed0: number) {
+  const B = rows.length;
+  return {
+    temperature: Float32Array.from(rows, (r) => r.temperature),
+    topK: Int32Array.from(rows, (r) => r.topK ?? 0),
+    topP: Float32Array.from(rows, (r) => r.topP ?? 1),
+    minP: Float32Array.from(rows, (r) => r.minP ?? 0),
+    seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(seed0 + 13 * b)),
+    repetitionPenalty: Float32Array.from(rows, (r) => r.repetition ?? 1),
+    frequencyPenalty: Float32Array.from(rows, (r) => r.frequency ?? 0),
+    presencePenalty: Float32Array.from(rows, (r) => r.presence ?? 0),
+  };
+}
+
+/** sampleFused's options for the rows at step `step`, the penalties from the host tables. */
+function stepOptions(rows: PenaltyRow[], tables: HostTable[], fields: ReturnType<typeof rowFields>, step: number): SampleOptions {
+  const B = rows.length;
+  return {
+    ...listedOptions(rows.map((r, b) => asListed(r, tables[b]))),
+    temperature: fields.temperature,
+    topK: fields.topK,
+    topP: fields.topP,
+    minP: fields.minP,
+    seed: fields.seed,
+    offset: new BigUint64Array(B).fill(BigInt(step)),
+  };
+}
+
+function record(tables: HostTable[], tokens: ArrayLike<number>): void {
+  tables.forEach((t, b) => {
+    const v = tokens[b];
+    if (v < 0) return;
+    const e = t.get(v);
+    t.set(v, [(e?.[0] ?? 0) + 1, e?.[1] ?? false]);
+  });
+}
+
+/** The device table of rows [0, B) as host tables (free slots left out, slot order kept). */
+function readTables(table: { tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array }, B: number, cap: number): HostTable[] {
+  return Array.from({ length: B }, (_, b) => {
+    const t: HostTable = new Map();
+    for (let i = b * cap; i < (b + 1) * cap; i++) {
+      if (table.tokenIds[i] >= 0) t.set(table.tokenIds[i], [table.outputCounts[i], table.inPrompt[i] === 1]);
+    }
+    return t;
+  });
+}
+
+/** N steps of enqueue (advanceOffset, recordTokens) against N sampleFused calls with the host's lists. */
+async function checkRecordedSteps(d: Device, steps: number, enqueue: (s: Sampler, out: Tensor, status: Tensor, H: Tensor, W: Tensor) => void) {
+  const V = 1000;
+  const logits = Array.from({ length: 7 }, (_, b) => dominantLogits(V, 70 + b, 6));
+  // the greedy row (5, repetition 2, its top token in the prompt): a runner-up at 4 wins until drawn
+  logits[5][(logits[5].indexOf(6) + 1) % V] = 4;
+  const top = (b: number) => Array.from(logits[b], (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+  const rows = penaltyRows(top);
+  const B = rows.length;
+  const cap = 16;
+  const p = plantLogits(d, 'bf16', logits, { D: 16 });
+  const sampler = d.createSampler({ maxBatch: B + 1, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topK', 'topP', 'minP'], penaltyCapacity: cap });
+  const fields = rowFields(rows, 900);
+  sampler.setRows(0, fields);
+  const tables = hostTables(rows);
+  sampler.setPenaltyTokens(0, tableTokens(tables));
+  const out = d.empty([B], 'i32');
+  const status = d.empty([B], 'i32');
+  const drawn: number[][] = [];
+  for (let step = 0; step < steps; step++) {
+    const want = await sampleFused(p.H, p.W, stepOptions(rows, tables, fields, step));
+    enqueue(sampler, out, status, p.H, p.W);
+    await d.synchronize();
+    const got = Array.from((await out.toArray()) as Int32Array);
+    expect(got).toEqual(Array.from(want.tokens));
+    expect(Array.from((await status.toArray()) as Int32Array)).toEqual(new Array(B).fill(0));
+    record(tables, got);
+    drawn.push(got);
+  }
+  const after = await sampler.readRows();
+  expect(readTables(after.penaltyTable!, B, cap)).toEqual(tables);
+  expect(readTables(after.penaltyTable!, B + 1, cap)[B].size).toBe(0); // the row past the batch untouched
+  expect(after.unrecordedTokens).toBe(0);
+  // the penalties did something: the greedy row with repetition 2 moved off its first token
+  expect(new Set(drawn.map((t) => t[5])).size).toBeGreaterThan(1);
+  out.dispose();
+  status.dispose();
+  sampler.dispose();
+  p.dispose();
+}
+
+describeDevices((name, dev) => {
+  test('recordTokens: each step draws what sampleFused draws with the lists kept on the host', async () => {
+    await checkRecordedSteps(dev(), 8, (s, out, status, H, W) => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
+  });
+
+  test('a full table: status 3, the token drawn but not recorded, unrecordedTokens counts it', async () => {
+    const d = dev();
+    const V = 111;
+    const l = dominantLogits(V, 5, 1);
+    const top = Array.from(l, (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+    const p = plantLogits(d, 'f32', [l, l], { D: 8 });
+    const sampler = d.createSampler({ maxBatch: 2, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 1 });
+    sampler.setRows(0, { temperature: new Float32Array([0, 0]) });
+    // row 0's one slot holds an unlikely token; row 1's is free
+    sampler.setPenaltyTokens(0, { rowOffsets: new Int32Array([0, 1, 1]), tokenIds: new Int32Array([top[V - 1]]), outputCounts: new Int32Array([0]), inPrompt: new Uint8Array([1]) });
+    const out = d.empty([2], 'i32');
+    const status = d.empty([2], 'i32');
+    for (let i = 0; i < 2; i++) {
+      sampler.enqueue({ H: p.H, W: p.W, out, statusOut: status, recordTokens: true });
+      await d.synchronize();
+      expect(Array.from((await out.toArray()) as Int32Array)).toEqual([top[0], top[0]]);
+      expect(Array.from((await status.toArray()) as Int32Array)).toEqual([3, 0]);
+    }
+    const after = await sampler.readRows();
+    expect(after.unrecordedTokens).toBe(2);
+    expect(Array.from(after.penaltyTable!.tokenIds)).toEqual([top[V - 1], top[0]]);
+    expect(Array.from(after.penaltyTable!.outputCounts)).toEqual([0, 2]);
+    // without statusOut the row is still counted
+    sampler.enqueue({ H: p.H, W: p.W, out, recordTokens: true });
+    expect((await sampler.readRows()).unrecordedTokens).toBe(3);
+    // setPenaltyTokens frees the slots it does not fill
+    sampler.setPenaltyTokens(1, { rowOffsets: new Int32Array([0, 0]), tokenIds: new Int32Array(0), outputCounts: new Int32Array(0), inPrompt: new Uint8Array(0) });
+    expect(Array.from((await sampler.readRows()).penaltyTable!.tokenIds)).toEqual([top[V - 1], -1]);
+    out.dispose();
+    status.dispose();
+    sampler.dispose();
+    p.dispose();
+  });
+
+  // 2048 rows (independent seeds) x 120 advancing steps = 245,760 draws from one distribution: a 1%
+  // relative bias of a token of p ~ 0.2 is ~4 standard errors.
+  test('a fixed table draws softmax of the penalized logits, chi-square against float64', async () => {
+    const d = dev();
+    const V = 111;
+    const B = 2048;
+    const steps = 120;
+    const l = zipfLogits(V, 1.0, 33);
+    const top = Array.from(l, (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+    const listed: Listed = {
+      penalized: [[top[0], 2, true], [top[1], 0, true], [top[2], 1, false], [top[5], 3, false]],
+      repetition: 1.4,
+      frequency: 0.3,
+      presence: 0.2,
+    };
+    const p = plantLogits(d, 'f32', Array.from({ length: B }, () => l), { D: 8 });
+    const sampler = d.createSampler({ maxBatch: B, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 8 });
+    sampler.setRows(0, {
+      temperature: new Float32Array(B).fill(0.8),
+      seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(77000 + b)),
+      repetitionPenalty: new Float32Array(B).fill(1.4),
+      frequencyPenalty: new Float32Array(B).fill(0.3),
+      presencePenalty: new Float32Array(B).fill(0.2),
+    });
+    const one = listedOptions([listed]).penaltyTokens!;
+    const n = one.tokenIds.length;
+    sampler.setPenaltyTokens(0, {
+      rowOffsets: Int32Array.from({ length: B + 1 }, (_, b) => b * n),
+      tokenIds: Int32Array.from({ length: B * n }, (_, i) => one.tokenIds[i % n]),
+      outputCounts: Int32Array.from({ length: B * n }, (_, i) => one.outputCounts[i % n]),
+      inPrompt: Uint8Array.from({ length: B * n }, (_, i) => one.inPrompt[i % n]),
+    });
+    const out = d.empty([B], 'i32');
+    const counts = new Float64Array(V);
+    for (let step = 0; step < steps; step++) {
+      sampler.enqueue({ H: p.H, W: p.W, out, advanceOffset: true });
+      await d.synchronize();
+      for (const row of rowCounts((await out.toArray()) as Int32Array, B, 1, V)) for (let v = 0; v < V; v++) counts[v] += row[v];
+    }
+    const kept = keptDistribution(adjusted(p.logits[0], listed), { temperature: 0.8 });
+    const fit = goodnessOfFit(counts, kept.probs);
+    expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
+    // the penalties moved mass: the top token's share is below its unpenalized share
+    const plain = keptDistribution(p.logits[0], { temperature: 0.8 });
+    expect(kept.probs[top[0]]).toBeLessThan(0.8 * plain.probs[top[0]]);
+    out.dispose();
+    sampler.dispose();
+    p.dispose();
+  });
+
+  test(`${name}: penalty fields and the table need a sampler created with penaltyCapacity`, async () => {
+    const d = dev();
+    const s = d.createSampler({ maxBatch: 2, vocab: 100, hidden: 8, dtype: 'f32' });
+    expect(s.penaltyCapacity).toBe(0);
+    expect(s.layout.penaltyCapacity).toBe(0);
+    expect((await s.readRows()).penaltyTable).toBeNull();
+    s.dispose();
+  });
+});
+
+const st = cudaStatus();
+(st.usable ? test : test.skip)('cuda: N graph replays with recordTokens = N sequential sampleFused calls', async () => {
+  const gpu = open('cuda');
+  let graph: ReturnType<Device['captureGraph']> | undefined;
+  await checkRecordedSteps(gpu, 6, (s, out, status, H, W) => {
+    graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
+    graph.launch();
+  });
+  graph?.dispose();
+});
