@@ -12,8 +12,8 @@
 //   graph µs   the same for replays of a graph that captured one enqueue (advanceOffset);
 //   kernel µs  CUDA events around the same kernels (timeSampler with the rows as per-row arrays);
 // and graph / kernel, the replay's overhead over the kernels alone. An option set with listed<n>
-// gives the sampler a penalty table holding the penalty part of the same lists --mode sample uses
-// (bench/inputs.ts listedLists: no bias or ban here), and every enqueue records its tokens.
+// gives the sampler list tables holding the lists --mode sample uses (bench/inputs.ts listedLists:
+// logit bias, a ban that stays on, penalties), and every enqueue records its tokens.
 import { performance } from 'perf_hooks';
 import { native } from '../lib/native';
 import { timeSampler, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
@@ -89,13 +89,12 @@ export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowe
   return o;
 }
 
-type PenaltyLists = Pick<ReturnType<typeof listedLists>, 'penaltyTokens' | 'repetitionPenalty' | 'frequencyPenalty' | 'presencePenalty'>;
+type PenaltyLists = ReturnType<typeof listedLists>;
 
-/** The penalty part of listedLists for a listed<n> option set (undefined without one). */
+/** listedLists for a listed<n> option set (undefined without one). */
 function penaltyLists(set: OptionSet, B: number, vocab: number): PenaltyLists | undefined {
   if (set.listed === undefined) return undefined;
-  const l = listedLists(B, vocab, set.listed, set.listedShared ?? false, 98);
-  return { penaltyTokens: l.penaltyTokens, repetitionPenalty: l.repetitionPenalty, frequencyPenalty: l.frequencyPenalty, presencePenalty: l.presencePenalty };
+  return listedLists(B, vocab, set.listed, set.listedShared ?? false, 98);
 }
 
 /** JS-thread µs of each of `iters` calls of `call`, each with the device idle (a wait after it). */
@@ -155,6 +154,8 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       filterOrder: set.filterOrder ?? 'hf',
       // room for the steps' recorded tokens; a full row only reports status 3
       penaltyCapacity: penalties ? (set.listed ?? 0) + 64 : 0,
+      logitBiasCapacity: penalties ? set.listed : 0,
+      bannedCapacity: penalties ? 1 : 0,
     });
     const rows = rowsFor(set, B);
     sampler.setRows(0, rows);
@@ -163,8 +164,11 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
         repetitionPenalty: new Float32Array(B).fill(penalties.repetitionPenalty),
         frequencyPenalty: new Float32Array(B).fill(penalties.frequencyPenalty),
         presencePenalty: new Float32Array(B).fill(penalties.presencePenalty),
+        minTokens: new Int32Array(B).fill(2 ** 30), // the ban stays on, as in --mode sample
       });
       sampler.setPenaltyTokens(0, penalties.penaltyTokens);
+      sampler.setLogitBias(0, penalties.logitBias);
+      sampler.setBannedTokens(0, penalties.bannedTokens);
     }
     const make = (shape0: number[], dtype: 'i32' | 'f32') => {
       const t = device.empty(shape0, dtype);

@@ -184,27 +184,43 @@ enum RowField : int {
   kFieldRepetitionPenalty = 6,  // f32
   kFieldFrequencyPenalty = 7,   // f32
   kFieldPresencePenalty = 8,    // f32
-  kRowFieldCount = 9
+  kFieldMinTokens = 9,          // i32: the row's banned list applies while > 0
+  kRowFieldCount = 10
 };
-// The most slots a row of an engine sampler's penalty table has (and maxBatch * capacity < 2^31:
-// the table is read as CSR with 32-bit offsets).
-constexpr int64_t kMaxPenaltyCapacity = 65536;
+// The most slots a row of an engine sampler's list tables has (and maxBatch * capacity < 2^31: a
+// table is read as CSR with 32-bit offsets).
+constexpr int64_t kMaxListCapacity = 65536;
+
+// An engine sampler's list tables: a call's penalty, logit-bias and banned lists, kept on the
+// device with `capacity` slots a row (row b's at b * capacity of each column, so that rows never
+// shift). Column 0 is the token id (-1: a free slot); then the penalty table's output counts (i32)
+// and prompt flags (u8), the bias table's values (f32); the banned table has none.
+enum ListKind : int { kListPenalty = 0, kListBias = 1, kListBanned = 2, kListKinds = 3 };
+constexpr int kListMaxColumns = 3;
+inline int list_columns(int kind) { return kind == kListPenalty ? 3 : kind == kListBias ? 2 : 1; }
+inline size_t list_column_bytes(int kind, int column) {
+  return column == 0 ? 4 : kind == kListPenalty && column == 2 ? 1 : 4;
+}
+struct ListTable {
+  int64_t capacity = 0;                 // 0: the sampler has no such table
+  size_t offsets = 0;                   // i32 [max_batch + 1]: b * capacity (the CSR the kernels read)
+  size_t columns[kListMaxColumns] = {};
+};
 inline size_t row_field_bytes(int field) { return field == kFieldSeed || field == kFieldOffset ? 8 : 4; }
 
 // The parameter block of a sampler of `max_batch` rows: one region of max_batch elements per
-// field (256-byte aligned, at at[field]), the fallback-row counter, the penalty table when the
-// sampler has one (`penalty_capacity` slots a row: CSR offsets b * capacity, then token ids,
-// counts, prompt flags, and the count of tokens a full table did not record), and (device
-// samplers) the staging region that setRows copies into before scattering. readRows copies
-// everything before the staging region.
+// field (256-byte aligned, at at[field]), the fallback-row counter, the list tables the sampler
+// has, the count of tokens a full penalty table did not record, and (device samplers) the staging
+// region that setRows copies into before scattering. readRows copies everything before the
+// staging region.
 struct SamplerBlock {
   size_t at[kRowFieldCount] = {};
   size_t fallback = 0;
-  int64_t penalty_capacity = 0;
-  size_t penalty_offsets = 0, penalty_tokens = 0, penalty_counts = 0, penalty_in_prompt = 0, unrecorded = 0;
+  ListTable lists[kListKinds];
+  size_t unrecorded = 0;
   size_t staging = 0, bytes = 0;
 };
-SamplerBlock sampler_block_layout(int64_t max_batch, int64_t penalty_capacity);
+SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kListKinds]);
 
 // A sampler's state, shared by its JS object, the graphs that captured it and its work in flight.
 struct EngineSampler {
@@ -238,17 +254,17 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
 
 // Launches the fused sampler for `p` (device pointers, the sampler's rows and workspace) on
 // `stream` (0: the stream being captured, else the library's); then, with record_tokens, counts
-// each row's token in the sampler's penalty table, and with advance_offset, adds 1 to the first
-// p.batch offsets. `keep` stays alive until the work completes, or as long as the
+// each row's token in the sampler's penalty table and counts its minTokens down, and with
+// advance_offset, adds 1 to the first p.batch offsets. `keep` stays alive until the work completes, or as long as the
 // graph being captured.
 std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,
                         bool advance_offset, bool record_tokens, uint64_t stream, std::vector<StorageRef> keep);
 
-// Replaces the penalty tables of rows [first, first + count): `tokens`, `counts` and `in_prompt`
-// hold count * capacity slots each (token -1: free), copied stream-ordered through a pinned
+// Replaces rows [first, first + count) of the sampler's list table `kind`: columns[c] holds
+// count * capacity slots of column c (token -1: free), copied stream-ordered through a pinned
 // block. Never waits.
-std::string gpu_set_penalty_rows(EngineSampler* s, int64_t first, int64_t count, const int32_t* tokens,
-                                 const int32_t* counts, const uint8_t* in_prompt, uint64_t stream);
+std::string gpu_set_list_rows(EngineSampler* s, int kind, int64_t first, int64_t count,
+                              const uint8_t* const columns[kListMaxColumns], uint64_t stream);
 
 // The sampler's block copied to the host after its last work: start on the JS thread, wait on a
 // worker thread.

@@ -18,7 +18,7 @@
 namespace flashsample {
 namespace binding {
 
-SamplerBlock sampler_block_layout(int64_t max_batch, int64_t penalty_capacity) {
+SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kListKinds]) {
   SamplerBlock l;
   size_t at = 0;
   auto take = [&](size_t bytes) {
@@ -33,15 +33,15 @@ SamplerBlock sampler_block_layout(int64_t max_batch, int64_t penalty_capacity) {
     row_bytes += row_field_bytes(f);
   }
   l.fallback = take(4);
-  l.penalty_capacity = penalty_capacity;
-  if (penalty_capacity > 0) {
-    const size_t slots = B * static_cast<size_t>(penalty_capacity);
-    l.penalty_offsets = take(4 * (B + 1));
-    l.penalty_tokens = take(4 * slots);
-    l.penalty_counts = take(4 * slots);
-    l.penalty_in_prompt = take(slots);
-    l.unrecorded = take(4);
+  for (int k = 0; k < kListKinds; ++k) {
+    ListTable& t = l.lists[k];
+    t.capacity = capacity[k];
+    if (t.capacity < 1) continue;
+    const size_t slots = B * static_cast<size_t>(t.capacity);
+    t.offsets = take(4 * (B + 1));
+    for (int c = 0; c < list_columns(k); ++c) t.columns[c] = take(list_column_bytes(k, c) * slots);
   }
+  l.unrecorded = take(4);
   // setRows's packed rows: every field, each section 8-byte aligned.
   l.staging = take(B * row_bytes + 8 * kRowFieldCount);
   l.bytes = at;
@@ -68,14 +68,19 @@ void refuse_during_capture(Napi::Env env, const char* what) {
 // launch_record_tokens on a CPU sampler's host block: the same slots, in the same order.
 void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
   uint8_t* block = static_cast<uint8_t*>(s.block->data());
-  const int64_t cap = s.layout.penalty_capacity;
-  auto* ids = reinterpret_cast<int32_t*>(block + s.layout.penalty_tokens);
-  auto* counts = reinterpret_cast<int32_t*>(block + s.layout.penalty_counts);
-  uint8_t* in_prompt = block + s.layout.penalty_in_prompt;
+  const ListTable& t = s.layout.lists[kListPenalty];
+  const int64_t cap = t.capacity;
+  auto* ids = reinterpret_cast<int32_t*>(block + t.columns[0]);
+  auto* counts = reinterpret_cast<int32_t*>(block + t.columns[1]);
+  uint8_t* in_prompt = block + t.columns[2];
   auto* unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
+  auto* min_tokens = reinterpret_cast<int32_t*>(block + s.layout.at[kFieldMinTokens]);
+  const bool bans = s.layout.lists[kListBanned].capacity > 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int32_t token = p.tokens[b];
     if (token < 0) continue;
+    if (bans && min_tokens[b] > 0) min_tokens[b] -= 1;
+    if (cap < 1) continue;
     int64_t found = -1, free = -1;
     for (int64_t i = b * cap; i < (b + 1) * cap && found < 0; ++i) {
       if (ids[i] == token) found = i;
@@ -131,7 +136,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeSampler",
                        {InstanceMethod<&NativeSampler::SetRows>("setRows"),
-                        InstanceMethod<&NativeSampler::SetPenaltyTokens>("setPenaltyTokens"),
+                        InstanceMethod<&NativeSampler::SetListRows>("setListRows"),
                         InstanceMethod<&NativeSampler::Enqueue>("enqueue"),
                         InstanceMethod<&NativeSampler::ReadRows>("readRows"),
                         InstanceMethod<&NativeSampler::Dispose>("dispose"),
@@ -141,7 +146,8 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   }
 
   // new NativeSampler({device, ordinal, maxBatch, dtype, vocab, dim, numSamples, topK, topP, minP,
-  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder, penaltyCapacity})
+  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder, penaltyCapacity,
+  //                    logitBiasCapacity, bannedCapacity})
   explicit NativeSampler(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeSampler>(info) {
     Napi::Env env = info.Env();
     if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "NativeSampler(config): expected an object");
@@ -163,9 +169,15 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.top_logprobs = static_cast<int32_t>(get_int(c, "topLogprobs", 0, 1 << 20));
     s->logprobs = get_bool(c, "logprobs");
     s->allowed_tokens = get_bool(c, "allowedTokens");
-    const int64_t capacity = get_int(c, "penaltyCapacity", 0, kMaxPenaltyCapacity);
-    if (capacity > 0 && p.num_samples != 1) throw_error(env, "createSampler: penaltyCapacity needs numSamples 1");
-    if (capacity * s->max_batch > INT32_MAX) throw_error(env, "createSampler: maxBatch * penaltyCapacity must be below 2^31");
+    static const char* kCapacityNames[kListKinds] = {"penaltyCapacity", "logitBiasCapacity", "bannedCapacity"};
+    int64_t capacity[kListKinds];
+    for (int k = 0; k < kListKinds; ++k) {
+      capacity[k] = get_int(c, kCapacityNames[k], 0, kMaxListCapacity);
+      if (capacity[k] * s->max_batch > INT32_MAX)
+        throw_error(env, std::string("createSampler: maxBatch * ") + kCapacityNames[k] + " must be below 2^31");
+    }
+    if ((capacity[kListPenalty] > 0 || capacity[kListBanned] > 0) && p.num_samples != 1)
+      throw_error(env, "createSampler: penaltyCapacity and bannedCapacity need numSamples 1");
     s->layout = sampler_block_layout(s->max_batch, capacity);
 
     const MemoryKind kind = s->on_device ? MemoryKind::kDevice : MemoryKind::kHost;
@@ -182,12 +194,13 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
       std::memcpy(&init[s->layout.at[kFieldTopP] + 4 * b], &one, 4);
       std::memcpy(&init[s->layout.at[kFieldRepetitionPenalty] + 4 * b], &one, 4);
     }
-    if (capacity > 0) {
+    for (const ListTable& t : s->layout.lists) {
+      if (t.capacity < 1) continue;
       for (size_t b = 0; b <= B; ++b) {
-        const int32_t offset = static_cast<int32_t>(b * static_cast<size_t>(capacity));
-        std::memcpy(&init[s->layout.penalty_offsets + 4 * b], &offset, 4);
+        const int32_t offset = static_cast<int32_t>(b * static_cast<size_t>(t.capacity));
+        std::memcpy(&init[t.offsets + 4 * b], &offset, 4);
       }
-      std::memset(&init[s->layout.penalty_tokens], 0xff, 4 * B * static_cast<size_t>(capacity));  // -1: free
+      std::memset(&init[t.columns[0]], 0xff, 4 * B * static_cast<size_t>(t.capacity));  // -1: free
     }
     if (s->on_device) {
       error = gpu_upload(s->ordinal, block, init.data(), init.size());
@@ -202,18 +215,30 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     if (get_bool(c, "topP")) p.top_p = reinterpret_cast<const float*>(block + s->layout.at[kFieldTopP]);
     if (get_bool(c, "minP")) p.min_p = reinterpret_cast<const float*>(block + s->layout.at[kFieldMinP]);
     p.fallback_rows = reinterpret_cast<int32_t*>(block + s->layout.fallback);
-    if (capacity > 0) {
-      // The table as the calls' CSR penalty lists: row b's slots at b * capacity; free slots (-1)
-      // are skipped like any id outside [0, V).
-      p.penalty_offsets = reinterpret_cast<const int32_t*>(block + s->layout.penalty_offsets);
-      p.penalty_tokens = reinterpret_cast<const int32_t*>(block + s->layout.penalty_tokens);
-      p.penalty_counts = reinterpret_cast<const int32_t*>(block + s->layout.penalty_counts);
-      p.penalty_in_prompt = block + s->layout.penalty_in_prompt;
+    // The tables as the calls' CSR lists: row b's slots at b * capacity; free slots (-1) are
+    // skipped like any id outside [0, V).
+    auto i32 = [&](size_t at) { return reinterpret_cast<const int32_t*>(block + at); };
+    const ListTable* t = s->layout.lists;
+    if (t[kListPenalty].capacity > 0) {
+      p.penalty_offsets = i32(t[kListPenalty].offsets);
+      p.penalty_tokens = i32(t[kListPenalty].columns[0]);
+      p.penalty_counts = i32(t[kListPenalty].columns[1]);
+      p.penalty_in_prompt = block + t[kListPenalty].columns[2];
       p.repetition_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldRepetitionPenalty]);
       p.frequency_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldFrequencyPenalty]);
       p.presence_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldPresencePenalty]);
-      p.listed_entries = static_cast<int64_t>(B) * capacity;
     }
+    if (t[kListBias].capacity > 0) {
+      p.bias_offsets = i32(t[kListBias].offsets);
+      p.bias_tokens = i32(t[kListBias].columns[0]);
+      p.bias_values = reinterpret_cast<const float*>(block + t[kListBias].columns[1]);
+    }
+    if (t[kListBanned].capacity > 0) {
+      p.banned_offsets = i32(t[kListBanned].offsets);
+      p.banned_tokens = i32(t[kListBanned].columns[0]);
+      p.banned_while = i32(s->layout.at[kFieldMinTokens]);
+    }
+    p.listed_entries = static_cast<int64_t>(B) * (t[kListPenalty].capacity + t[kListBias].capacity + t[kListBanned].capacity);
 
     if (s->on_device) {
       // Sized with stand-ins for the per-call pointers whose presence picks the path.
@@ -277,45 +302,46 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     return env.Undefined();
   }
 
-  // setPenaltyTokens(first, count, tokens: Int32Array, counts: Int32Array, inPrompt: Uint8Array,
-  //                  stream?): rows [first, first + count) of the penalty table, capacity slots each.
-  Napi::Value SetPenaltyTokens(const Napi::CallbackInfo& info) {
+  // setListRows(kind, first, count, columns: [Int32Array tokens, ...], stream?): rows [first,
+  // first + count) of list table `kind` (ListKind), capacity slots a row in each column.
+  Napi::Value SetListRows(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    EngineSampler& s = live(env, "setPenaltyTokens");
-    if (info.Length() < 5 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsTypedArray() ||
-        !info[3].IsTypedArray() || !info[4].IsTypedArray()) {
-      throw_error(env, "setPenaltyTokens(first, count, tokens, counts, inPrompt, stream?): bad arguments");
+    EngineSampler& s = live(env, "setListRows");
+    if (info.Length() < 4 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsArray()) {
+      throw_error(env, "setListRows(kind, first, count, columns, stream?): bad arguments");
     }
-    if (s.layout.penalty_capacity < 1) throw_error(env, "setPenaltyTokens: the sampler has no penalty table");
-    const int64_t first = info[0].As<Napi::Number>().Int64Value();
-    const int64_t count = info[1].As<Napi::Number>().Int64Value();
-    if (first < 0 || count < 1 || first + count > s.max_batch) throw_error(env, "setPenaltyTokens: rows out of range");
-    auto tokens = info[2].As<Napi::TypedArray>();
-    auto counts = info[3].As<Napi::TypedArray>();
-    auto in_prompt = info[4].As<Napi::TypedArray>();
-    const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(s.layout.penalty_capacity);
-    if (tokens.TypedArrayType() != napi_int32_array || counts.TypedArrayType() != napi_int32_array ||
-        in_prompt.TypedArrayType() != napi_uint8_array || tokens.ElementLength() != slots ||
-        counts.ElementLength() != slots || in_prompt.ElementLength() != slots) {
-      throw_error(env, "setPenaltyTokens: expected Int32Array, Int32Array and Uint8Array of count * capacity slots");
+    const int kind = info[0].As<Napi::Number>().Int32Value();
+    if (kind < 0 || kind >= kListKinds || s.layout.lists[kind].capacity < 1) {
+      throw_error(env, "setListRows: the sampler has no such list table");
     }
-    auto data = [](const Napi::TypedArray& a) {
-      return static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
-    };
-    const auto* t = reinterpret_cast<const int32_t*>(data(tokens));
-    const auto* c = reinterpret_cast<const int32_t*>(data(counts));
-    const uint8_t* ip = data(in_prompt);
-    const uint64_t stream = stream_arg(info.Length() > 5 ? info[5] : env.Undefined(), "stream");
+    const ListTable& t = s.layout.lists[kind];
+    const int64_t first = info[1].As<Napi::Number>().Int64Value();
+    const int64_t count = info[2].As<Napi::Number>().Int64Value();
+    if (first < 0 || count < 1 || first + count > s.max_batch) throw_error(env, "setListRows: rows out of range");
+    const Napi::Array given = info[3].As<Napi::Array>();
+    const int n = list_columns(kind);
+    if (static_cast<int>(given.Length()) != n) throw_error(env, "setListRows: wrong number of columns");
+    const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(t.capacity);
+    const uint8_t* columns[kListMaxColumns] = {};
+    for (int c = 0; c < n; ++c) {
+      const Napi::Value v = given.Get(static_cast<uint32_t>(c));
+      if (!v.IsTypedArray()) throw_error(env, "setListRows: columns must be typed arrays");
+      const Napi::TypedArray a = v.As<Napi::TypedArray>();
+      if (a.ByteLength() != list_column_bytes(kind, c) * slots) throw_error(env, "setListRows: a column of the wrong size");
+      columns[c] = static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
+    }
+    const uint64_t stream = stream_arg(info.Length() > 4 ? info[4] : env.Undefined(), "stream");
     if (s.on_device) {
-      const std::string error = gpu_set_penalty_rows(&s, first, count, t, c, ip, stream);
+      const std::string error = gpu_set_list_rows(&s, kind, first, count, columns, stream);
       if (!error.empty()) throw_error(env, error);
       return env.Undefined();
     }
     uint8_t* block = static_cast<uint8_t*>(s.block->data());
-    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(s.layout.penalty_capacity);
-    std::memcpy(block + s.layout.penalty_tokens + 4 * at, t, 4 * slots);
-    std::memcpy(block + s.layout.penalty_counts + 4 * at, c, 4 * slots);
-    std::memcpy(block + s.layout.penalty_in_prompt + at, ip, slots);
+    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(t.capacity);
+    for (int c = 0; c < n; ++c) {
+      const size_t elem = list_column_bytes(kind, c);
+      std::memcpy(block + t.columns[c] + elem * at, columns[c], elem * slots);
+    }
     return env.Undefined();
   }
 
@@ -366,7 +392,8 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     if ((p.allowed != nullptr) != s->allowed_tokens) throw_error(env, "allowedTokens: required exactly when the sampler was created with allowedTokens");
     const bool advance = get_bool(spec, "advanceOffset");
     const bool record = get_bool(spec, "recordTokens");
-    if (record && s->layout.penalty_capacity < 1) throw_error(env, "recordTokens: the sampler has no penalty table");
+    if (record && s->layout.lists[kListPenalty].capacity < 1 && s->layout.lists[kListBanned].capacity < 1)
+      throw_error(env, "recordTokens: the sampler has no penalty or banned-token table");
     const uint64_t stream = stream_arg(spec.Get("stream"), "stream");
     if (s->on_device) {
       const std::string error = gpu_enqueue(s, p, advance, record, stream, std::move(keep));
@@ -419,18 +446,25 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   Napi::Value Layout(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EngineSampler& s = live(env, "layout");
-    static const char* kNames[kRowFieldCount] = {"temperature", "topK", "topP", "minP", "seed", "offset",
-                                                  "repetitionPenalty", "frequencyPenalty", "presencePenalty"};
+    static const char* kNames[kRowFieldCount] = {"temperature",       "topK",           "topP",
+                                                  "minP",              "seed",           "offset",
+                                                  "repetitionPenalty", "frequencyPenalty", "presencePenalty",
+                                                  "minTokens"};
     Napi::Object o = Napi::Object::New(env);
     for (int f = 0; f < kRowFieldCount; ++f) o.Set(kNames[f], static_cast<double>(s.layout.at[f]));
     o.Set("fallbackRows", static_cast<double>(s.layout.fallback));
-    o.Set("penaltyCapacity", static_cast<double>(s.layout.penalty_capacity));
-    if (s.layout.penalty_capacity > 0) {
-      o.Set("penaltyTokenIds", static_cast<double>(s.layout.penalty_tokens));
-      o.Set("penaltyCounts", static_cast<double>(s.layout.penalty_counts));
-      o.Set("penaltyInPrompt", static_cast<double>(s.layout.penalty_in_prompt));
-      o.Set("unrecordedTokens", static_cast<double>(s.layout.unrecorded));
+    // the list tables: their capacities, and each column's offset where the table exists
+    static const char* kCapacity[kListKinds] = {"penaltyCapacity", "logitBiasCapacity", "bannedCapacity"};
+    static const char* kColumns[kListKinds][kListMaxColumns] = {
+        {"penaltyTokenIds", "penaltyCounts", "penaltyInPrompt"}, {"logitBiasTokenIds", "logitBiasValues", nullptr},
+        {"bannedTokenIds", nullptr, nullptr}};
+    for (int k = 0; k < kListKinds; ++k) {
+      const ListTable& t = s.layout.lists[k];
+      o.Set(kCapacity[k], static_cast<double>(t.capacity));
+      if (t.capacity < 1) continue;
+      for (int c = 0; c < list_columns(k); ++c) o.Set(kColumns[k][c], static_cast<double>(t.columns[c]));
     }
+    o.Set("unrecordedTokens", static_cast<double>(s.layout.unrecorded));
     o.Set("bytes", static_cast<double>(s.layout.staging));
     return o;
   }

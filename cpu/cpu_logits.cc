@@ -132,7 +132,7 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
       if (in_block(v)) dst[v - vocab_begin] += p_.bias_values[i];
     }
   }
-  if (p_.banned_offsets != nullptr) {
+  if (p_.banned_offsets != nullptr && (p_.banned_while == nullptr || p_.banned_while[b] > 0)) {
     for (int32_t i = p_.banned_offsets[b]; i < p_.banned_offsets[b + 1]; ++i) {
       const int32_t v = p_.banned_tokens[i];
       if (in_block(v)) dst[v - vocab_begin] = -INFINITY;

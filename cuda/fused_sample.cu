@@ -86,10 +86,12 @@ __global__ void advance_offsets_kernel(uint64_t* __restrict__ offset, int64_t ba
 // either way, so that a table the engine wrote with gaps fills in order).
 constexpr int kRecordThreads = 128;
 __global__ void __launch_bounds__(kRecordThreads)
-    record_tokens_kernel(PenaltyTable t, const int32_t* __restrict__ drawn, int32_t* row_status, int32_t* unrecorded) {
+    record_tokens_kernel(RecordTargets t, const int32_t* __restrict__ drawn, int32_t* row_status) {
   const int64_t b = blockIdx.x;
   const int32_t token = drawn[b];
   if (token < 0) return;
+  if (threadIdx.x == 0 && t.min_tokens != nullptr && t.min_tokens[b] > 0) t.min_tokens[b] -= 1;
+  if (t.capacity < 1) return;
   const int64_t row = b * t.capacity;
   __shared__ int s_found, s_free;
   if (threadIdx.x == 0) s_found = s_free = INT_MAX;
@@ -109,18 +111,19 @@ __global__ void __launch_bounds__(kRecordThreads)
     t.in_prompt[row + s_free] = 0;
   } else {
     if (row_status != nullptr) row_status[b] = kRowTableFull;
-    atomicAdd(unrecorded, 1);
+    atomicAdd(t.unrecorded, 1);
   }
 }
 
 }  // namespace
 
-cudaError_t launch_record_tokens(const PenaltyTable& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
-                                 int32_t* unrecorded, cudaStream_t stream) {
-  if (t.tokens == nullptr || t.counts == nullptr || t.in_prompt == nullptr || t.capacity < 1 || drawn == nullptr ||
-      unrecorded == nullptr || batch < 1)
+cudaError_t launch_record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
+                                 cudaStream_t stream) {
+  const bool table = t.capacity > 0;
+  if ((table && (t.tokens == nullptr || t.counts == nullptr || t.in_prompt == nullptr || t.unrecorded == nullptr)) ||
+      (!table && t.min_tokens == nullptr) || t.capacity < 0 || drawn == nullptr || batch < 1)
     return cudaErrorInvalidValue;
-  record_tokens_kernel<<<static_cast<unsigned>(batch), kRecordThreads, 0, stream>>>(t, drawn, row_status, unrecorded);
+  record_tokens_kernel<<<static_cast<unsigned>(batch), kRecordThreads, 0, stream>>>(t, drawn, row_status);
   return cudaGetLastError();
 }
 

@@ -43,8 +43,10 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     }
   };
   auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
+  // an engine sampler's min-tokens bans end when the row's count reaches 0
+  const int32_t* banned = p.banned_while == nullptr || p.banned_while[b] > 0 ? p.banned_offsets : nullptr;
   each(p.bias_offsets, p.bias_tokens, mark);
-  each(p.banned_offsets, p.banned_tokens, mark);
+  each(banned, p.banned_tokens, mark);
   each(p.penalty_offsets, p.penalty_tokens, mark);
   __syncthreads();
 
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     e.bias = p.bias_values[i];
     atomicOr(&e.flags, static_cast<uint32_t>(detail::kListedBias));
   });
-  each(p.banned_offsets, p.banned_tokens, [&](int64_t, int32_t t) {
+  each(banned, p.banned_tokens, [&](int64_t, int32_t t) {
     atomicOr(&entry(t).flags, static_cast<uint32_t>(detail::kListedBanned));
   });
   const float r = p.repetition_penalty ? p.repetition_penalty[b] : 1.0f;

@@ -117,16 +117,18 @@ export type HalfEncoding = 0 | 1 | 2;
 /** binding/sampler.cc: an engine sampler's native side (lib/sampler.ts validates its arguments). */
 export interface NativeSamplerHandle {
   setRows(first: number, count: number, fields: number, staging: Uint8Array, stagingAt: Uint32Array, stream?: bigint): void;
-  setPenaltyTokens(first: number, count: number, tokens: Int32Array, counts: Int32Array, inPrompt: Uint8Array, stream?: bigint): void;
+  /** kind 0: penalty table (tokens, counts, inPrompt), 1: logit bias (tokens, values), 2: banned (tokens). */
+  setListRows(kind: 0 | 1 | 2, first: number, count: number, columns: (Int32Array | Float32Array | Uint8Array)[], stream?: bigint): void;
   enqueue(spec: Record<string, unknown>): void;
   readRows(): Promise<ArrayBuffer>;
   dispose(): void;
   readonly pointer: bigint;
   readonly layout: {
     temperature: number; topK: number; topP: number; minP: number; seed: number; offset: number;
-    repetitionPenalty: number; frequencyPenalty: number; presencePenalty: number;
+    repetitionPenalty: number; frequencyPenalty: number; presencePenalty: number; minTokens: number;
     fallbackRows: number; penaltyCapacity: number; penaltyTokenIds?: number; penaltyCounts?: number;
-    penaltyInPrompt?: number; unrecordedTokens?: number; bytes: number;
+    penaltyInPrompt?: number; logitBiasCapacity: number; logitBiasTokenIds?: number; logitBiasValues?: number;
+    bannedCapacity: number; bannedTokenIds?: number; unrecordedTokens: number; bytes: number;
   };
   readonly workspaceBytes: number;
 }
@@ -147,7 +149,9 @@ export interface NativeSamplerConfig {
   softcap: number;
   allowedTokens: boolean;
   filterOrder: 0 | 1; // Hugging Face's, vLLM's (min-p first)
-  penaltyCapacity: number; // slots a row of the penalty table (0: none)
+  penaltyCapacity: number; // slots a row of each list table (0: none)
+  logitBiasCapacity: number;
+  bannedCapacity: number;
 }
 
 export interface NativeGraphHandle {

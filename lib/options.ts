@@ -254,6 +254,22 @@ function checkCsr(
   return { offsets: offsets.slice(), tokens: tokens.slice(), arrays };
 }
 
+/** SampleOptions.logitBias (or Sampler.setLogitBias) for `rows` rows, checked and copied. */
+export function checkLogitBias(value: unknown, rows: number, vocab: number): { offsets: Int32Array; tokens: Int32Array; values: Float32Array } {
+  const c = checkCsr('logitBias', value, rows, vocab, { values: 'Float32Array' }, false);
+  const values = c.arrays.values as Float32Array;
+  for (let i = 0; i < values.length; i++) {
+    if (!Number.isFinite(values[i])) throw rangeError(`logitBias.values[${i}]`, 'a finite number', values[i]);
+  }
+  return { offsets: c.offsets, tokens: c.tokens, values: values.slice() };
+}
+
+/** SampleOptions.bannedTokens (or Sampler.setBannedTokens) for `rows` rows, checked and copied. */
+export function checkBannedTokens(value: unknown, rows: number, vocab: number): { offsets: Int32Array; tokens: Int32Array } {
+  const c = checkCsr('bannedTokens', value, rows, vocab, {}, true);
+  return { offsets: c.offsets, tokens: c.tokens };
+}
+
 /** SampleOptions.penaltyTokens (or Sampler.setPenaltyTokens) for `rows` rows, checked and copied. */
 export function checkPenaltyTokens(
   value: unknown, rows: number, vocab: number,
@@ -395,17 +411,13 @@ export function buildSpec(
     }
   }
   if (opts.logitBias !== undefined) {
-    const c = checkCsr('logitBias', opts.logitBias, batch, vocab, { values: 'Float32Array' }, false);
-    const values = c.arrays.values as Float32Array;
-    for (let i = 0; i < values.length; i++) {
-      if (!Number.isFinite(values[i])) throw rangeError(`logitBias.values[${i}]`, 'a finite number', values[i]);
-    }
+    const c = checkLogitBias(opts.logitBias, batch, vocab);
     spec.biasOffsets = c.offsets;
     spec.biasTokens = c.tokens;
-    spec.biasValues = values.slice();
+    spec.biasValues = c.values;
   }
   if (opts.bannedTokens !== undefined) {
-    const c = checkCsr('bannedTokens', opts.bannedTokens, batch, vocab, {}, true);
+    const c = checkBannedTokens(opts.bannedTokens, batch, vocab);
     spec.bannedOffsets = c.offsets;
     spec.bannedTokens = c.tokens;
   }

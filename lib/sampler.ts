@@ -5,7 +5,9 @@ import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
-import { checkFilterOrder, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs } from './options';
+import {
+  checkBannedTokens, checkFilterOrder, checkLogitBias, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
+} from './options';
 import { disposeSymbol, type Tensor } from './tensor';
 
 export type RowFilter = 'topK' | 'topP' | 'minP';
@@ -38,14 +40,22 @@ export interface SamplerConfig {
    * apply to (setPenaltyTokens; enqueue's recordTokens adds each drawn token). Needs numSamples 1.
    */
   penaltyCapacity?: number;
+  /** Slots per row of a device-resident logit-bias table (0 .. 65536; default 0: none): setLogitBias. */
+  logitBiasCapacity?: number;
+  /**
+   * Slots per row of a device-resident banned-token table (0 .. 65536; default 0: none): the tokens
+   * (typically EOS and stop tokens) a row may not draw while its minTokens is above 0; enqueue's
+   * recordTokens counts minTokens down. setBannedTokens. Needs numSamples 1.
+   */
+  bannedCapacity?: number;
 }
 
-/** The most slots a row of a sampler's penalty table can have. */
-export const MAX_PENALTY_CAPACITY = 65536;
+/** The most slots a row of a sampler's list tables (penalties, logit bias, bans) can have. */
+export const MAX_LIST_CAPACITY = 65536;
 
 const CONFIG_KEYS = [
   'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
-  'allowedTokens', 'filterOrder', 'penaltyCapacity',
+  'allowedTokens', 'filterOrder', 'penaltyCapacity', 'logitBiasCapacity', 'bannedCapacity',
 ] as const;
 
 /** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
@@ -60,9 +70,11 @@ export interface RowValues {
   repetitionPenalty?: Float32Array;
   frequencyPenalty?: Float32Array;
   presencePenalty?: Float32Array;
+  /** Steps a row's banned tokens still apply (samplers with a banned table); recordTokens counts it down. */
+  minTokens?: Int32Array;
 }
 
-/** A row's penalty table slots (readRows), row b at b * penaltyCapacity: token -1 is a free slot. */
+/** The penalty table's slots (readRows), row b's at b * penaltyCapacity: token -1 is a free slot. */
 export interface PenaltyTable {
   tokenIds: Int32Array;
   outputCounts: Int32Array;
@@ -80,10 +92,15 @@ export interface Rows {
   repetitionPenalty: Float32Array;
   frequencyPenalty: Float32Array;
   presencePenalty: Float32Array;
+  minTokens: Int32Array;
   /** Rows of the last enqueue that took the materializing fallback (the filters issue's extra pass). */
   fallbackRows: number;
   /** The penalty table (maxBatch * penaltyCapacity slots), or null without one. */
   penaltyTable: PenaltyTable | null;
+  /** The logit-bias table (maxBatch * logitBiasCapacity slots), or null without one. */
+  logitBiasTable: { tokenIds: Int32Array; values: Float32Array } | null;
+  /** The banned-token table (maxBatch * bannedCapacity slots), or null without one. */
+  bannedTable: { tokenIds: Int32Array } | null;
   /** Drawn tokens that recordTokens could not add to a full table, since the sampler was created. */
   unrecordedTokens: number;
 }
@@ -102,6 +119,7 @@ export interface RowLayout {
   repetitionPenalty: number;
   frequencyPenalty: number;
   presencePenalty: number;
+  minTokens: number;
   fallbackRows: number;
   /** Slots a row of the penalty table (0: none); the table's arrays, with a table: */
   penaltyCapacity: number;
@@ -111,8 +129,15 @@ export interface RowLayout {
   penaltyCounts?: number;
   /** u8 [maxBatch, penaltyCapacity]: 1 when the token occurs in the row's prompt. */
   penaltyInPrompt?: number;
-  /** i32: tokens recordTokens could not add to a full table (cumulative). */
-  unrecordedTokens?: number;
+  /** Slots a row of the logit-bias table (0: none); with one: token ids (i32, -1 free) and values (f32). */
+  logitBiasCapacity: number;
+  logitBiasTokenIds?: number;
+  logitBiasValues?: number;
+  /** Slots a row of the banned-token table (0: none); with one: token ids (i32, -1 free). */
+  bannedCapacity: number;
+  bannedTokenIds?: number;
+  /** i32: tokens recordTokens could not add to a full penalty table (cumulative). */
+  unrecordedTokens: number;
   /** Bytes of the block that hold the fields above. */
   bytes: number;
 }
@@ -128,6 +153,7 @@ export const ROW_FIELDS = [
   ['repetitionPenalty', 'f32', 'a finite number > 0 (1 = off); default 1'],
   ['frequencyPenalty', 'f32', 'a finite number (0 = off); default 0'],
   ['presencePenalty', 'f32', 'a finite number (0 = off); default 0'],
+  ['minTokens', 'i32', 'an integer >= 0 (the steps the banned tokens still apply); default 0'],
 ] as const;
 const PENALTY_FIELDS = ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'];
 
@@ -156,8 +182,9 @@ export interface EnqueueArgs {
   /** After the draw, offset[b] += 1 on the device for b < batch (graph replays draw fresh noise). */
   advanceOffset?: boolean;
   /**
-   * After the draw, each row's token is counted in its penalty table on the device (a new token
-   * takes the row's first free slot); a row whose table is full gets status 3. Needs a table.
+   * After the draw, on the device: each row's token is counted in its penalty table (a new token
+   * takes the row's first free slot; a row whose table is full gets status 3), and its minTokens
+   * counts down. Needs a penalty or banned-token table.
    */
   recordTokens?: boolean;
 }
@@ -198,6 +225,8 @@ export class Sampler {
   readonly filterOrder: 'hf' | 'vllm';
   readonly allowedTokens: boolean;
   readonly penaltyCapacity: number;
+  readonly logitBiasCapacity: number;
+  readonly bannedCapacity: number;
   #native: NativeSamplerHandle | null;
 
   /** @internal Use device.createSampler. */
@@ -229,18 +258,19 @@ export class Sampler {
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
-    const capacity = config.penaltyCapacity ?? 0;
-    if (typeof capacity !== 'number') throw typeError('penaltyCapacity', `an integer in [0, ${MAX_PENALTY_CAPACITY}]`, capacity);
-    if (!Number.isInteger(capacity) || capacity < 0 || capacity > MAX_PENALTY_CAPACITY) {
-      throw rangeError('penaltyCapacity', `an integer in [0, ${MAX_PENALTY_CAPACITY}]`, capacity);
-    }
-    if (capacity > 0 && this.numSamples !== 1) {
-      throw rangeError('penaltyCapacity', '0 with numSamples > 1 (a row has one output to count)', capacity);
-    }
-    if (capacity * this.maxBatch > 2 ** 31 - 1) {
-      throw rangeError('penaltyCapacity', `maxBatch * penaltyCapacity below 2^31 (maxBatch is ${this.maxBatch})`, capacity);
-    }
-    this.penaltyCapacity = capacity;
+    const capacity = (name: 'penaltyCapacity' | 'logitBiasCapacity' | 'bannedCapacity', counted: boolean): number => {
+      const c = config[name] ?? 0;
+      if (typeof c !== 'number') throw typeError(name, `an integer in [0, ${MAX_LIST_CAPACITY}]`, c);
+      if (!Number.isInteger(c) || c < 0 || c > MAX_LIST_CAPACITY) throw rangeError(name, `an integer in [0, ${MAX_LIST_CAPACITY}]`, c);
+      if (counted && c > 0 && this.numSamples !== 1) {
+        throw rangeError(name, '0 with numSamples > 1 (a row has one output to count)', c);
+      }
+      if (c * this.maxBatch > 2 ** 31 - 1) throw rangeError(name, `maxBatch * ${name} below 2^31 (maxBatch is ${this.maxBatch})`, c);
+      return c;
+    };
+    this.penaltyCapacity = capacity('penaltyCapacity', true);
+    this.logitBiasCapacity = capacity('logitBiasCapacity', false);
+    this.bannedCapacity = capacity('bannedCapacity', true);
     this.#native = new native.NativeSampler({
       device: device.kind === 'cuda' ? 1 : 0,
       ordinal: device.ordinal,
@@ -257,7 +287,9 @@ export class Sampler {
       softcap: this.softcap,
       allowedTokens: this.allowedTokens,
       filterOrder,
-      penaltyCapacity: capacity,
+      penaltyCapacity: this.penaltyCapacity,
+      logitBiasCapacity: this.logitBiasCapacity,
+      bannedCapacity: this.bannedCapacity,
     });
   }
 
@@ -319,6 +351,9 @@ export class Sampler {
       if (PENALTY_FIELDS.includes(name) && this.penaltyCapacity === 0) {
         throw new TypeError(`${name}: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`);
       }
+      if (name === 'minTokens' && this.bannedCapacity === 0) {
+        throw new TypeError('minTokens: this sampler was created without a banned-token table (createSampler({ bannedCapacity }))');
+      }
       const check = fieldCheck(name);
       if (check) {
         for (let i = 0; i < values.length; i++) {
@@ -363,13 +398,55 @@ export class Sampler {
     penaltyTokens: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array },
     options: { stream?: bigint } = {},
   ): void {
-    const handle = this.#handle('setPenaltyTokens');
-    const cap = this.penaltyCapacity;
-    if (cap === 0) {
-      throw new TypeError('setPenaltyTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))');
-    }
+    this.#setList(0, 'setPenaltyTokens', 'penaltyTokens', 'penaltyCapacity', first, penaltyTokens, options, (n) => {
+      const c = checkPenaltyTokens(penaltyTokens, n, this.vocab);
+      return { offsets: c.offsets, columns: [c.tokens, c.counts, c.inPrompt] };
+    });
+  }
+
+  /**
+   * Replaces the logit-bias tables of rows first .. first + n - 1, as SampleOptions.logitBias lists
+   * them (at most logitBiasCapacity distinct ids a row). As setPenaltyTokens otherwise.
+   */
+  setLogitBias(
+    first: number,
+    logitBias: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array },
+    options: { stream?: bigint } = {},
+  ): void {
+    this.#setList(1, 'setLogitBias', 'logitBias', 'logitBiasCapacity', first, logitBias, options, (n) => {
+      const c = checkLogitBias(logitBias, n, this.vocab);
+      return { offsets: c.offsets, columns: [c.tokens, c.values] };
+    });
+  }
+
+  /**
+   * Replaces the banned-token tables of rows first .. first + n - 1, as SampleOptions.bannedTokens
+   * lists them (at most bannedCapacity ids a row): they apply while the row's minTokens (setRows)
+   * is above 0. As setPenaltyTokens otherwise.
+   */
+  setBannedTokens(
+    first: number,
+    bannedTokens: { rowOffsets: Int32Array; tokenIds: Int32Array },
+    options: { stream?: bigint } = {},
+  ): void {
+    this.#setList(2, 'setBannedTokens', 'bannedTokens', 'bannedCapacity', first, bannedTokens, options, (n) => {
+      const c = checkBannedTokens(bannedTokens, n, this.vocab);
+      return { offsets: c.offsets, columns: [c.tokens] };
+    });
+  }
+
+  /** The three list setters: checks, then the rows' slots dense ([n, capacity], -1 past a row's ids). */
+  #setList(
+    kind: 0 | 1 | 2, what: string, name: string, capacityName: 'penaltyCapacity' | 'logitBiasCapacity' | 'bannedCapacity',
+    first: number, lists: unknown, options: { stream?: bigint },
+    check: (rows: number) => { offsets: Int32Array; columns: (Int32Array | Float32Array | Uint8Array)[] },
+  ): void {
+    const handle = this.#handle(what);
+    const cap = this[capacityName];
+    const table = { penaltyCapacity: 'a penalty table', logitBiasCapacity: 'a logit-bias table', bannedCapacity: 'a banned-token table' }[capacityName];
+    if (cap === 0) throw new TypeError(`${what}: this sampler was created without ${table} (createSampler({ ${capacityName} }))`);
     if (options === null || typeof options !== 'object') throw typeError('options', 'an object', options);
-    checkKnownKeys('setPenaltyTokens options', options, ['stream']);
+    checkKnownKeys(`${what} options`, options, ['stream']);
     const stream = checkStream('stream', options.stream);
     if (stream !== undefined && this.device.kind !== 'cuda') {
       throw new TypeError(`stream: a CUDA stream needs a 'cuda' sampler, got one on ${this.device}`);
@@ -377,26 +454,26 @@ export class Sampler {
     if (typeof first !== 'number' || !Number.isInteger(first) || first < 0 || first >= this.maxBatch) {
       throw rangeError('first', `an integer in [0, ${this.maxBatch - 1}] (maxBatch is ${this.maxBatch})`, first);
     }
-    const offsets = (penaltyTokens as { rowOffsets?: unknown } | null)?.rowOffsets;
-    if (!isTyped(offsets, 'Int32Array')) checkPenaltyTokens(penaltyTokens, 1, this.vocab);  // throws its message
+    const offsets = (lists as { rowOffsets?: unknown } | null)?.rowOffsets;
+    if (!isTyped(offsets, 'Int32Array')) check(1); // throws its message
     const count = (offsets as Int32Array).length - 1;
     if (count < 1 || first + count > this.maxBatch) {
-      throw rangeError('penaltyTokens.rowOffsets', `an Int32Array of 2 .. ${this.maxBatch - first + 1} values (rows from row ${first}, maxBatch ${this.maxBatch}, + 1)`, offsets);
+      throw rangeError(`${name}.rowOffsets`, `an Int32Array of 2 .. ${this.maxBatch - first + 1} values (rows from row ${first}, maxBatch ${this.maxBatch}, + 1)`, offsets);
     }
-    const c = checkPenaltyTokens(penaltyTokens, count, this.vocab);
-    const tokens = new Int32Array(count * cap).fill(-1);
-    const counts = new Int32Array(count * cap);
-    const inPrompt = new Uint8Array(count * cap);
+    const c = check(count);
+    const dense = c.columns.map((col, i) => {
+      const out = new (col.constructor as new (n: number) => Int32Array | Float32Array | Uint8Array)(count * cap);
+      if (i === 0) out.fill(-1);
+      return out;
+    });
     for (let r = 0; r < count; r++) {
       const n = c.offsets[r + 1] - c.offsets[r];
       if (n > cap) {
-        throw rangeError(`penaltyTokens.rowOffsets[${r + 1}]`, `at most ${cap} tokens in row ${r} (the sampler's penaltyCapacity)`, raw(`${n} tokens`));
+        throw rangeError(`${name}.rowOffsets[${r + 1}]`, `at most ${cap} tokens in row ${r} (the sampler's ${capacityName})`, raw(`${n} tokens`));
       }
-      tokens.set(c.tokens.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
-      counts.set(c.counts.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
-      inPrompt.set(c.inPrompt.subarray(c.offsets[r], c.offsets[r + 1]), r * cap);
+      c.columns.forEach((col, i) => dense[i].set(col.subarray(c.offsets[r], c.offsets[r + 1]) as never, r * cap));
     }
-    handle.setPenaltyTokens(first, count, tokens, counts, inPrompt, stream);
+    handle.setListRows(kind, first, count, dense, stream);
   }
 
   /**
@@ -450,8 +527,8 @@ export class Sampler {
       advanceOffset: optionalBool('advanceOffset', args.advanceOffset),
       recordTokens: optionalBool('recordTokens', args.recordTokens),
     };
-    if (spec.recordTokens && this.penaltyCapacity === 0) {
-      throw new TypeError('recordTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))');
+    if (spec.recordTokens && this.penaltyCapacity === 0 && this.bannedCapacity === 0) {
+      throw new TypeError('recordTokens: this sampler was created without a penalty or banned-token table (createSampler({ penaltyCapacity, bannedCapacity }))');
     }
     if (args.statusOut !== undefined) spec.status = output('statusOut', args.statusOut, 'i32', batch, 'one per row');
     if (this.logprobs) {
@@ -489,14 +566,9 @@ export class Sampler {
     const l = this.layout;
     const B = this.maxBatch;
     const view = new DataView(bytes);
-    const slots = B * this.penaltyCapacity;
-    const table = l.penaltyTokenIds !== undefined && l.penaltyCounts !== undefined && l.penaltyInPrompt !== undefined
-      ? {
-          tokenIds: new Int32Array(bytes.slice(l.penaltyTokenIds, l.penaltyTokenIds + 4 * slots)),
-          outputCounts: new Int32Array(bytes.slice(l.penaltyCounts, l.penaltyCounts + 4 * slots)),
-          inPrompt: new Uint8Array(bytes.slice(l.penaltyInPrompt, l.penaltyInPrompt + slots)),
-        }
-      : null;
+    const i32 = (at: number | undefined, n: number) => new Int32Array(bytes.slice(at!, at! + 4 * n));
+    const f32 = (at: number | undefined, n: number) => new Float32Array(bytes.slice(at!, at! + 4 * n));
+    const pen = B * this.penaltyCapacity, bias = B * this.logitBiasCapacity, ban = B * this.bannedCapacity;
     return {
       temperature: new Float32Array(bytes.slice(l.temperature, l.temperature + 4 * B)),
       topK: new Int32Array(bytes.slice(l.topK, l.topK + 4 * B)),
@@ -507,9 +579,16 @@ export class Sampler {
       repetitionPenalty: new Float32Array(bytes.slice(l.repetitionPenalty, l.repetitionPenalty + 4 * B)),
       frequencyPenalty: new Float32Array(bytes.slice(l.frequencyPenalty, l.frequencyPenalty + 4 * B)),
       presencePenalty: new Float32Array(bytes.slice(l.presencePenalty, l.presencePenalty + 4 * B)),
+      minTokens: i32(l.minTokens, B),
       fallbackRows: view.getInt32(l.fallbackRows, true),
-      penaltyTable: table,
-      unrecordedTokens: l.unrecordedTokens === undefined ? 0 : view.getInt32(l.unrecordedTokens, true),
+      penaltyTable: pen === 0 ? null : {
+        tokenIds: i32(l.penaltyTokenIds, pen),
+        outputCounts: i32(l.penaltyCounts, pen),
+        inPrompt: new Uint8Array(bytes.slice(l.penaltyInPrompt!, l.penaltyInPrompt! + pen)),
+      },
+      logitBiasTable: bias === 0 ? null : { tokenIds: i32(l.logitBiasTokenIds, bias), values: f32(l.logitBiasValues, bias) },
+      bannedTable: ban === 0 ? null : { tokenIds: i32(l.bannedTokenIds, ban) },
+      unrecordedTokens: view.getInt32(l.unrecordedTokens, true),
     };
   }
 
@@ -539,6 +618,8 @@ function fieldCheck(name: string): ((x: number) => boolean) | null {
     case 'frequencyPenalty':
     case 'presencePenalty':
       return Number.isFinite;
+    case 'minTokens':
+      return (x) => x >= 0;
   }
   return null;
 }

@@ -339,7 +339,31 @@ const cases: Record<string, Case> = {
   [`TypeError: setPenaltyTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`]: {
     runs: [() => sampler(cpu).setPenaltyTokens(0, penaltyTokens([[1]]))],
   },
-  [`TypeError: recordTokens: this sampler was created without a penalty table (createSampler({ penaltyCapacity }))`]: {
+  [`TypeError: setLogitBias: this sampler was created without a logit-bias table (createSampler({ logitBiasCapacity }))`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setLogitBias(0, { rowOffsets: new Int32Array([0, 1]), tokenIds: new Int32Array([1]), values: new Float32Array([1]) })],
+  },
+  [`TypeError: minTokens: this sampler was created without a banned-token table (createSampler({ bannedCapacity }))`]: {
+    runs: [() => sampler(cpu).setRows(0, { minTokens: new Int32Array([2]) })],
+  },
+  [`RangeError: minTokens[0]: expected an integer >= 0 (the steps the banned tokens still apply), got -1`]: {
+    runs: [() => sampler(cpu, { bannedCapacity: 2 }).setRows(0, { minTokens: new Int32Array([-1]) })],
+  },
+  [`RangeError: bannedCapacity: expected 0 with numSamples > 1 (a row has one output to count), got 2`]: {
+    runs: [() => sampler(cpu, { bannedCapacity: 2, numSamples: 2 })],
+  },
+  [`RangeError: bannedTokens.rowOffsets[1]: expected at most 1 tokens in row 0 (the sampler's bannedCapacity), got 2 tokens`]: {
+    runs: [() => sampler(cpu, { bannedCapacity: 1 }).setBannedTokens(0, { rowOffsets: new Int32Array([0, 2]), tokenIds: new Int32Array([3, 4]) })],
+  },
+  [`Error: setBannedTokens: cannot run during graph capture …`]: {
+    needs: 'gpu',
+    runs: [
+      () => {
+        const s = sampler(gpu(), { bannedCapacity: 2 });
+        return gpu().captureGraph(() => s.setBannedTokens(0, { rowOffsets: new Int32Array([0, 1]), tokenIds: new Int32Array([1]) }));
+      },
+    ],
+  },
+  [`TypeError: recordTokens: this sampler was created without a penalty or banned-token table (createSampler({ penaltyCapacity, bannedCapacity }))`]: {
     runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')), recordTokens: true })],
   },
   [`RangeError: repetitionPenalty[0]: expected a finite number > 0 (1 = off), got 0`]: {

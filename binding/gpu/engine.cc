@@ -225,24 +225,27 @@ LaunchGraphs& launch_graphs_of(EngineSampler* s) {
   return *static_cast<LaunchGraphs*>(s->launch_graphs.get());
 }
 
-// The sampler's penalty table, as launch_record_tokens takes it.
-cuda::PenaltyTable penalty_table_of(const EngineSampler& s) {
+// The sampler's penalty table (capacity 0 without one) and minTokens, as launch_record_tokens
+// takes them.
+cuda::RecordTargets record_targets_of(const EngineSampler& s) {
   uint8_t* block = static_cast<uint8_t*>(s.block->data());
-  cuda::PenaltyTable t;
-  t.tokens = reinterpret_cast<int32_t*>(block + s.layout.penalty_tokens);
-  t.counts = reinterpret_cast<int32_t*>(block + s.layout.penalty_counts);
-  t.in_prompt = block + s.layout.penalty_in_prompt;
-  t.capacity = static_cast<int32_t>(s.layout.penalty_capacity);
-  return t;
+  const ListTable& t = s.layout.lists[kListPenalty];
+  cuda::RecordTargets r;
+  r.capacity = static_cast<int32_t>(t.capacity);
+  if (t.capacity > 0) {
+    r.tokens = reinterpret_cast<int32_t*>(block + t.columns[0]);
+    r.counts = reinterpret_cast<int32_t*>(block + t.columns[1]);
+    r.in_prompt = block + t.columns[2];
+    r.unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
+  }
+  if (s.layout.lists[kListBanned].capacity > 0) r.min_tokens = reinterpret_cast<int32_t*>(block + s.layout.at[kFieldMinTokens]);
+  return r;
 }
 
 cudaError_t launch_direct(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
                           cudaStream_t stream) {
   cudaError_t e = cuda::launch_fused_sample(p, stream);
-  if (e == cudaSuccess && record) {
-    int32_t* unrecorded = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(s.block->data()) + s.layout.unrecorded);
-    e = cuda::launch_record_tokens(penalty_table_of(s), p.tokens, p.batch, p.row_status, unrecorded, stream);
-  }
+  if (e == cudaSuccess && record) e = cuda::launch_record_tokens(record_targets_of(s), p.tokens, p.batch, p.row_status, stream);
   if (e == cudaSuccess && advance) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
   return e;
 }
@@ -343,37 +346,36 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
   return "";
 }
 
-std::string gpu_set_penalty_rows(EngineSampler* s, int64_t first, int64_t count, const int32_t* tokens,
-                                 const int32_t* counts, const uint8_t* in_prompt, uint64_t stream) {
+std::string gpu_set_list_rows(EngineSampler* s, int kind, int64_t first, int64_t count,
+                              const uint8_t* const columns[kListMaxColumns], uint64_t stream) {
+  static const char* kWhat[kListKinds] = {"setPenaltyTokens", "setLogitBias", "setBannedTokens"};
   if (gpu_capturing()) {
-    return "setPenaltyTokens: cannot run during graph capture (it copies from host memory, which a "
-           "replay would read again): set them between replays, or write the table with your own kernels";
+    return std::string(kWhat[kind]) +
+           ": cannot run during graph capture (it copies from host memory, which a replay would read "
+           "again): set the lists between replays, or write the table with your own kernels";
   }
-  const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(s->layout.penalty_capacity);
-  const size_t at = static_cast<size_t>(first) * static_cast<size_t>(s->layout.penalty_capacity);
+  const ListTable& t = s->layout.lists[kind];
+  const size_t slots = static_cast<size_t>(count) * static_cast<size_t>(t.capacity);
+  const size_t at = static_cast<size_t>(first) * static_cast<size_t>(t.capacity);
+  const int n = list_columns(kind);
+  size_t total = 0;
+  for (int c = 0; c < n; ++c) total += list_column_bytes(kind, c) * slots;
   DeviceStreams* streams;
   std::string error = enter_device(s->ordinal, &streams);
   if (!error.empty()) return error;
   cudaStream_t target = stream ? as_stream(stream) : streams->compute;
   size_t capacity = 0;
-  uint8_t* pinned = static_cast<uint8_t*>(pinned_pool().acquire(9 * slots, &capacity));
-  if (pinned == nullptr) return "cudaHostAlloc failed: no pinned host memory for setPenaltyTokens";
-  std::memcpy(pinned, tokens, 4 * slots);
-  std::memcpy(pinned + 4 * slots, counts, 4 * slots);
-  std::memcpy(pinned + 8 * slots, in_prompt, slots);
+  uint8_t* pinned = static_cast<uint8_t*>(pinned_pool().acquire(total, &capacity));
+  if (pinned == nullptr) return std::string("cudaHostAlloc failed: no pinned host memory for ") + kWhat[kind];
   uint8_t* block = static_cast<uint8_t*>(s->block->data());
   cudaError_t status = order_after_last(s, target);
-  if (status == cudaSuccess) {
-    status = cudaMemcpyAsync(block + s->layout.penalty_tokens + 4 * at, pinned, 4 * slots, cudaMemcpyHostToDevice,
+  size_t staged = 0;
+  for (int c = 0; c < n && status == cudaSuccess; ++c) {
+    const size_t elem = list_column_bytes(kind, c);
+    std::memcpy(pinned + staged, columns[c], elem * slots);
+    status = cudaMemcpyAsync(block + t.columns[c] + elem * at, pinned + staged, elem * slots, cudaMemcpyHostToDevice,
                              target);
-  }
-  if (status == cudaSuccess) {
-    status = cudaMemcpyAsync(block + s->layout.penalty_counts + 4 * at, pinned + 4 * slots, 4 * slots,
-                             cudaMemcpyHostToDevice, target);
-  }
-  if (status == cudaSuccess) {
-    status = cudaMemcpyAsync(block + s->layout.penalty_in_prompt + at, pinned + 8 * slots, slots,
-                             cudaMemcpyHostToDevice, target);
+    staged += elem * slots;
   }
   if (status == cudaSuccess) status = mark_last(s, target);
   Retired r;
@@ -383,7 +385,7 @@ std::string gpu_set_penalty_rows(EngineSampler* s, int64_t first, int64_t count,
   retire_after(s->ordinal, target, std::move(r));
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    return cuda_message("setPenaltyTokens (copy)", status);
+    return cuda_message((std::string(kWhat[kind]) + " (copy)").c_str(), status);
   }
   return "";
 }

@@ -47,8 +47,7 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>&, const SampleParam
                         std::vector<StorageRef>) {
   return kNoCuda;
 }
-std::string gpu_set_penalty_rows(EngineSampler*, int64_t, int64_t, const int32_t*, const int32_t*, const uint8_t*,
-                                 uint64_t) {
+std::string gpu_set_list_rows(EngineSampler*, int, int64_t, int64_t, const uint8_t* const[kListMaxColumns], uint64_t) {
   return kNoCuda;
 }
 struct GpuRead {};

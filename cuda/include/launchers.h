@@ -27,7 +27,7 @@ cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes);
 // [0, count) of the packed staging block (field i at staging + staging_at[i], element size
 // elem_bytes[i]) go to rows [first, first + count) of dst[i]. advance: offset[b] += 1 for b < batch
 // (the decode step of the next draw).
-constexpr int kRowFields = 9;
+constexpr int kRowFields = 10;
 struct RowScatter {
   const uint8_t* staging = nullptr;
   uint8_t* dst[kRowFields] = {};
@@ -39,20 +39,25 @@ struct RowScatter {
 cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream);
 cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream);
 
-// An engine sampler's penalty table: row b's `capacity` slots at b * capacity of each array, a
-// token id (negative: a free slot), its count in the output so far and its prompt flag. The lists
-// a call reads are this table as CSR (offsets b * capacity), whose free slots the kernels skip.
-struct PenaltyTable {
+// What an engine sampler updates after a draw (launch_record_tokens). The penalty table (capacity
+// 0: none): row b's `capacity` slots at b * capacity of each array, a token id (negative: a free
+// slot), its count in the output so far and its prompt flag; the lists a call reads are this table
+// as CSR (offsets b * capacity), whose free slots the kernels skip. min_tokens (or null): the
+// row's banned list applies while min_tokens[b] > 0.
+struct RecordTargets {
   int32_t* tokens = nullptr;
   int32_t* counts = nullptr;
   uint8_t* in_prompt = nullptr;
   int32_t capacity = 0;
+  int32_t* unrecorded = nullptr;  // tokens a full table could not count
+  int32_t* min_tokens = nullptr;
 };
-// After a draw: for each row b < batch with drawn[b] >= 0, the token's count + 1 (a token not in
-// the table takes the row's first free slot, count 1, not in the prompt); a row whose table is
-// full gets row_status[b] = kRowTableFull (when row_status is given) and adds 1 to *unrecorded.
-cudaError_t launch_record_tokens(const PenaltyTable& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
-                                 int32_t* unrecorded, cudaStream_t stream);
+// For each row b < batch with drawn[b] >= 0: the token's count + 1 in the penalty table (a token
+// not in it takes the row's first free slot, count 1, not in the prompt; a full row gets
+// row_status[b] = kRowTableFull when row_status is given and adds 1 to *unrecorded), and
+// min_tokens[b] - 1 where it is > 0.
+cudaError_t launch_record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
+                                 cudaStream_t stream);
 
 // A vocabulary shard's partial state with filters or logprobs (p.partial set; include/partial.h,
 // SEMANTICS §6): W holds rows [p.vocab_offset, p.vocab_offset + p.vocab) of p.vocab_total.

@@ -63,6 +63,7 @@ struct SampleParams {
   const float* bias_values = nullptr;        // added to the logit
   const int32_t* banned_offsets = nullptr;   // [batch + 1]
   const int32_t* banned_tokens = nullptr;    // probability 0 (min_tokens bans)
+  const int32_t* banned_while = nullptr;     // [batch] or null: row b's banned list applies while > 0
   const int32_t* penalty_offsets = nullptr;  // [batch + 1]
   const int32_t* penalty_tokens = nullptr;   // token ids, distinct within a row
   const int32_t* penalty_counts = nullptr;   // occurrences in the output so far (>= 0)

@@ -1,5 +1,6 @@
-// The engine sampler's penalty table (issue 20): setPenaltyTokens loads rows' prompt and output
-// tokens, enqueue's recordTokens counts each drawn token on the device, and every step draws what
+// The engine sampler's list tables (issue 20): setPenaltyTokens loads rows' prompt and output
+// tokens, setLogitBias and setBannedTokens their bias and min-tokens bans, enqueue's recordTokens
+// counts each drawn token and counts minTokens down on the device, and every step draws what
 // sampleFused draws with the same lists built on the host (bit for bit, on every device); a full
 // table's status; a fixed table's draws against float64 (chi-square); on CUDA, graph replays that
 // record equal sequential calls.
@@ -130,8 +131,30 @@ function readTables(table: { tokenIds: Int32Array; outputCounts: Int32Array; inP
   });
 }
 
+/** A row's logit bias and min-tokens bans (the other list tables). */
+interface BiasBan {
+  bias: [number, number][];
+  banned: number[];
+  minTokens: number;
+}
+
+/** Bias on some rows, bans that end after 3 and 2 steps, one that never applies (minTokens 0). */
+function biasBans(top: (b: number) => number[]): BiasBan[] {
+  return [
+    { bias: [[top(0)[4], 3]], banned: [], minTokens: 0 },
+    { bias: [], banned: [top(1)[0]], minTokens: 3 },
+    { bias: [[top(2)[0], -5]], banned: [], minTokens: 0 },
+    { bias: [], banned: [], minTokens: 0 },
+    { bias: [[top(4)[2], 2], [top(4)[3], 2.5]], banned: [top(4)[3]], minTokens: 2 },
+    { bias: [], banned: [], minTokens: 0 },
+    { bias: [], banned: [top(6)[0], top(6)[1]], minTokens: 0 },
+  ];
+}
+
 /** N steps of enqueue (advanceOffset, recordTokens) against N sampleFused calls with the host's lists. */
-async function checkRecordedSteps(d: Device, steps: number, enqueue: (s: Sampler, out: Tensor, status: Tensor, H: Tensor, W: Tensor) => void) {
+async function checkRecordedSteps(
+  d: Device, steps: number, enqueue: (s: Sampler, out: Tensor, status: Tensor, H: Tensor, W: Tensor) => void, withBiasBans = false,
+) {
   const V = 1000;
   const logits = Array.from({ length: 7 }, (_, b) => dominantLogits(V, 70 + b, 6));
   // the greedy row (5, repetition 2, its top token in the prompt): a runner-up at 4 wins until drawn
@@ -141,16 +164,43 @@ async function checkRecordedSteps(d: Device, steps: number, enqueue: (s: Sampler
   const B = rows.length;
   const cap = 16;
   const p = plantLogits(d, 'bf16', logits, { D: 16 });
-  const sampler = d.createSampler({ maxBatch: B + 1, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topK', 'topP', 'minP'], penaltyCapacity: cap });
+  const sampler = d.createSampler({
+    maxBatch: B + 1, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topK', 'topP', 'minP'], penaltyCapacity: cap,
+    logitBiasCapacity: withBiasBans ? 3 : 0, bannedCapacity: withBiasBans ? 2 : 0,
+  });
   const fields = rowFields(rows, 900);
   sampler.setRows(0, fields);
   const tables = hostTables(rows);
   sampler.setPenaltyTokens(0, tableTokens(tables));
+  const lists = withBiasBans ? biasBans(top) : [];
+  const minTokens = lists.map((l) => l.minTokens);
+  if (withBiasBans) {
+    const csr = (get: (l: BiasBan) => number[]) => {
+      const rowOffsets = new Int32Array(B + 1);
+      const items: number[] = [];
+      lists.forEach((l, b) => {
+        items.push(...get(l));
+        rowOffsets[b + 1] = items.length;
+      });
+      return { rowOffsets, items };
+    };
+    const bias = csr((l) => l.bias.map(([t]) => t));
+    sampler.setLogitBias(0, { rowOffsets: bias.rowOffsets, tokenIds: Int32Array.from(bias.items), values: Float32Array.from(lists.flatMap((l) => l.bias.map(([, v]) => v))) });
+    const ban = csr((l) => l.banned);
+    sampler.setBannedTokens(0, { rowOffsets: ban.rowOffsets, tokenIds: Int32Array.from(ban.items) });
+    sampler.setRows(0, { minTokens: Int32Array.from(minTokens) });
+  }
   const out = d.empty([B], 'i32');
   const status = d.empty([B], 'i32');
   const drawn: number[][] = [];
   for (let step = 0; step < steps; step++) {
-    const want = await sampleFused(p.H, p.W, stepOptions(rows, tables, fields, step));
+    const options = stepOptions(rows, tables, fields, step);
+    if (withBiasBans) {
+      const active = lists.map((l, b) => (minTokens[b] - step > 0 ? l.banned : []));
+      Object.assign(options, listedOptions(lists.map((l, b) => ({ bias: l.bias, banned: active[b] }))));
+      options.penaltyTokens = stepOptions(rows, tables, fields, step).penaltyTokens;
+    }
+    const want = await sampleFused(p.H, p.W, options);
     enqueue(sampler, out, status, p.H, p.W);
     await d.synchronize();
     const got = Array.from((await out.toArray()) as Int32Array);
@@ -163,6 +213,11 @@ async function checkRecordedSteps(d: Device, steps: number, enqueue: (s: Sampler
   expect(readTables(after.penaltyTable!, B, cap)).toEqual(tables);
   expect(readTables(after.penaltyTable!, B + 1, cap)[B].size).toBe(0); // the row past the batch untouched
   expect(after.unrecordedTokens).toBe(0);
+  if (withBiasBans) {
+    expect(Array.from(after.minTokens.subarray(0, B))).toEqual(minTokens.map((m) => Math.max(0, m - steps)));
+    // the bans did something: row 1 never drew its top token while it was banned, then did
+    expect(drawn.slice(0, 3).every((t) => t[1] !== top(1)[0])).toBe(true);
+  }
   // the penalties did something: the greedy row with repetition 2 moved off its first token
   expect(new Set(drawn.map((t) => t[5])).size).toBeGreaterThan(1);
   out.dispose();
@@ -172,8 +227,14 @@ async function checkRecordedSteps(d: Device, steps: number, enqueue: (s: Sampler
 }
 
 describeDevices((name, dev) => {
+  const recorded = (s: Sampler, out: Tensor, status: Tensor, H: Tensor, W: Tensor) =>
+    s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true });
   test('recordTokens: each step draws what sampleFused draws with the lists kept on the host', async () => {
-    await checkRecordedSteps(dev(), 8, (s, out, status, H, W) => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
+    await checkRecordedSteps(dev(), 8, recorded);
+  });
+
+  test('with logit bias and min-tokens bans too: the same, and the bans end when minTokens reaches 0', async () => {
+    await checkRecordedSteps(dev(), 6, recorded, true);
   });
 
   test('a full table: status 3, the token drawn but not recorded, unrecordedTokens counts it', async () => {
@@ -212,7 +273,7 @@ describeDevices((name, dev) => {
 
   // 2048 rows (independent seeds) x 120 advancing steps = 245,760 draws from one distribution: a 1%
   // relative bias of a token of p ~ 0.2 is ~4 standard errors.
-  test('a fixed table draws softmax of the penalized logits, chi-square against float64', async () => {
+  test('fixed tables draw softmax of the biased, banned and penalized logits, chi-square against float64', async () => {
     const d = dev();
     const V = 111;
     const B = 2048;
@@ -221,19 +282,32 @@ describeDevices((name, dev) => {
     const top = Array.from(l, (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
     const listed: Listed = {
       penalized: [[top[0], 2, true], [top[1], 0, true], [top[2], 1, false], [top[5], 3, false]],
+      bias: [[top[3], 1.5], [top[8], -2]],
+      banned: [top[4]],
       repetition: 1.4,
       frequency: 0.3,
       presence: 0.2,
     };
     const p = plantLogits(d, 'f32', Array.from({ length: B }, () => l), { D: 8 });
-    const sampler = d.createSampler({ maxBatch: B, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 8 });
+    const sampler = d.createSampler({ maxBatch: B, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 8, logitBiasCapacity: 4, bannedCapacity: 2 });
     sampler.setRows(0, {
       temperature: new Float32Array(B).fill(0.8),
       seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(77000 + b)),
       repetitionPenalty: new Float32Array(B).fill(1.4),
       frequencyPenalty: new Float32Array(B).fill(0.3),
       presencePenalty: new Float32Array(B).fill(0.2),
+      minTokens: new Int32Array(B).fill(1000), // no recordTokens here: the ban stays
     });
+    const every = <T extends Int32Array | Float32Array | Uint8Array>(a: T, make: (n: number, f: (i: number) => number) => T) => {
+      const n = a.length;
+      return { offsets: Int32Array.from({ length: B + 1 }, (_, b) => b * n), repeated: make(B * n, (i) => a[i % n]) };
+    };
+    const i32 = (n: number, f: (i: number) => number) => Int32Array.from({ length: n }, (_, i) => f(i));
+    const biasOne = listedOptions([listed]).logitBias!;
+    const biasIds = every(biasOne.tokenIds, i32);
+    sampler.setLogitBias(0, { rowOffsets: biasIds.offsets, tokenIds: biasIds.repeated, values: every(biasOne.values, (n, f) => Float32Array.from({ length: n }, (_, i) => f(i))).repeated });
+    const banIds = every(listedOptions([listed]).bannedTokens!.tokenIds, i32);
+    sampler.setBannedTokens(0, { rowOffsets: banIds.offsets, tokenIds: banIds.repeated });
     const one = listedOptions([listed]).penaltyTokens!;
     const n = one.tokenIds.length;
     sampler.setPenaltyTokens(0, {
@@ -252,9 +326,11 @@ describeDevices((name, dev) => {
     const kept = keptDistribution(adjusted(p.logits[0], listed), { temperature: 0.8 });
     const fit = goodnessOfFit(counts, kept.probs);
     expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
-    // the penalties moved mass: the top token's share is below its unpenalized share
+    // the lists moved mass: the top token's share is below its unpenalized share; the ban holds
     const plain = keptDistribution(p.logits[0], { temperature: 0.8 });
     expect(kept.probs[top[0]]).toBeLessThan(0.8 * plain.probs[top[0]]);
+    expect(counts[top[4]]).toBe(0);
+    expect(plain.probs[top[4]]).toBeGreaterThan(0.01);
     out.dispose();
     sampler.dispose();
     p.dispose();
@@ -271,12 +347,12 @@ describeDevices((name, dev) => {
 });
 
 const st = cudaStatus();
-(st.usable ? test : test.skip)('cuda: N graph replays with recordTokens = N sequential sampleFused calls', async () => {
+(st.usable ? test : test.skip)('cuda: N graph replays with recordTokens = N sequential sampleFused calls (all three lists)', async () => {
   const gpu = open('cuda');
   let graph: ReturnType<Device['captureGraph']> | undefined;
   await checkRecordedSteps(gpu, 6, (s, out, status, H, W) => {
     graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
     graph.launch();
-  });
+  }, true);
   graph?.dispose();
 });
