@@ -11,6 +11,7 @@
 
 #include "../cpu/cpu_sampler.h"
 #include "../cuda/include/noise.h"
+#include "../cuda/include/regions.h"
 #include "cuda_api.h"
 #include "napi_util.h"
 #include "native_buffer.h"
@@ -20,12 +21,8 @@ namespace binding {
 
 SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kListKinds]) {
   SamplerBlock l;
-  size_t at = 0;
-  auto take = [&](size_t bytes) {
-    const size_t start = at;
-    at = (at + bytes + 255) / 256 * 256;
-    return start;
-  };
+  RegionLayout regions;
+  auto take = [&](size_t bytes) { return regions.take(bytes); };
   const size_t B = static_cast<size_t>(max_batch);
   size_t row_bytes = 0;
   for (int f = 0; f < kRowFieldCount; ++f) {
@@ -44,7 +41,7 @@ SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kLis
   l.unrecorded = take(4);
   // setRows's packed rows: every field, each section 8-byte aligned.
   l.staging = take(B * row_bytes + 8 * kRowFieldCount);
-  l.bytes = at;
+  l.bytes = regions.bytes;
   return l;
 }
 

@@ -1099,7 +1099,7 @@ struct ExtraPassLayout {
 ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   const size_t B = static_cast<size_t>(p.batch);
   const size_t n_top = p.top_logprobs > 0 ? static_cast<size_t>(p.top_logprobs) : 1;
-  WorkspaceLayout layout;
+  RegionLayout layout;
   ExtraPassLayout l;
   l.list = layout.take(B * sizeof(int32_t));
   l.whole = layout.take(B * sizeof(int32_t));

@@ -1659,7 +1659,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   const size_t B = static_cast<size_t>(p.batch);
   const int64_t num_vtiles = (p.vocab + 127) / 128;
   const size_t cap = kOnePassCap;
-  WorkspaceLayout layout;
+  RegionLayout layout;
   OnePassLayout l;
   l.win = layout.take(B * sizeof(unsigned long long));
   l.count = layout.take(B * sizeof(uint32_t));
@@ -1684,7 +1684,7 @@ struct ChunkedLayout {
 
 ChunkedLayout chunked_layout(const SampleParams& p) {
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
-  WorkspaceLayout layout;
+  RegionLayout layout;
   ChunkedLayout l;
   l.chunk = p.vocab < kChunkVocab ? p.vocab : kChunkVocab;
   l.stats = layout.take(B * sizeof(RowStats));
@@ -1706,7 +1706,7 @@ bool chunked_may_fall_back(const SampleParams& p) {
 bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_back(p) || p.top_logprobs > 0; }
 
 size_t row_logits_bytes(const SampleParams& p) {
-  WorkspaceLayout layout;
+  RegionLayout layout;
   layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float));
   return layout.bytes;
 }

@@ -146,7 +146,7 @@ cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t
 cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes) {
   if (bytes == nullptr || p.batch < 1 || p.num_samples < 1) return cudaErrorInvalidValue;
   if (has_filters(p)) return filtered_workspace_bytes(p, bytes);
-  WorkspaceLayout layout;
+  RegionLayout layout;
   layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
   *bytes = layout.bytes;
   return cudaSuccess;

@@ -5,21 +5,12 @@
 #include <cuda_runtime.h>
 
 #include "include/params.h"
+#include "include/regions.h"
 #include "kernels/filter_epilogue.cuh"
 
 namespace flashsample {
 namespace cuda {
 
-// The regions of one workspace allocation, laid out in order: take(n) returns the next region's
-// byte offset; every region starts 256-byte aligned; bytes is the size to allocate.
-struct WorkspaceLayout {
-  size_t bytes = 0;
-  size_t take(size_t n) {
-    const size_t start = bytes;
-    bytes = (bytes + n + 255) / 256 * 256;
-    return start;
-  }
-};
 
 // A launcher's temporary regions: carved in order from the caller's block (p.workspace) when it
 // has one, else stream-ordered allocations. give_back frees what take allocated (nothing when

@@ -106,7 +106,7 @@ struct ListedLayout {
 };
 
 ListedLayout listed_layout(const SampleParams& p) {
-  WorkspaceLayout layout;
+  RegionLayout layout;
   ListedLayout l;
   l.marks = layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>((p.vocab + 31) / 32) * sizeof(uint2));
   l.entries = layout.take(static_cast<size_t>(p.listed_entries) * sizeof(ListedEntry));

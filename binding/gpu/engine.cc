@@ -300,6 +300,28 @@ std::string gpu_workspace_bytes(int ordinal, const SampleParams& p, size_t* byte
   return "";
 }
 
+namespace {
+
+// The end of a stream-ordered write into a sampler's block from a pinned staging copy (status: how
+// the copies went): the sampler's last work marked, the pinned copy and the block held until the
+// write is done, and the error, if any, as a message naming `what`.
+std::string finish_block_write(EngineSampler* s, cudaStream_t target, void* pinned, size_t capacity,
+                               cudaError_t status, const std::string& what) {
+  if (status == cudaSuccess) status = mark_last(s, target);
+  Retired r;
+  r.pinned = pinned;
+  r.pinned_capacity = capacity;
+  r.keep.push_back(s->block);
+  retire_after(s->ordinal, target, std::move(r));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_message(what.c_str(), status);
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_t fields,
                          const uint8_t* staging, size_t staging_bytes,
                          const uint32_t staging_at[kRowFieldCount], uint64_t stream) {
@@ -333,17 +355,7 @@ std::string gpu_set_rows(EngineSampler* s, int64_t first, int64_t count, uint32_
     status = cudaMemcpyAsync(block + s->layout.staging, pinned, staging_bytes, cudaMemcpyHostToDevice, target);
   }
   if (status == cudaSuccess) status = cuda::launch_scatter_rows(scatter, target);
-  if (status == cudaSuccess) status = mark_last(s, target);
-  Retired r;
-  r.pinned = pinned;
-  r.pinned_capacity = capacity;
-  r.keep.push_back(s->block);
-  retire_after(s->ordinal, target, std::move(r));
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cuda_message("setRows (copy and scatter)", status);
-  }
-  return "";
+  return finish_block_write(s, target, pinned, capacity, status, "setRows (copy and scatter)");
 }
 
 std::string gpu_set_list_rows(EngineSampler* s, int kind, int64_t first, int64_t count,
@@ -377,17 +389,7 @@ std::string gpu_set_list_rows(EngineSampler* s, int kind, int64_t first, int64_t
                              target);
     staged += elem * slots;
   }
-  if (status == cudaSuccess) status = mark_last(s, target);
-  Retired r;
-  r.pinned = pinned;
-  r.pinned_capacity = capacity;
-  r.keep.push_back(s->block);
-  retire_after(s->ordinal, target, std::move(r));
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cuda_message((std::string(kWhat[kind]) + " (copy)").c_str(), status);
-  }
-  return "";
+  return finish_block_write(s, target, pinned, capacity, status, std::string(kWhat[kind]) + " (copy)");
 }
 
 std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SampleParams& p,

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "../../cuda/include/launchers.h"
+#include "../../cuda/include/regions.h"
 #include "runtime.h"
 
 namespace flashsample {
@@ -13,8 +14,6 @@ namespace binding {
 namespace gpu_detail {
 
 namespace {
-
-size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 template <class T>
 size_t bytes_of(const std::vector<T>& v) {
@@ -53,14 +52,10 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
   ScratchLayout l;
   const size_t B = static_cast<size_t>(p.batch), S = static_cast<size_t>(p.num_samples);
   const size_t n = static_cast<size_t>(std::max(p.top_logprobs, 0));
-  size_t at = 0;
-  auto take = [&](size_t bytes) {
-    const size_t start = at;
-    at = align_up(at + bytes, 256);
-    return start;
-  };
+  RegionLayout regions;
+  auto take = [&](size_t bytes) { return regions.take(bytes); };
   each_input(l, p, rows, [&](size_t& slot, const void*, size_t bytes) { slot = take(bytes); });
-  l.input_bytes = at;
+  l.input_bytes = regions.bytes;
   l.tokens = take(B * S * 4);
   l.row_status = take(B * 4);
   l.logprobs = take(p.logprobs ? B * S * 4 : 0);
@@ -68,7 +63,7 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
   l.top_logprobs = take(B * n * 4);
   l.fallback = take(4);
   l.merge_status = take(12);
-  l.total = at;
+  l.total = regions.bytes;
   return l;
 }
 
