@@ -218,6 +218,7 @@ struct SamplerBlock {
   size_t fallback = 0;
   ListTable lists[kListKinds];
   size_t unrecorded = 0;
+  size_t list_invalid = 0;  // i32 [max_batch]: the table kernel's report of invalid ids (with any table)
   size_t staging = 0, bytes = 0;
 };
 SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kListKinds]);

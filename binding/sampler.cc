@@ -39,6 +39,7 @@ SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kLis
     for (int c = 0; c < list_columns(k); ++c) t.columns[c] = take(list_column_bytes(k, c) * slots);
   }
   l.unrecorded = take(4);
+  l.list_invalid = take(4 * B);
   // setRows's packed rows: every field, each section 8-byte aligned.
   l.staging = take(B * row_bytes + 8 * kRowFieldCount);
   l.bytes = regions.bytes;
@@ -62,7 +63,7 @@ void refuse_during_capture(Napi::Env env, const char* what) {
   }
 }
 
-// launch_record_tokens on a CPU sampler's host block: the same slots, in the same order.
+// launch_record_tokens's counting on a CPU sampler's host block: the same slots, in the same order.
 void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
   uint8_t* block = static_cast<uint8_t*>(s.block->data());
   const ListTable& t = s.layout.lists[kListPenalty];
@@ -94,6 +95,26 @@ void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
       *unrecorded += 1;
     }
   }
+}
+
+// launch_record_tokens on a CPU sampler's host block (the counting with `record`), with the rows
+// whose list tables held invalid ids when the call read them reported last, as on the GPU.
+void after_draw_on_host(EngineSampler& s, const SampleParams& p, bool record) {
+  std::vector<bool> invalid(static_cast<size_t>(p.batch), false);
+  const uint8_t* block = static_cast<const uint8_t*>(s.block->data());
+  const auto* min_tokens = reinterpret_cast<const int32_t*>(block + s.layout.at[kFieldMinTokens]);
+  for (int64_t b = 0; b < p.batch && p.row_status != nullptr; ++b) {
+    for (int k = 0; k < kListKinds && !invalid[b]; ++k) {
+      const ListTable& t = s.layout.lists[k];
+      // the call did not read the bans of a row whose minTokens is 0
+      if (t.capacity < 1 || (k == kListBanned && min_tokens[b] <= 0)) continue;
+      const auto* ids = reinterpret_cast<const int32_t*>(block + t.columns[0]) + b * t.capacity;
+      for (int64_t i = 0; i < t.capacity && !invalid[b]; ++i) invalid[b] = ids[i] != -1 && (ids[i] < 0 || ids[i] >= p.vocab);
+    }
+  }
+  if (record) record_tokens_on_host(s, p);
+  for (int64_t b = 0; b < p.batch; ++b)
+    if (invalid[b]) p.row_status[b] = kRowListInvalid;
 }
 
 Napi::FunctionReference* g_graph_constructor = nullptr;
@@ -236,6 +257,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
       p.banned_while = i32(s->layout.at[kFieldMinTokens]);
     }
     p.listed_entries = static_cast<int64_t>(B) * (t[kListPenalty].capacity + t[kListBias].capacity + t[kListBanned].capacity);
+    if (p.listed_entries > 0) p.listed_invalid = reinterpret_cast<int32_t*>(block + s->layout.list_invalid);
 
     if (s->on_device) {
       // Sized with stand-ins for the per-call pointers whose presence picks the path.
@@ -399,7 +421,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     }
     const std::string error = cpu::sample_fused(p, 0);
     if (!error.empty()) throw_error(env, "enqueue: " + error);
-    if (record) record_tokens_on_host(*s, p);
+    after_draw_on_host(*s, p, record);
     if (advance) {
       auto* offset = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(s->block->data()) + s->layout.at[kFieldOffset]);
       for (size_t b = 0; b < B; ++b) offset[b] += 1;

@@ -82,16 +82,12 @@ __global__ void advance_offsets_kernel(uint64_t* __restrict__ offset, int64_t ba
   if (i < batch) offset[i] += 1;
 }
 
-// One block per row: the slot holding the drawn token, else the first free one (the smallest index
-// either way, so that a table the engine wrote with gaps fills in order).
+// One block per row (launch_record_tokens).
 constexpr int kRecordThreads = 128;
-__global__ void __launch_bounds__(kRecordThreads)
-    record_tokens_kernel(RecordTargets t, const int32_t* __restrict__ drawn, int32_t* row_status) {
-  const int64_t b = blockIdx.x;
-  const int32_t token = drawn[b];
-  if (token < 0) return;
-  if (threadIdx.x == 0 && t.min_tokens != nullptr && t.min_tokens[b] > 0) t.min_tokens[b] -= 1;
-  if (t.capacity < 1) return;
+
+// Counts `token` in row b's penalty table: the slot holding it, else the first free one (the
+// smallest index either way, so that a table the engine wrote with gaps fills in order).
+__device__ __forceinline__ void record_in_table(const RecordTargets& t, int64_t b, int32_t token, int32_t* row_status) {
   const int64_t row = b * t.capacity;
   __shared__ int s_found, s_free;
   if (threadIdx.x == 0) s_found = s_free = INT_MAX;
@@ -115,13 +111,23 @@ __global__ void __launch_bounds__(kRecordThreads)
   }
 }
 
+__global__ void __launch_bounds__(kRecordThreads)
+    record_tokens_kernel(RecordTargets t, const int32_t* __restrict__ drawn, int32_t* row_status) {
+  const int64_t b = blockIdx.x;
+  const int32_t token = t.record ? drawn[b] : -1;
+  if (threadIdx.x == 0 && token >= 0 && t.min_tokens != nullptr && t.min_tokens[b] > 0) t.min_tokens[b] -= 1;
+  if (token >= 0 && t.capacity > 0) record_in_table(t, b, token, row_status);
+  if (threadIdx.x == 0 && row_status != nullptr && t.list_invalid != nullptr && t.list_invalid[b] != 0)
+    row_status[b] = kRowListInvalid;
+}
+
 }  // namespace
 
 cudaError_t launch_record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
                                  cudaStream_t stream) {
   const bool table = t.capacity > 0;
   if ((table && (t.tokens == nullptr || t.counts == nullptr || t.in_prompt == nullptr || t.unrecorded == nullptr)) ||
-      (!table && t.min_tokens == nullptr) || t.capacity < 0 || drawn == nullptr || batch < 1)
+      t.capacity < 0 || (t.record && drawn == nullptr) || batch < 1)
     return cudaErrorInvalidValue;
   record_tokens_kernel<<<static_cast<unsigned>(batch), kRecordThreads, 0, stream>>>(t, drawn, row_status);
   return cudaGetLastError();

@@ -34,12 +34,15 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   uint2* row = marks + b * words;
   for (int64_t w = tid; w < words; w += kThreads) row[w] = make_uint2(0u, 0u);
   __syncthreads();
-  // Token ids the binding did not check (device-side lists) outside [0, V) are skipped.
+  // Token ids the binding did not check (device-side lists) outside [0, V) are skipped; ids other
+  // than -1 (an engine table's free slot) are reported (p.listed_invalid).
+  bool invalid = false;
   auto each = [&](const int32_t* offsets, const int32_t* tokens, auto&& f) {
     if (offsets == nullptr) return;
     for (int64_t i = offsets[b] + tid; i < offsets[b + 1]; i += kThreads) {
       const int32_t t = tokens[i];
       if (t >= 0 && t < V) f(i, t);
+      else invalid |= t != -1;
     }
   };
   auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
@@ -48,7 +51,8 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   each(p.bias_offsets, p.bias_tokens, mark);
   each(banned, p.banned_tokens, mark);
   each(p.penalty_offsets, p.penalty_tokens, mark);
-  __syncthreads();
+  const bool any_invalid = __syncthreads_or(invalid);  // also the barrier after the marks
+  if (tid == 0 && p.listed_invalid != nullptr) p.listed_invalid[b] = any_invalid ? 1 : 0;
 
   // Exclusive prefix of the words' listed counts: each thread a contiguous span of words.
   const int64_t span = (words + kThreads - 1) / kThreads;

@@ -6,6 +6,7 @@
 // record equal sequential calls.
 
 import { open, sampleFused, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
+import { native } from '../lib/native';
 import {
   adjusted,
   cudaStatus,
@@ -333,6 +334,47 @@ describeDevices((name, dev) => {
     expect(plain.probs[top[4]]).toBeGreaterThan(0.01);
     out.dispose();
     sampler.dispose();
+    p.dispose();
+  });
+
+  // An engine writes the tables with its own kernels, unchecked: the native setter stands in for
+  // that here (Sampler's setters refuse such ids).
+  test('ids outside [0, V) in tables the engine wrote: skipped, and the row reports status 4', async () => {
+    const d = dev();
+    const V = 111;
+    const logits = [zipfLogits(V, 0.5, 1), zipfLogits(V, 0.5, 2), zipfLogits(V, 0.5, 3)];
+    const p = plantLogits(d, 'f32', logits, { D: 8 });
+    const h = new native.NativeSampler({
+      device: d.kind === 'cuda' ? 1 : 0, ordinal: d.ordinal, maxBatch: 3, dtype: 0, vocab: V, dim: 8, numSamples: 1,
+      topK: false, topP: false, minP: false, logprobs: false, topLogprobs: 0, softcap: 0, allowedTokens: false,
+      filterOrder: 0, penaltyCapacity: 2, logitBiasCapacity: 2, bannedCapacity: 0,
+    });
+    // row 0: a bias on 5 and one on V + 5; row 1: a free slot (-1) and a bias on 7; row 2: -7 and 9
+    h.setListRows(1, 0, 3, [new Int32Array([5, V + 5, -1, 7, -7, 9]), new Float32Array([4, 3, 0, 4, 1, 4])]);
+    // row 1's penalty table: token 2 twice in the output, and an id of V
+    h.setListRows(0, 1, 1, [new Int32Array([2, V]), new Int32Array([2, 1]), new Uint8Array([0, 0])]);
+    const out = d.empty([3], 'i32');
+    const status = d.empty([3], 'i32');
+    h.enqueue({ hidden: p.H.handle('H'), weight: p.W.handle('W'), out: out.handle('out'), status: status.handle('status'), batch: 3, advanceOffset: false, recordTokens: false });
+    await d.synchronize();
+    const want = await sampleFused(p.H, p.W, {
+      seed: new BigUint64Array(3),
+      logitBias: { rowOffsets: new Int32Array([0, 1, 2, 3]), tokenIds: new Int32Array([5, 7, 9]), values: new Float32Array([4, 4, 4]) },
+      penaltyTokens: { rowOffsets: new Int32Array([0, 0, 1, 1]), tokenIds: new Int32Array([2]), outputCounts: new Int32Array([2]), inPrompt: new Uint8Array([0]) },
+      repetitionPenalty: new Float32Array([1, 1, 1]),
+    });
+    expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
+    expect(Array.from((await status.toArray()) as Int32Array)).toEqual([4, 4, 4]);
+    // once the engine frees the bad slots, the rows are fine again
+    h.setListRows(1, 0, 3, [new Int32Array([5, -1, -1, 7, -1, 9]), new Float32Array([4, 0, 0, 4, 0, 4])]);
+    h.setListRows(0, 1, 1, [new Int32Array([2, -1]), new Int32Array([2, 0]), new Uint8Array([0, 0])]);
+    h.enqueue({ hidden: p.H.handle('H'), weight: p.W.handle('W'), out: out.handle('out'), status: status.handle('status'), batch: 3, advanceOffset: false, recordTokens: false });
+    await d.synchronize();
+    expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
+    expect(Array.from((await status.toArray()) as Int32Array)).toEqual([0, 0, 0]);
+    h.dispose();
+    out.dispose();
+    status.dispose();
     p.dispose();
   });
 

@@ -51,11 +51,13 @@ struct RecordTargets {
   int32_t capacity = 0;
   int32_t* unrecorded = nullptr;  // tokens a full table could not count
   int32_t* min_tokens = nullptr;
+  const int32_t* list_invalid = nullptr;  // or null: rows whose list tables hold invalid ids (p.listed_invalid)
+  bool record = false;                    // count the tokens (else only report list_invalid)
 };
-// For each row b < batch with drawn[b] >= 0: the token's count + 1 in the penalty table (a token
-// not in it takes the row's first free slot, count 1, not in the prompt; a full row gets
-// row_status[b] = kRowTableFull when row_status is given and adds 1 to *unrecorded), and
-// min_tokens[b] - 1 where it is > 0.
+// For each row b < batch: with `record` and drawn[b] >= 0, the token's count + 1 in the penalty
+// table (a token not in it takes the row's first free slot, count 1, not in the prompt; a full row
+// gets row_status[b] = kRowTableFull when row_status is given and adds 1 to *unrecorded), and
+// min_tokens[b] - 1 where it is > 0; then row_status[b] = kRowListInvalid where list_invalid[b].
 cudaError_t launch_record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status,
                                  cudaStream_t stream);
 

@@ -29,6 +29,7 @@ enum RowStatus : int32_t {
   kRowNoCandidate = 1,  // every logit of the row is NaN, -Inf or masked out: no token can be drawn
   kRowUndecided = 2,    // merge_partials: the shards' candidates do not settle the kept set
   kRowTableFull = 3,    // an engine sampler's penalty table had no free slot: drawn, not recorded
+  kRowListInvalid = 4,  // an engine sampler's list tables hold an id outside [0, V) other than -1: skipped
 };
 
 struct SampleParams {
@@ -72,6 +73,8 @@ struct SampleParams {
   const float* frequency_penalty = nullptr;    // [batch], 0 = off
   const float* presence_penalty = nullptr;     // [batch], 0 = off
   int64_t listed_entries = 0;  // the three lists' entries together (the CUDA table's size)
+  int32_t* listed_invalid = nullptr;  // [batch] or null: set to 1 where row b's lists hold an id outside
+                                      // [0, V) other than -1 (a free slot), else 0; such ids are skipped
 
   // ---- built by the CUDA launchers from the lists above (callers leave them null) ---------------
   const uint32_t* listed_marks = nullptr;  // [batch, ceil(vocab / 32)] pairs: bits, first table index
