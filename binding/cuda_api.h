@@ -71,6 +71,21 @@ struct HostRowInputs {
   std::vector<int32_t> penalty_offsets, penalty_tokens, penalty_counts;
   std::vector<uint8_t> penalty_in_prompt;
   std::vector<float> repetition_penalty, frequency_penalty, presence_penalty;
+  // A list given as tensors on the GPU (host tensors are copied into the vectors above), used
+  // where it lives: offsets [B + 1], then per entry the token ids and the bias values or the
+  // output counts and prompt flags (i32).
+  struct DeviceList {
+    const int32_t* offsets = nullptr;
+    const int32_t* tokens = nullptr;
+    const float* values = nullptr;
+    const int32_t* counts = nullptr;
+    const int32_t* in_prompt = nullptr;
+    int64_t entries = 0;
+  };
+  DeviceList device_bias, device_banned, device_penalty;
+  // Some list came as tensors, which lib/ cannot check: the table kernel (or the CPU backend)
+  // reports their invalid rows, and the call turns them into an error.
+  bool lists_unchecked = false;
 };
 
 // Where each per-row input lives in a GPU call's scratch block (binding/gpu/launch.cc lays it out;
@@ -101,20 +116,41 @@ void bind_row_inputs(SampleParams* p, const HostRowInputs& rows, const RowInputS
     p->bias_offsets = at(rows.bias_offsets, l.bias_offsets);
     p->bias_tokens = at(rows.bias_tokens, l.bias_tokens);
     p->bias_values = at(rows.bias_values, l.bias_values);
+    p->bias_entries = static_cast<int64_t>(rows.bias_tokens.size());
+  } else if (rows.device_bias.offsets != nullptr) {
+    p->bias_offsets = rows.device_bias.offsets;
+    p->bias_tokens = rows.device_bias.tokens;
+    p->bias_values = rows.device_bias.values;
+    p->bias_entries = rows.device_bias.entries;
   }
   if (!rows.banned_offsets.empty()) {
     p->banned_offsets = at(rows.banned_offsets, l.banned_offsets);
     p->banned_tokens = at(rows.banned_tokens, l.banned_tokens);
+    p->banned_entries = static_cast<int64_t>(rows.banned_tokens.size());
+  } else if (rows.device_banned.offsets != nullptr) {
+    p->banned_offsets = rows.device_banned.offsets;
+    p->banned_tokens = rows.device_banned.tokens;
+    p->banned_entries = rows.device_banned.entries;
   }
-  if (!rows.penalty_offsets.empty()) {
-    p->penalty_offsets = at(rows.penalty_offsets, l.penalty_offsets);
-    p->penalty_tokens = at(rows.penalty_tokens, l.penalty_tokens);
-    p->penalty_counts = at(rows.penalty_counts, l.penalty_counts);
-    p->penalty_in_prompt = at(rows.penalty_in_prompt, l.penalty_in_prompt);
+  if (!rows.penalty_offsets.empty() || rows.device_penalty.offsets != nullptr) {
+    if (!rows.penalty_offsets.empty()) {
+      p->penalty_offsets = at(rows.penalty_offsets, l.penalty_offsets);
+      p->penalty_tokens = at(rows.penalty_tokens, l.penalty_tokens);
+      p->penalty_counts = at(rows.penalty_counts, l.penalty_counts);
+      p->penalty_in_prompt = at(rows.penalty_in_prompt, l.penalty_in_prompt);
+      p->penalty_entries = static_cast<int64_t>(rows.penalty_tokens.size());
+    } else {
+      p->penalty_offsets = rows.device_penalty.offsets;
+      p->penalty_tokens = rows.device_penalty.tokens;
+      p->penalty_counts = rows.device_penalty.counts;
+      p->penalty_in_prompt_i32 = rows.device_penalty.in_prompt;
+      p->penalty_entries = rows.device_penalty.entries;
+    }
     p->repetition_penalty = optional(rows.repetition_penalty, l.repetition);
     p->frequency_penalty = optional(rows.frequency_penalty, l.frequency);
     p->presence_penalty = optional(rows.presence_penalty, l.presence);
   }
+  p->listed_entries = p->bias_entries + p->banned_entries + p->penalty_entries;
 }
 
 enum class SamplerKind : int32_t { kFused = 0, kReferenceGumbel = 1, kReferenceInverseCdf = 2 };

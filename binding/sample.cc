@@ -63,6 +63,49 @@ void read_u64_rows(const Napi::Object& spec, const char* name, size_t batch, Cal
   }
 }
 
+// A list given as tensors, spec[name] = {offsets, tokens, values?, counts?, inPrompt?, entries}
+// (lib/options.ts checked their dtypes, devices and sizes, not their contents): host tensors are
+// copied into the row vectors, device tensors used where they live; either way unchecked.
+void read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, CallInputs* call,
+                      std::vector<int32_t>* offsets, std::vector<int32_t>* tokens, std::vector<float>* values,
+                      std::vector<int32_t>* counts, std::vector<uint8_t>* in_prompt, HostRowInputs::DeviceList* device) {
+  Napi::Value v = spec.Get(name);
+  if (v.IsUndefined()) return;
+  if (!v.IsObject()) throw_error(spec.Env(), std::string(name) + ": expected the list's tensors");
+  const Napi::Object o = v.As<Napi::Object>();
+  const size_t n = static_cast<size_t>(get_int(o, "entries", 0, INT32_MAX));
+  call->rows.lists_unchecked = true;
+  auto field = [&](const char* f, size_t elems) -> const void* {
+    Napi::Value fv = o.Get(f);
+    if (fv.IsUndefined()) return nullptr;
+    StorageRef s = NativeBuffer::storage_of(fv, name);
+    if (s->bytes() < elems * 4) throw_error(spec.Env(), std::string(name) + "." + f + ": tensor too small");
+    if ((s->kind() == MemoryKind::kDevice) != call->on_device) {
+      throw_error(spec.Env(), std::string(name) + ": tensors on another device than the call's");
+    }
+    call->keep_alive.push_back(s);
+    return s->data();
+  };
+  const auto* o32 = static_cast<const int32_t*>(field("offsets", batch + 1));
+  const auto* t32 = static_cast<const int32_t*>(field("tokens", n));
+  const auto* vf = static_cast<const float*>(field("values", n));
+  const auto* c32 = static_cast<const int32_t*>(field("counts", n));
+  const auto* p32 = static_cast<const int32_t*>(field("inPrompt", n));
+  if (o32 == nullptr || t32 == nullptr) throw_error(spec.Env(), std::string(name) + ": offsets and tokens are required");
+  if (call->on_device) {
+    *device = HostRowInputs::DeviceList{o32, t32, vf, c32, p32, static_cast<int64_t>(n)};
+    return;
+  }
+  offsets->assign(o32, o32 + batch + 1);
+  tokens->assign(t32, t32 + n);
+  if (vf != nullptr && values != nullptr) values->assign(vf, vf + n);
+  if (c32 != nullptr && counts != nullptr) counts->assign(c32, c32 + n);
+  if (p32 != nullptr && in_prompt != nullptr) {
+    in_prompt->resize(n);
+    for (size_t i = 0; i < n; ++i) (*in_prompt)[i] = p32[i] != 0 ? 1 : 0;
+  }
+}
+
 uint64_t get_u64(const Napi::Object& spec, const char* name) {
   Napi::Value v = spec.Get(name);
   if (v.IsUndefined()) return 0;
@@ -188,7 +231,14 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
   rows.repetition_penalty = get_array<float, napi_float32_array>(spec, "repetitionPenalty", B);
   rows.frequency_penalty = get_array<float, napi_float32_array>(spec, "frequencyPenalty", B);
   rows.presence_penalty = get_array<float, napi_float32_array>(spec, "presencePenalty", B);
+  read_tensor_list(spec, "biasList", B, call.get(), &rows.bias_offsets, &rows.bias_tokens, &rows.bias_values, nullptr,
+                   nullptr, &rows.device_bias);
+  read_tensor_list(spec, "bannedList", B, call.get(), &rows.banned_offsets, &rows.banned_tokens, nullptr, nullptr,
+                   nullptr, &rows.device_banned);
+  read_tensor_list(spec, "penaltyList", B, call.get(), &rows.penalty_offsets, &rows.penalty_tokens, nullptr,
+                   &rows.penalty_counts, &rows.penalty_in_prompt, &rows.device_penalty);
   auto check_csr = [&](const std::vector<int32_t>& offsets, size_t entries, const char* name) {
+    if (rows.lists_unchecked) return;  // tensors: the table kernel or the CPU backend checks them
     if (!offsets.empty() && (offsets.front() != 0 || static_cast<size_t>(offsets.back()) != entries))
       throw_error(env, std::string(name) + ": offsets do not match the entries");
   };
@@ -198,7 +248,8 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
   check_csr(rows.penalty_offsets, rows.penalty_tokens.size(), "penaltyTokens");
   if (rows.penalty_counts.size() != rows.penalty_tokens.size() || rows.penalty_in_prompt.size() != rows.penalty_tokens.size())
     throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
-  p.listed_entries = static_cast<int64_t>(rows.bias_tokens.size() + rows.banned_tokens.size() + rows.penalty_tokens.size());
+  p.listed_entries = static_cast<int64_t>(rows.bias_tokens.size() + rows.banned_tokens.size() + rows.penalty_tokens.size()) +
+                     rows.device_bias.entries + rows.device_banned.entries + rows.device_penalty.entries;
   Napi::Value out = spec.Get("out");
   if (!out.IsUndefined()) {
     StorageRef s = NativeBuffer::storage_of(out, "out");
@@ -284,7 +335,15 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
         [call, results]() -> std::string {
           SampleParams p = call->params;
           bind_host(&p, call->rows, call->want_logprobs, call->out_tokens, results.get());
-          return run_cpu(call->kind, p);
+          const std::string error = run_cpu(call->kind, p);
+          // lists given as tensors: their invalid rows, as the CUDA table kernel reports them
+          if (error.empty() && call->rows.lists_unchecked) {
+            std::vector<int32_t> invalid(static_cast<size_t>(p.batch));
+            cpu::find_invalid_lists(p, invalid.data());
+            for (size_t b = 0; b < invalid.size(); ++b)
+              if (invalid[b]) p.row_status[b] = kRowListInvalid;
+          }
+          return error;
         },
         [results, tokens_on_output](Napi::Env env) {
           return results_to_js(env, *results, tokens_on_output);

@@ -98,23 +98,13 @@ void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
 }
 
 // launch_record_tokens on a CPU sampler's host block (the counting with `record`), with the rows
-// whose list tables held invalid ids when the call read them reported last, as on the GPU.
+// whose list tables held invalid entries when the call read them reported last, as on the GPU.
 void after_draw_on_host(EngineSampler& s, const SampleParams& p, bool record) {
-  std::vector<bool> invalid(static_cast<size_t>(p.batch), false);
-  const uint8_t* block = static_cast<const uint8_t*>(s.block->data());
-  const auto* min_tokens = reinterpret_cast<const int32_t*>(block + s.layout.at[kFieldMinTokens]);
-  for (int64_t b = 0; b < p.batch && p.row_status != nullptr; ++b) {
-    for (int k = 0; k < kListKinds && !invalid[b]; ++k) {
-      const ListTable& t = s.layout.lists[k];
-      // the call did not read the bans of a row whose minTokens is 0
-      if (t.capacity < 1 || (k == kListBanned && min_tokens[b] <= 0)) continue;
-      const auto* ids = reinterpret_cast<const int32_t*>(block + t.columns[0]) + b * t.capacity;
-      for (int64_t i = 0; i < t.capacity && !invalid[b]; ++i) invalid[b] = ids[i] != -1 && (ids[i] < 0 || ids[i] >= p.vocab);
-    }
-  }
+  std::vector<int32_t> invalid(static_cast<size_t>(p.batch), 0);
+  if (p.row_status != nullptr && p.listed_entries > 0) cpu::find_invalid_lists(p, invalid.data());
   if (record) record_tokens_on_host(s, p);
   for (int64_t b = 0; b < p.batch; ++b)
-    if (invalid[b]) p.row_status[b] = kRowListInvalid;
+    if (invalid[static_cast<size_t>(b)]) p.row_status[b] = kRowListInvalid;
 }
 
 Napi::FunctionReference* g_graph_constructor = nullptr;
@@ -242,6 +232,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
       p.penalty_tokens = i32(t[kListPenalty].columns[0]);
       p.penalty_counts = i32(t[kListPenalty].columns[1]);
       p.penalty_in_prompt = block + t[kListPenalty].columns[2];
+      p.penalty_entries = static_cast<int64_t>(B) * t[kListPenalty].capacity;
       p.repetition_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldRepetitionPenalty]);
       p.frequency_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldFrequencyPenalty]);
       p.presence_penalty = reinterpret_cast<const float*>(block + s->layout.at[kFieldPresencePenalty]);
@@ -250,11 +241,13 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
       p.bias_offsets = i32(t[kListBias].offsets);
       p.bias_tokens = i32(t[kListBias].columns[0]);
       p.bias_values = reinterpret_cast<const float*>(block + t[kListBias].columns[1]);
+      p.bias_entries = static_cast<int64_t>(B) * t[kListBias].capacity;
     }
     if (t[kListBanned].capacity > 0) {
       p.banned_offsets = i32(t[kListBanned].offsets);
       p.banned_tokens = i32(t[kListBanned].columns[0]);
       p.banned_while = i32(s->layout.at[kFieldMinTokens]);
+      p.banned_entries = static_cast<int64_t>(B) * t[kListBanned].capacity;
     }
     p.listed_entries = static_cast<int64_t>(B) * (t[kListPenalty].capacity + t[kListBias].capacity + t[kListBanned].capacity);
     if (p.listed_entries > 0) p.listed_invalid = reinterpret_cast<int32_t*>(block + s->layout.list_invalid);

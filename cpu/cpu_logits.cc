@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu_internal.h"
+#include "cpu_sampler.h"
 
 namespace flashsample {
 namespace cpu {
@@ -126,14 +128,22 @@ void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begi
 // float32 in that order.
 void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end, float* dst) const {
   auto in_block = [&](int32_t v) { return v >= vocab_begin && v < vocab_end; };
+  // offsets clamped to the list's entries, as the CUDA table kernel does (unchecked lists)
+  auto range = [&](const int32_t* offsets, int64_t n, int64_t& lo, int64_t& hi) {
+    lo = std::min<int64_t>(std::max<int64_t>(offsets[b], 0), n);
+    hi = std::min<int64_t>(std::max<int64_t>(offsets[b + 1], lo), n);
+  };
+  int64_t lo, hi;
   if (p_.bias_offsets != nullptr) {
-    for (int32_t i = p_.bias_offsets[b]; i < p_.bias_offsets[b + 1]; ++i) {
+    range(p_.bias_offsets, p_.bias_entries, lo, hi);
+    for (int64_t i = lo; i < hi; ++i) {
       const int32_t v = p_.bias_tokens[i];
-      if (in_block(v)) dst[v - vocab_begin] += p_.bias_values[i];
+      if (in_block(v) && std::isfinite(p_.bias_values[i])) dst[v - vocab_begin] += p_.bias_values[i];
     }
   }
   if (p_.banned_offsets != nullptr && (p_.banned_while == nullptr || p_.banned_while[b] > 0)) {
-    for (int32_t i = p_.banned_offsets[b]; i < p_.banned_offsets[b + 1]; ++i) {
+    range(p_.banned_offsets, p_.banned_entries, lo, hi);
+    for (int64_t i = lo; i < hi; ++i) {
       const int32_t v = p_.banned_tokens[i];
       if (in_block(v)) dst[v - vocab_begin] = -INFINITY;
     }
@@ -142,12 +152,14 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
     const float r = p_.repetition_penalty ? p_.repetition_penalty[b] : 1.0f;
     const float f = p_.frequency_penalty ? p_.frequency_penalty[b] : 0.0f;
     const float pres = p_.presence_penalty ? p_.presence_penalty[b] : 0.0f;
-    for (int32_t i = p_.penalty_offsets[b]; i < p_.penalty_offsets[b + 1]; ++i) {
+    range(p_.penalty_offsets, p_.penalty_entries, lo, hi);
+    for (int64_t i = lo; i < hi; ++i) {
       const int32_t v = p_.penalty_tokens[i];
-      if (!in_block(v)) continue;
-      float& l = dst[v - vocab_begin];
       const int32_t count = p_.penalty_counts[i];
-      if (r != 1.0f && (count > 0 || p_.penalty_in_prompt[i] != 0)) l = l > 0.0f ? l / r : l * r;
+      if (!in_block(v) || count < 0) continue;
+      const bool in_prompt = p_.penalty_in_prompt != nullptr ? p_.penalty_in_prompt[i] != 0 : p_.penalty_in_prompt_i32[i] != 0;
+      float& l = dst[v - vocab_begin];
+      if (r != 1.0f && (count > 0 || in_prompt)) l = l > 0.0f ? l / r : l * r;
       if (count > 0) l -= std::fma(f, static_cast<float>(count), pres);
     }
   }
@@ -191,5 +203,37 @@ const std::vector<Entry>& BestEntries::finish() {
 }
 
 }  // namespace detail
+
+void find_invalid_lists(const SampleParams& p, int32_t* flags) {
+  const int64_t V = p.vocab;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    bool invalid = false;
+    // one list: offsets clamped to [0, n], then its entries (`usable` on those in range)
+    auto check = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, bool distinct, auto&& usable) {
+      if (offsets == nullptr) return;
+      const int64_t lo = std::min<int64_t>(std::max<int64_t>(offsets[b], 0), n);
+      const int64_t hi = std::min<int64_t>(std::max<int64_t>(offsets[b + 1], lo), n);
+      invalid |= offsets[b] != lo || offsets[b + 1] != hi;
+      std::vector<int32_t> seen;
+      for (int64_t i = lo; i < hi; ++i) {
+        const int32_t t = tokens[i];
+        if (t < 0 || t >= V || !usable(i)) {
+          invalid |= t != -1;
+          continue;
+        }
+        if (distinct) seen.push_back(t);
+      }
+      std::sort(seen.begin(), seen.end());
+      invalid |= std::adjacent_find(seen.begin(), seen.end()) != seen.end();
+    };
+    check(p.bias_offsets, p.bias_entries, p.bias_tokens, true, [&](int64_t i) { return std::isfinite(p.bias_values[i]); });
+    if (p.banned_while == nullptr || p.banned_while[b] > 0) {
+      check(p.banned_offsets, p.banned_entries, p.banned_tokens, false, [](int64_t) { return true; });
+    }
+    check(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, true, [&](int64_t i) { return p.penalty_counts[i] >= 0; });
+    flags[b] = invalid ? 1 : 0;
+  }
+}
+
 }  // namespace cpu
 }  // namespace flashsample

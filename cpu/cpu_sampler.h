@@ -29,5 +29,11 @@ std::string sample_reference(const SampleParams& p, ReferenceMethod method, int 
 // status[2]: the most rows of W a shard holds.
 std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status, int num_threads);
 
+// The rows whose lists nothing checked (tensors, an engine's tables) hold an invalid entry (an id
+// outside [0, V) other than -1, a non-finite bias, a negative count, an id repeated within the
+// bias or penalty list) or offsets outside [0, entries] or out of order: flags[b] = 1, else 0.
+// The CUDA table kernel's report (params.h, listed_invalid); the backends skip such entries.
+void find_invalid_lists(const SampleParams& p, int32_t* flags);
+
 }  // namespace cpu
 }  // namespace flashsample

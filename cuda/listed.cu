@@ -19,8 +19,9 @@ using detail::ListedEntry;
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t b) {
-  return offsets == nullptr ? 0 : offsets[b];
+// Row b's first entry of a list of n entries (its offset clamped to [0, n]; 0 without the list).
+__device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t n, int64_t b) {
+  return offsets == nullptr ? 0 : offsets[b] < 0 ? 0 : offsets[b] > n ? n : offsets[b];
 }
 
 // The rows' tables are packed at the sum of the three lists' offsets: a row lists at most as many
@@ -34,25 +35,58 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   uint2* row = marks + b * words;
   for (int64_t w = tid; w < words; w += kThreads) row[w] = make_uint2(0u, 0u);
   __syncthreads();
-  // Token ids the binding did not check (device-side lists) outside [0, V) are skipped; ids other
-  // than -1 (an engine table's free slot) are reported (p.listed_invalid).
+  // Lists nothing checked (device tensors, an engine's tables; p.listed_invalid set) may hold
+  // anything: offsets are clamped to each list's entries, and ids outside [0, V), non-finite biases
+  // and negative counts are skipped; each of these, a repeated id within a list and offsets out of
+  // order are reported. An id of -1 (an engine table's free slot) is skipped silently.
+  const bool unchecked = p.listed_invalid != nullptr;
   bool invalid = false;
-  auto each = [&](const int32_t* offsets, const int32_t* tokens, auto&& f) {
+  auto range = [&](const int32_t* offsets, int64_t n, int64_t& lo, int64_t& hi) {
+    lo = offsets[b] < 0 ? 0 : offsets[b] > n ? n : offsets[b];
+    hi = offsets[b + 1] < lo ? lo : offsets[b + 1] > n ? n : offsets[b + 1];
+    invalid |= offsets[b] != lo || offsets[b + 1] != hi;
+  };
+  auto each = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& usable, auto&& f) {
     if (offsets == nullptr) return;
-    for (int64_t i = offsets[b] + tid; i < offsets[b + 1]; i += kThreads) {
+    int64_t lo, hi;
+    range(offsets, n, lo, hi);
+    for (int64_t i = lo + tid; i < hi; i += kThreads) {
       const int32_t t = tokens[i];
-      if (t >= 0 && t < V) f(i, t);
+      if (t >= 0 && t < V && usable(i)) f(i, t);
       else invalid |= t != -1;
     }
   };
-  auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
+  auto any = [](int64_t) { return true; };
+  auto bias_ok = [&](int64_t i) { return isfinite(p.bias_values[i]); };
+  auto count_ok = [&](int64_t i) { return p.penalty_counts[i] >= 0; };
   // an engine sampler's min-tokens bans end when the row's count reaches 0
   const int32_t* banned = p.banned_while == nullptr || p.banned_while[b] > 0 ? p.banned_offsets : nullptr;
-  each(p.bias_offsets, p.bias_tokens, mark);
-  each(banned, p.banned_tokens, mark);
-  each(p.penalty_offsets, p.penalty_tokens, mark);
+  if (!unchecked) {
+    auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
+    each(p.bias_offsets, p.bias_entries, p.bias_tokens, any, mark);
+    each(banned, p.banned_entries, p.banned_tokens, any, mark);
+    each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, any, mark);
+  } else {
+    // one list at a time into .y (free until the prefix below), so that a repeat within a list shows
+    auto mark_list = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& usable, bool distinct) {
+      each(offsets, n, tokens, usable, [&](int64_t, int32_t t) {
+        const uint32_t bit = 1u << (t & 31);
+        invalid |= distinct && (atomicOr(&row[t >> 5].y, bit) & bit) != 0u;
+        if (!distinct) atomicOr(&row[t >> 5].y, bit);
+      });
+      __syncthreads();
+      for (int64_t w = tid; w < words; w += kThreads) {
+        row[w].x |= row[w].y;
+        row[w].y = 0u;
+      }
+      __syncthreads();
+    };
+    mark_list(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_ok, true);
+    mark_list(banned, p.banned_entries, p.banned_tokens, any, false);
+    mark_list(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, count_ok, true);
+  }
   const bool any_invalid = __syncthreads_or(invalid);  // also the barrier after the marks
-  if (tid == 0 && p.listed_invalid != nullptr) p.listed_invalid[b] = any_invalid ? 1 : 0;
+  if (tid == 0 && unchecked) p.listed_invalid[b] = any_invalid ? 1 : 0;
 
   // Exclusive prefix of the words' listed counts: each thread a contiguous span of words.
   const int64_t span = (words + kThreads - 1) / kThreads;
@@ -62,8 +96,11 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   for (int64_t w = lo; w < hi; ++w) mine += __popc(row[w].x);
   uint32_t total = 0;
   const uint32_t before = detail::block_exclusive_scan(mine, total);
-  const uint32_t base = static_cast<uint32_t>(row_begin(p.bias_offsets, b) + row_begin(p.banned_offsets, b) +
-                                              row_begin(p.penalty_offsets, b));
+  // where the row's entries start: the sum of its lists' (clamped) starts, an upper bound of the
+  // earlier rows' distinct tokens
+  const uint32_t base = static_cast<uint32_t>(row_begin(p.bias_offsets, p.bias_entries, b) +
+                                              row_begin(p.banned_offsets, p.banned_entries, b) +
+                                              row_begin(p.penalty_offsets, p.penalty_entries, b));
   uint32_t at = base + before;
   for (int64_t w = lo; w < hi; ++w) {
     row[w].y = at;
@@ -76,22 +113,23 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     const uint2 m = row[t >> 5];
     return table[m.y + __popc(m.x & ((1u << (t & 31)) - 1u))];
   };
-  each(p.bias_offsets, p.bias_tokens, [&](int64_t i, int32_t t) {
+  each(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_ok, [&](int64_t i, int32_t t) {
     ListedEntry& e = entry(t);
     e.bias = p.bias_values[i];
     atomicOr(&e.flags, static_cast<uint32_t>(detail::kListedBias));
   });
-  each(banned, p.banned_tokens, [&](int64_t, int32_t t) {
+  each(banned, p.banned_entries, p.banned_tokens, any, [&](int64_t, int32_t t) {
     atomicOr(&entry(t).flags, static_cast<uint32_t>(detail::kListedBanned));
   });
   const float r = p.repetition_penalty ? p.repetition_penalty[b] : 1.0f;
   const float f = p.frequency_penalty ? p.frequency_penalty[b] : 0.0f;
   const float pres = p.presence_penalty ? p.presence_penalty[b] : 0.0f;
-  each(p.penalty_offsets, p.penalty_tokens, [&](int64_t i, int32_t t) {
+  each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, count_ok, [&](int64_t i, int32_t t) {
     ListedEntry& e = entry(t);
     const int32_t count = p.penalty_counts[i];
+    const bool in_prompt = p.penalty_in_prompt != nullptr ? p.penalty_in_prompt[i] != 0 : p.penalty_in_prompt_i32[i] != 0;
     uint32_t flags = 0u;
-    if (r != 1.0f && (count > 0 || p.penalty_in_prompt[i] != 0)) {
+    if (r != 1.0f && (count > 0 || in_prompt)) {
       e.repetition = r;
       flags |= detail::kListedRepetition;
     }

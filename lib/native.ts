@@ -55,6 +55,10 @@ export interface NativeSpec {
   penaltyTokens?: Int32Array;
   penaltyCounts?: Int32Array;
   penaltyInPrompt?: Uint8Array;
+  // The same lists given as tensors (unchecked: the table kernel reports invalid rows, status 4).
+  biasList?: Record<string, unknown>;
+  bannedList?: Record<string, unknown>;
+  penaltyList?: Record<string, unknown>;
   repetitionPenalty?: Float32Array;
   frequencyPenalty?: Float32Array;
   presencePenalty?: Float32Array;

@@ -32,12 +32,18 @@ export interface SampleOptions {
   topLogprobs?: number;
   /** cudaStream_t (as a bigint) to order the work after an engine's own; CUDA only. */
   stream?: bigint;
-  /** Per-row sparse bias added to the logits (OpenAI's logit_bias): CSR over rows. */
-  logitBias?: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array };
+  /**
+   * Per-row sparse bias added to the logits (OpenAI's logit_bias): CSR over rows. Each list may
+   * also come as tensors on the call's device (i32; values f32; inPrompt i32), checked on the
+   * device: a row with an invalid entry makes the call reject naming the list and the row.
+   */
+  logitBias?: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array } | { rowOffsets: Tensor; tokenIds: Tensor; values: Tensor };
   /** Per-row tokens given probability 0 (min_tokens bans of EOS / stop tokens): CSR. */
-  bannedTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array };
+  bannedTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array } | { rowOffsets: Tensor; tokenIds: Tensor };
   /** The tokens the penalties apply to, per row (CSR): their output counts and prompt membership. */
-  penaltyTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array };
+  penaltyTokens?:
+    | { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array }
+    | { rowOffsets: Tensor; tokenIds: Tensor; outputCounts: Tensor; inPrompt: Tensor };
   /** r > 0 (1 = off): a listed token seen in the prompt or the output has its logit divided by r if positive, multiplied if not. */
   repetitionPenalty?: number | Float32Array;
   /** Subtracted once per output occurrence of a listed token (0 = off). */
@@ -254,6 +260,48 @@ function checkCsr(
   return { offsets: offsets.slice(), tokens: tokens.slice(), arrays };
 }
 
+/** The three penalties' per-row values (defaults 1, 0, 0) of a call with penaltyTokens. */
+function penaltyValues(spec: NativeSpec, opts: SampleOptions, batch: number): void {
+  spec.repetitionPenalty = perRowFloat(
+    'repetitionPenalty', opts.repetitionPenalty, batch, 1, (x) => Number.isFinite(x) && x > 0, 'a finite number > 0',
+  );
+  spec.frequencyPenalty = perRowFloat('frequencyPenalty', opts.frequencyPenalty, batch, 0, Number.isFinite, 'a finite number');
+  spec.presencePenalty = perRowFloat('presencePenalty', opts.presencePenalty, batch, 0, Number.isFinite, 'a finite number');
+}
+
+/** Whether a list option came as tensors (its rowOffsets is one). */
+function tensorList(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && looksLikeTensor((value as { rowOffsets?: unknown }).rowOffsets);
+}
+
+/**
+ * A list given as tensors on the call's device: i32 rowOffsets (B + 1) and tokenIds (n), and the
+ * list's other fields (n each, of the dtypes given). Their contents are checked on the device.
+ */
+function checkTensorList(
+  name: string, value: unknown, batch: number, device: Device, fields: Record<string, 'i32' | 'f32'>,
+): Record<string, unknown> {
+  checkKnownKeys(name, value as object, ['rowOffsets', 'tokenIds', ...Object.keys(fields)]);
+  const v = value as Record<string, unknown>;
+  const tensor = (key: string, dtype: 'i32' | 'f32', size: number | null) => {
+    const t = checkTensor(`${name}.${key}`, v[key]);
+    const expected = `an '${dtype}' tensor on ${device}${size === null ? '' : ` of ${size} elements`}`;
+    if (t.dtype !== dtype || !t.device.sameAs(device)) throw typeError(`${name}.${key}`, expected, raw(`${t}`));
+    if (size !== null && t.size !== size) throw rangeError(`${name}.${key}`, expected, raw(`${t}`));
+    return t;
+  };
+  const offsets = tensor('rowOffsets', 'i32', batch + 1);
+  const tokens = tensor('tokenIds', 'i32', null);
+  const out: Record<string, unknown> = {
+    offsets: offsets.handle(`${name}.rowOffsets`), tokens: tokens.handle(`${name}.tokenIds`), entries: tokens.size,
+  };
+  const native: Record<string, string> = { values: 'values', outputCounts: 'counts', inPrompt: 'inPrompt' };
+  for (const [key, dtype] of Object.entries(fields)) {
+    out[native[key]] = tensor(key, dtype, tokens.size).handle(`${name}.${key}`);
+  }
+  return out;
+}
+
 /** SampleOptions.logitBias (or Sampler.setLogitBias) for `rows` rows, checked and copied. */
 export function checkLogitBias(value: unknown, rows: number, vocab: number): { offsets: Int32Array; tokens: Int32Array; values: Float32Array } {
   const c = checkCsr('logitBias', value, rows, vocab, { values: 'Float32Array' }, false);
@@ -351,7 +399,7 @@ export function buildRowSpec(batch: number, device: Device, opts: SampleOptions)
 /** Validates (H, W, options) into the native spec. `reference` enables the `method` option. */
 export function buildSpec(
   H: unknown, W: unknown, options: unknown, sampler: 'fused' | 'reference', extraKeys: readonly string[] = [],
-): { spec: NativeSpec; operands: Operands; numSamples: number } {
+): { spec: NativeSpec; operands: Operands; numSamples: number; deviceLists: string[] } {
   const o = checkOperands(H, W);
   if (options === undefined) options = {};
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
@@ -410,34 +458,41 @@ export function buildSpec(
       throw typeError('allowedTokens', `a Uint32Array of ${words} words or an i32 tensor`, a);
     }
   }
-  if (opts.logitBias !== undefined) {
+  const deviceLists: string[] = [];
+  if (tensorList(opts.logitBias)) {
+    spec.biasList = checkTensorList('logitBias', opts.logitBias, batch, o.device, { values: 'f32' });
+    deviceLists.push('logitBias');
+  } else if (opts.logitBias !== undefined) {
     const c = checkLogitBias(opts.logitBias, batch, vocab);
     spec.biasOffsets = c.offsets;
     spec.biasTokens = c.tokens;
     spec.biasValues = c.values;
   }
-  if (opts.bannedTokens !== undefined) {
+  if (tensorList(opts.bannedTokens)) {
+    spec.bannedList = checkTensorList('bannedTokens', opts.bannedTokens, batch, o.device, {});
+    deviceLists.push('bannedTokens');
+  } else if (opts.bannedTokens !== undefined) {
     const c = checkBannedTokens(opts.bannedTokens, batch, vocab);
     spec.bannedOffsets = c.offsets;
     spec.bannedTokens = c.tokens;
   }
-  if (opts.penaltyTokens !== undefined) {
+  if (tensorList(opts.penaltyTokens)) {
+    spec.penaltyList = checkTensorList('penaltyTokens', opts.penaltyTokens, batch, o.device, { outputCounts: 'i32', inPrompt: 'i32' });
+    deviceLists.push('penaltyTokens');
+    penaltyValues(spec, opts, batch);
+  } else if (opts.penaltyTokens !== undefined) {
     const c = checkPenaltyTokens(opts.penaltyTokens, batch, vocab);
     spec.penaltyOffsets = c.offsets;
     spec.penaltyTokens = c.tokens;
     spec.penaltyCounts = c.counts;
     spec.penaltyInPrompt = c.inPrompt;
-    spec.repetitionPenalty = perRowFloat(
-      'repetitionPenalty', opts.repetitionPenalty, batch, 1, (x) => Number.isFinite(x) && x > 0, 'a finite number > 0',
-    );
-    spec.frequencyPenalty = perRowFloat('frequencyPenalty', opts.frequencyPenalty, batch, 0, Number.isFinite, 'a finite number');
-    spec.presencePenalty = perRowFloat('presencePenalty', opts.presencePenalty, batch, 0, Number.isFinite, 'a finite number');
+    penaltyValues(spec, opts, batch);
   } else {
     for (const k of ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'] as const) {
       if (opts[k] !== undefined) throw new TypeError(`${k}: needs penaltyTokens (the tokens it applies to, with their counts)`);
     }
   }
-  return { spec, operands: o, numSamples: rows.numSamples };
+  return { spec, operands: o, numSamples: rows.numSamples, deviceLists };
 }
 
 export { describe };

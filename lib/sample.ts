@@ -21,8 +21,8 @@ export async function sampleFused(
 ): Promise<SampleResult | PartialState> {
   // A vocabulary shard (W holds tokens [vocabOffset, vocabOffset + V)): its partial state (parallel.ts).
   if (options !== null && typeof options === 'object' && 'partial' in options) return samplePartial(H, W, options);
-  const { spec } = buildSpec(H, W, options, 'fused');
-  return toResult(await native.sample(spec));
+  const { spec, deviceLists } = buildSpec(H, W, options, 'fused');
+  return toResult(await native.sample(spec), deviceLists);
 }
 
 /**
@@ -31,7 +31,7 @@ export async function sampleFused(
  * Resolves once the work is done (the caller need not wait for it to enqueue more work on the same stream).
  */
 export async function sampleFusedInto(out: Tensor, H: Tensor, W: Tensor, options?: SampleOptions): Promise<void> {
-  const { spec, operands, numSamples } = buildSpec(H, W, options, 'fused');
+  const { spec, operands, numSamples, deviceLists } = buildSpec(H, W, options, 'fused');
   const target = checkTensor('out', out);
   if (target.dtype !== 'i32') throw typeError('out', "an 'i32' tensor", raw(`${target}`));
   if (target.size !== operands.batch * numSamples) {
@@ -39,7 +39,7 @@ export async function sampleFusedInto(out: Tensor, H: Tensor, W: Tensor, options
   }
   if (!target.device.sameAs(operands.device)) throw typeError('out', `a tensor on ${operands.device}`, raw(`${target}`));
   spec.out = target.handle('out');
-  toResult(await native.sample(spec));
+  toResult(await native.sample(spec), deviceLists);
 }
 
 /**
@@ -47,8 +47,8 @@ export async function sampleFusedInto(out: Tensor, H: Tensor, W: Tensor, options
  * (the fused sampler's own noise, so the tokens agree with sampleFused).
  */
 export async function sampleReference(H: Tensor, W: Tensor, options?: ReferenceOptions): Promise<SampleResult> {
-  const { spec } = buildSpec(H, W, options, 'reference');
-  return toResult(await native.sample(spec));
+  const { spec, deviceLists } = buildSpec(H, W, options, 'reference');
+  return toResult(await native.sample(spec), deviceLists);
 }
 
 export type SamplerKind = 'fused' | 'reference-gumbel' | 'reference-inverse-cdf';

@@ -327,6 +327,23 @@ const cases: Record<string, Case> = {
   [`RangeError: rows: expected 1 .. 1 rows from row 3 (maxBatch is 4), got 2 rows`]: {
     runs: [() => sampler(cpu).setRows(3, { temperature: new Float32Array(2) })],
   },
+  [`RangeError: bannedTokens.rowOffsets: expected an 'i32' tensor on cpu of 4 elements, got Tensor(i32[2] on cpu)`]: {
+    runs: [
+      () => {
+        const { H, W } = operands(cpu);
+        return sampleFused(H, W, { bannedTokens: { rowOffsets: keep(cpu.tensor(new Int32Array(2), [2], 'i32')), tokenIds: keep(cpu.tensor(new Int32Array(1), [1], 'i32')) } });
+      },
+    ],
+  },
+  [`RangeError: penaltyTokens: row 1 holds a token id outside [0, V), a repeated id, a non-finite bias, a negative count or offsets out of order (tensor lists are checked on the device)`]: {
+    runs: [
+      () => {
+        const { H, W } = operands(cpu);
+        const i32 = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
+        return sampleFused(H, W, { penaltyTokens: { rowOffsets: i32([0, 1, 2, 2]), tokenIds: i32([5, 111]), outputCounts: i32([1, 1]), inPrompt: i32([0, 0]) } });
+      },
+    ],
+  },
   [`RangeError: penaltyCapacity: expected an integer in [0, 65536], got 70000`]: {
     runs: [() => sampler(cpu, { penaltyCapacity: 70000 })],
   },

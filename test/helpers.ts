@@ -866,10 +866,17 @@ export function adjusted(logits: ArrayLike<number>, row: Listed): Float64Array {
   return l;
 }
 
+/** SampleOptions whose lists are host arrays (what listedOptions builds). */
+export type HostListOptions = SampleOptions & {
+  logitBias?: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array };
+  bannedTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array };
+  penaltyTokens?: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array };
+};
+
 /** The options for rows of Listed (CSR lists in row order). */
-export function listedOptions(rows: Listed[]): SampleOptions {
+export function listedOptions(rows: Listed[]): HostListOptions {
   const B = rows.length;
-  const o: SampleOptions = {};
+  const o: HostListOptions = {};
   const csr = <T>(get: (r: Listed) => T[] | undefined) => {
     const offsets = new Int32Array(B + 1);
     const items: T[] = [];

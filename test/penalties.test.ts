@@ -4,7 +4,7 @@
 // (the one-pass epilogue) and rows sent through the extra pass; fused = reference (gumbel) at V =
 // 128256 with 512 listed tokens a row; penalties that flip the argmax; the argument errors.
 
-import { open, sampleFused, sampleReference, type SampleOptions, type Tensor } from '../lib/index';
+import { open, sampleFused, sampleReference, type Device, type SampleOptions, type Tensor } from '../lib/index';
 import {
   MAX_S,
   addInto,
@@ -25,6 +25,7 @@ import {
   adjusted,
   listedOptions,
   type FilterSpec,
+  type HostListOptions,
   type Listed,
   type SamplerName,
 } from './helpers';
@@ -524,5 +525,90 @@ describe('cpu: argument errors', () => {
     const p = plantLogits(cpu, 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
     expect((await failure(() => sampleFused(p.H, p.W, { filterOrder: 'tgi' as never }))).message).toMatch(/^filterOrder: expected 'hf' or 'vllm', got "tgi"$/);
     p.dispose();
+  });
+});
+
+// The lists as tensors on the call's device (issue 20: an engine's device-side lists): the same
+// draws as the typed arrays, -1 entries skipped as padding; their contents are checked on the
+// device, so an invalid row rejects the call naming the list and the row.
+describeDevices((devName, dev) => {
+  describe('lists given as tensors', () => {
+    const V = 111;
+    const rows: Listed[] = [
+      { bias: [[3, 2], [40, -1.5]], banned: [7], penalized: [[5, 2, true], [9, 0, true]], repetition: 1.3, frequency: 0.4, presence: 0.2 },
+      { banned: [], penalized: [[11, 1, false]], repetition: 1.1 },
+      { bias: [[60, 3]], banned: [0, 1], penalized: [] },
+    ];
+    // the same lists as tensors, with a -1 entry at the end of every row of every list
+    const tensorsOf = (d: Device, o: HostListOptions) => {
+      const pad = (offsets: Int32Array, cols: ArrayLike<number>[], fill: number[]) => {
+        const out: number[][] = cols.map(() => []);
+        const offs = [0];
+        for (let b = 0; b + 1 < offsets.length; b++) {
+          for (let i = offsets[b]; i < offsets[b + 1]; i++) cols.forEach((c, k) => out[k].push(c[i]));
+          cols.forEach((_, k) => out[k].push(fill[k]));
+          offs.push(out[0].length);
+        }
+        return { offs: Int32Array.from(offs), cols: out };
+      };
+      const i32 = (a: ArrayLike<number>) => d.tensor(Int32Array.from(a), [a.length], 'i32');
+      const b = pad(o.logitBias!.rowOffsets, [o.logitBias!.tokenIds, o.logitBias!.values], [-1, 0]);
+      const n = pad(o.bannedTokens!.rowOffsets, [o.bannedTokens!.tokenIds], [-1]);
+      const pt = o.penaltyTokens!;
+      const q = pad(pt.rowOffsets, [pt.tokenIds, pt.outputCounts, pt.inPrompt], [-1, 0, 0]);
+      return {
+        logitBias: { rowOffsets: i32(b.offs), tokenIds: i32(b.cols[0]), values: d.tensor(Float32Array.from(b.cols[1]), [b.cols[1].length], 'f32') },
+        bannedTokens: { rowOffsets: i32(n.offs), tokenIds: i32(n.cols[0]) },
+        penaltyTokens: { rowOffsets: i32(q.offs), tokenIds: i32(q.cols[0]), outputCounts: i32(q.cols[1]), inPrompt: i32(q.cols[2]) },
+      };
+    };
+    const dispose = (t: ReturnType<typeof tensorsOf>) => {
+      for (const list of Object.values(t)) for (const x of Object.values(list)) (x as Tensor).dispose();
+    };
+
+    test('draw what the same typed arrays draw', async () => {
+      const d = dev();
+      const p = plantLogits(d, 'f32', [zipfLogits(V, 0.6, 1), zipfLogits(V, 0.6, 2), zipfLogits(V, 0.6, 3)], { D: 8 });
+      const o = listedOptions(rows);
+      const t = tensorsOf(d, o);
+      for (let offset = 0n; offset < 6n; offset++) {
+        const common = { seed: BigUint64Array.from([11n, 12n, 13n]), offset, temperature: 0.9, repetitionPenalty: o.repetitionPenalty, frequencyPenalty: o.frequencyPenalty, presencePenalty: o.presencePenalty };
+        const want = await sampleFused(p.H, p.W, { ...common, logitBias: o.logitBias, bannedTokens: o.bannedTokens, penaltyTokens: o.penaltyTokens, logprobs: true });
+        const got = await sampleFused(p.H, p.W, { ...common, ...t, logprobs: true });
+        expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
+        got.logprobs!.forEach((x, i) => expect(x).toBeCloseTo(want.logprobs![i], 5));
+      }
+      dispose(t);
+      p.dispose();
+    });
+
+    test('an invalid row rejects the call naming the list and the row', async () => {
+      const d = dev();
+      const p = plantLogits(d, 'f32', [zipfLogits(V, 0.6, 1), zipfLogits(V, 0.6, 2), zipfLogits(V, 0.6, 3)], { D: 8 });
+      const i32 = (a: number[]) => d.tensor(Int32Array.from(a), [a.length], 'i32');
+      const made: Tensor[] = [];
+      const keep = <T extends Tensor>(x: T) => (made.push(x), x);
+      const pen = (offsets: number[], ids: number[], counts = ids.map(() => 1)) => ({
+        rowOffsets: keep(i32(offsets)), tokenIds: keep(i32(ids)), outputCounts: keep(i32(counts)), inPrompt: keep(i32(ids.map(() => 0))),
+      });
+      const cases: [SampleOptions, RegExp][] = [
+        [{ penaltyTokens: pen([0, 1, 2, 2], [5, V]) }, /^penaltyTokens: row 1 holds a token id outside \[0, V\)/],
+        [{ penaltyTokens: pen([0, 2, 2, 2], [5, 5]) }, /^penaltyTokens: row 0 holds/],
+        [{ penaltyTokens: pen([0, 0, 1, 1], [5], [-2]) }, /^penaltyTokens: row 1 holds/],
+        [{ penaltyTokens: pen([0, 2, 1, 2], [5, 6]) }, /^penaltyTokens: row 1 holds/],
+        [{ bannedTokens: { rowOffsets: keep(i32([0, 0, 0, 1])), tokenIds: keep(i32([-5])) } }, /^bannedTokens: row 2 holds/],
+        [{ logitBias: { rowOffsets: keep(i32([0, 1, 1, 1])), tokenIds: keep(i32([4])), values: keep(d.tensor(Float32Array.from([NaN]), [1], 'f32')) } }, /^logitBias: row 0 holds/],
+      ];
+      for (const [o, message] of cases) expect((await failure(() => sampleFused(p.H, p.W, { seed: 1n, ...o }))).message).toMatch(message);
+      // a tensor of the wrong dtype or size, or on another device, is refused before any work
+      expect((await failure(() => sampleFused(p.H, p.W, { bannedTokens: { rowOffsets: keep(i32([0, 0])), tokenIds: keep(i32([1])) } }))).message)
+        .toMatch(/^bannedTokens\.rowOffsets: expected an 'i32' tensor on .* of 4 elements, got Tensor\(i32\[2\]/);
+      expect((await failure(() => sampleFused(p.H, p.W, { logitBias: { rowOffsets: keep(i32([0, 0, 0, 1])), tokenIds: keep(i32([1])), values: keep(i32([1])) } }))).message)
+        .toMatch(/^logitBias\.values: expected an 'f32' tensor on .* of 1 elements, got Tensor\(i32\[1\]/);
+      // after these the library still samples
+      await expect(sampleFused(p.H, p.W, { seed: 1n })).resolves.toBeDefined();
+      for (const x of made) x.dispose();
+      p.dispose();
+    });
   });
 });

@@ -94,9 +94,19 @@ std::string launch_call(int ordinal, SamplerKind kind, const PartialSet* merge, 
   bind_scratch(&p, layout, static_cast<uint8_t*>(scratch), rows, params.logprobs != nullptr);
   if (device_tokens) p.tokens = device_tokens;
   status = timed(HostStep::kCallKernels, [&] {
-    const cudaError_t e = cudaMemsetAsync(p.fallback_rows, 0, 4, stream);
+    cudaError_t e = cudaMemsetAsync(p.fallback_rows, 0, 4, stream);
+    if (e == cudaSuccess && p.listed_invalid != nullptr) {  // rows no table kernel reads stay valid
+      e = cudaMemsetAsync(p.listed_invalid, 0, static_cast<size_t>(p.batch) * 4, stream);
+    }
     if (e != cudaSuccess) return e;
-    if (merge == nullptr) return launch(kind, p, stream);
+    if (merge == nullptr) {
+      const cudaError_t launched = launch(kind, p, stream);
+      if (launched != cudaSuccess || p.listed_invalid == nullptr) return launched;
+      // lists given as tensors: the rows whose lists the table kernel found invalid get status 4
+      cuda::RecordTargets report;
+      report.list_invalid = p.listed_invalid;
+      return cuda::launch_record_tokens(report, nullptr, p.batch, p.row_status, stream);
+    }
     return cuda::launch_merge_partials(p, *merge, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(scratch) + layout.merge_status),
                                        stream);
   });

@@ -63,6 +63,7 @@ ScratchLayout plan_scratch(const SampleParams& p, const HostRowInputs& rows) {
   l.top_logprobs = take(B * n * 4);
   l.fallback = take(4);
   l.merge_status = take(12);
+  l.list_invalid = take(rows.lists_unchecked ? B * 4 : 0);
   l.total = regions.bytes;
   return l;
 }
@@ -89,6 +90,7 @@ void bind_scratch(SampleParams* p, const ScratchLayout& l, uint8_t* base, const 
   p->top_token_logprobs =
       p->top_logprobs > 0 ? reinterpret_cast<float*>(base + l.top_logprobs) : nullptr;
   p->fallback_rows = reinterpret_cast<int32_t*>(base + l.fallback);
+  p->listed_invalid = rows.lists_unchecked ? reinterpret_cast<int32_t*>(base + l.list_invalid) : nullptr;
 }
 
 cudaError_t launch(SamplerKind kind, const SampleParams& p, cudaStream_t stream) {

@@ -20,6 +20,7 @@ namespace gpu_detail {
 struct ScratchLayout : RowInputSlots {
   size_t tokens = 0, row_status = 0, logprobs = 0, top_tokens = 0, top_logprobs = 0, fallback = 0;
   size_t merge_status = 0;  // mergePartials: PartialError, partial index, largest shard
+  size_t list_invalid = 0;  // lists given as tensors: the table kernel's report per row
   size_t input_bytes = 0, total = 0;
 };
 

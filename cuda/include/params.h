@@ -69,12 +69,18 @@ struct SampleParams {
   const int32_t* penalty_tokens = nullptr;   // token ids, distinct within a row
   const int32_t* penalty_counts = nullptr;   // occurrences in the output so far (>= 0)
   const uint8_t* penalty_in_prompt = nullptr;  // 1: the token occurs in the prompt
+  const int32_t* penalty_in_prompt_i32 = nullptr;  // the same as i32 (device-tensor lists), when the above is null
   const float* repetition_penalty = nullptr;   // [batch] r > 0, 1 = off
   const float* frequency_penalty = nullptr;    // [batch], 0 = off
   const float* presence_penalty = nullptr;     // [batch], 0 = off
   int64_t listed_entries = 0;  // the three lists' entries together (the CUDA table's size)
-  int32_t* listed_invalid = nullptr;  // [batch] or null: set to 1 where row b's lists hold an id outside
-                                      // [0, V) other than -1 (a free slot), else 0; such ids are skipped
+  // Each list's entries (the length of its tokenIds): offsets are clamped to them, so that lists
+  // nothing checked (device tensors, an engine's tables) never read out of bounds.
+  int64_t bias_entries = 0, banned_entries = 0, penalty_entries = 0;
+  int32_t* listed_invalid = nullptr;  // [batch] or null: set to 1 where row b's lists hold an invalid
+                                      // entry (an id outside [0, V) other than -1, a non-finite bias, a
+                                      // negative count) or offsets out of order, else 0; such entries
+                                      // are skipped
 
   // ---- built by the CUDA launchers from the lists above (callers leave them null) ---------------
   const uint32_t* listed_marks = nullptr;  // [batch, ceil(vocab / 32)] pairs: bits, first table index
