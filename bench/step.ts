@@ -75,9 +75,9 @@ export function rowsFor(set: OptionSet, B: number): Record<string, unknown> {
 }
 
 /** The sampleFused options of `set` with the per-row values of `rows` (rowsFor). */
-export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined, penalties?: PenaltyLists): SampleOptions {
+export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowed: Tensor | undefined, lists?: ListedLists): SampleOptions {
   const o: SampleOptions = { seed: rows.seed as BigUint64Array, offset: 0n, temperature: rows.temperature as Float32Array };
-  if (penalties) Object.assign(o, penalties);
+  if (lists) Object.assign(o, lists);
   if (rows.topK) o.topK = rows.topK as Int32Array;
   if (rows.topP) o.topP = rows.topP as Float32Array;
   if (rows.minP) o.minP = rows.minP as Float32Array;
@@ -89,10 +89,10 @@ export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowe
   return o;
 }
 
-type PenaltyLists = ReturnType<typeof listedLists>;
+type ListedLists = ReturnType<typeof listedLists>;
 
 /** listedLists for a listed<n> option set (undefined without one). */
-function penaltyLists(set: OptionSet, B: number, vocab: number): PenaltyLists | undefined {
+function listsFor(set: OptionSet, B: number, vocab: number): ListedLists | undefined {
   if (set.listed === undefined) return undefined;
   return listedLists(B, vocab, set.listed, set.listedShared ?? false, 98);
 }
@@ -146,29 +146,29 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
   const owned: Tensor[] = [];
   let sampler: Sampler | undefined;
   try {
-    const penalties = penaltyLists(set, B, shape.vocab);
+    const lists = listsFor(set, B, shape.vocab);
     const filters = (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined);
     sampler = device.createSampler({
       maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
       logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
       filterOrder: set.filterOrder ?? 'hf',
       // room for the steps' recorded tokens; a full row only reports status 3
-      penaltyCapacity: penalties ? (set.listed ?? 0) + 64 : 0,
-      logitBiasCapacity: penalties ? set.listed : 0,
-      bannedCapacity: penalties ? 1 : 0,
+      penaltyCapacity: lists ? (set.listed ?? 0) + 64 : 0,
+      logitBiasCapacity: lists ? set.listed : 0,
+      bannedCapacity: lists ? 1 : 0,
     });
     const rows = rowsFor(set, B);
     sampler.setRows(0, rows);
-    if (penalties) {
+    if (lists) {
       sampler.setRows(0, {
-        repetitionPenalty: new Float32Array(B).fill(penalties.repetitionPenalty),
-        frequencyPenalty: new Float32Array(B).fill(penalties.frequencyPenalty),
-        presencePenalty: new Float32Array(B).fill(penalties.presencePenalty),
+        repetitionPenalty: new Float32Array(B).fill(lists.repetitionPenalty),
+        frequencyPenalty: new Float32Array(B).fill(lists.frequencyPenalty),
+        presencePenalty: new Float32Array(B).fill(lists.presencePenalty),
         minTokens: new Int32Array(B).fill(2 ** 30), // the ban stays on, as in --mode sample
       });
-      sampler.setPenaltyTokens(0, penalties.penaltyTokens);
-      sampler.setLogitBias(0, penalties.logitBias);
-      sampler.setBannedTokens(0, penalties.bannedTokens);
+      sampler.setPenaltyTokens(0, lists.penaltyTokens);
+      sampler.setLogitBias(0, lists.logitBias);
+      sampler.setBannedTokens(0, lists.bannedTokens);
     }
     const make = (shape0: number[], dtype: 'i32' | 'f32') => {
       const t = device.empty(shape0, dtype);
@@ -188,7 +188,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       topLogprobsOut: n ? make([B * n], 'f32') : undefined,
       allowedTokens: allowed,
       advanceOffset: true,
-      recordTokens: penalties !== undefined,
+      recordTokens: lists !== undefined,
     };
     const s = sampler;
     for (let i = 0; i < warmup; i++) s.enqueue(args);
@@ -221,7 +221,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       } finally {
         graph.dispose();
       }
-      const times = await timeSampler('fused', [{ H, W }], optionsFor(set, rows, allowed, penalties), { warmup, iters });
+      const times = await timeSampler('fused', [{ H, W }], optionsFor(set, rows, allowed, lists), { warmup, iters });
       row.kernelUs = summarize(times).medianUs;
     }
   } catch (e) {

@@ -157,6 +157,14 @@ export const ROW_FIELDS = [
 ] as const;
 const PENALTY_FIELDS = ['repetitionPenalty', 'frequencyPenalty', 'presencePenalty'];
 
+type ListCapacity = 'penaltyCapacity' | 'logitBiasCapacity' | 'bannedCapacity';
+/** The list tables by native kind (binding's ListKind): the option each holds, its capacity, its name. */
+const LIST_TABLES: readonly { option: string; capacity: ListCapacity; table: string }[] = [
+  { option: 'penaltyTokens', capacity: 'penaltyCapacity', table: 'a penalty table' },
+  { option: 'logitBias', capacity: 'logitBiasCapacity', table: 'a logit-bias table' },
+  { option: 'bannedTokens', capacity: 'bannedCapacity', table: 'a banned-token table' },
+];
+
 export interface EnqueueArgs {
   /** Hidden states [B, D] (B <= maxBatch), on the sampler's device, its dtype. */
   H: Tensor;
@@ -258,7 +266,7 @@ export class Sampler {
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
-    const capacity = (name: 'penaltyCapacity' | 'logitBiasCapacity' | 'bannedCapacity', counted: boolean): number => {
+    const capacity = (name: ListCapacity, counted: boolean): number => {
       const c = config[name] ?? 0;
       if (typeof c !== 'number') throw typeError(name, `an integer in [0, ${MAX_LIST_CAPACITY}]`, c);
       if (!Number.isInteger(c) || c < 0 || c > MAX_LIST_CAPACITY) throw rangeError(name, `an integer in [0, ${MAX_LIST_CAPACITY}]`, c);
@@ -398,7 +406,7 @@ export class Sampler {
     penaltyTokens: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(0, 'setPenaltyTokens', 'penaltyTokens', 'penaltyCapacity', first, penaltyTokens, options, (n) => {
+    this.#setList(0, first, penaltyTokens, options, (n) => {
       const c = checkPenaltyTokens(penaltyTokens, n, this.vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.counts, c.inPrompt] };
     });
@@ -413,7 +421,7 @@ export class Sampler {
     logitBias: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(1, 'setLogitBias', 'logitBias', 'logitBiasCapacity', first, logitBias, options, (n) => {
+    this.#setList(1, first, logitBias, options, (n) => {
       const c = checkLogitBias(logitBias, n, this.vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.values] };
     });
@@ -429,7 +437,7 @@ export class Sampler {
     bannedTokens: { rowOffsets: Int32Array; tokenIds: Int32Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(2, 'setBannedTokens', 'bannedTokens', 'bannedCapacity', first, bannedTokens, options, (n) => {
+    this.#setList(2, first, bannedTokens, options, (n) => {
       const c = checkBannedTokens(bannedTokens, n, this.vocab);
       return { offsets: c.offsets, columns: [c.tokens] };
     });
@@ -437,13 +445,13 @@ export class Sampler {
 
   /** The three list setters: checks, then the rows' slots dense ([n, capacity], -1 past a row's ids). */
   #setList(
-    kind: 0 | 1 | 2, what: string, name: string, capacityName: 'penaltyCapacity' | 'logitBiasCapacity' | 'bannedCapacity',
-    first: number, lists: unknown, options: { stream?: bigint },
+    kind: 0 | 1 | 2, first: number, lists: unknown, options: { stream?: bigint },
     check: (rows: number) => { offsets: Int32Array; columns: (Int32Array | Float32Array | Uint8Array)[] },
   ): void {
+    const { option: name, capacity: capacityName, table } = LIST_TABLES[kind];
+    const what = `set${name[0].toUpperCase()}${name.slice(1)}`;
     const handle = this.#handle(what);
     const cap = this[capacityName];
-    const table = { penaltyCapacity: 'a penalty table', logitBiasCapacity: 'a logit-bias table', bannedCapacity: 'a banned-token table' }[capacityName];
     if (cap === 0) throw new TypeError(`${what}: this sampler was created without ${table} (createSampler({ ${capacityName} }))`);
     if (options === null || typeof options !== 'object') throw typeError('options', 'an object', options);
     checkKnownKeys(`${what} options`, options, ['stream']);
@@ -566,19 +574,21 @@ export class Sampler {
     const l = this.layout;
     const B = this.maxBatch;
     const view = new DataView(bytes);
+    // n elements at byte offset `at` (a table's column: present when its capacity is not 0)
     const i32 = (at: number | undefined, n: number) => new Int32Array(bytes.slice(at!, at! + 4 * n));
     const f32 = (at: number | undefined, n: number) => new Float32Array(bytes.slice(at!, at! + 4 * n));
+    const u64 = (at: number, n: number) => new BigUint64Array(bytes.slice(at, at + 8 * n));
     const pen = B * this.penaltyCapacity, bias = B * this.logitBiasCapacity, ban = B * this.bannedCapacity;
     return {
-      temperature: new Float32Array(bytes.slice(l.temperature, l.temperature + 4 * B)),
-      topK: new Int32Array(bytes.slice(l.topK, l.topK + 4 * B)),
-      topP: new Float32Array(bytes.slice(l.topP, l.topP + 4 * B)),
-      minP: new Float32Array(bytes.slice(l.minP, l.minP + 4 * B)),
-      seed: new BigUint64Array(bytes.slice(l.seed, l.seed + 8 * B)),
-      offset: new BigUint64Array(bytes.slice(l.offset, l.offset + 8 * B)),
-      repetitionPenalty: new Float32Array(bytes.slice(l.repetitionPenalty, l.repetitionPenalty + 4 * B)),
-      frequencyPenalty: new Float32Array(bytes.slice(l.frequencyPenalty, l.frequencyPenalty + 4 * B)),
-      presencePenalty: new Float32Array(bytes.slice(l.presencePenalty, l.presencePenalty + 4 * B)),
+      temperature: f32(l.temperature, B),
+      topK: i32(l.topK, B),
+      topP: f32(l.topP, B),
+      minP: f32(l.minP, B),
+      seed: u64(l.seed, B),
+      offset: u64(l.offset, B),
+      repetitionPenalty: f32(l.repetitionPenalty, B),
+      frequencyPenalty: f32(l.frequencyPenalty, B),
+      presencePenalty: f32(l.presencePenalty, B),
       minTokens: i32(l.minTokens, B),
       fallbackRows: view.getInt32(l.fallbackRows, true),
       penaltyTable: pen === 0 ? null : {

@@ -17,6 +17,7 @@ import {
   listedOptions,
   plantLogits,
   rowCounts,
+  topTokens,
   zipfLogits,
   type Listed,
 } from './helpers';
@@ -160,7 +161,7 @@ async function checkRecordedSteps(
   const logits = Array.from({ length: 7 }, (_, b) => dominantLogits(V, 70 + b, 6));
   // the greedy row (5, repetition 2, its top token in the prompt): a runner-up at 4 wins until drawn
   logits[5][(logits[5].indexOf(6) + 1) % V] = 4;
-  const top = (b: number) => Array.from(logits[b], (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+  const top = (b: number) => topTokens(logits[b], V);
   const rows = penaltyRows(top);
   const B = rows.length;
   const cap = 16;
@@ -242,7 +243,7 @@ describeDevices((name, dev) => {
     const d = dev();
     const V = 111;
     const l = dominantLogits(V, 5, 1);
-    const top = Array.from(l, (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+    const top = topTokens(l, V);
     const p = plantLogits(d, 'f32', [l, l], { D: 8 });
     const sampler = d.createSampler({ maxBatch: 2, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 1 });
     sampler.setRows(0, { temperature: new Float32Array([0, 0]) });
@@ -280,7 +281,7 @@ describeDevices((name, dev) => {
     const B = 2048;
     const steps = 120;
     const l = zipfLogits(V, 1.0, 33);
-    const top = Array.from(l, (x, v) => [x, v] as const).sort((a, c) => c[0] - a[0]).map(([, v]) => v);
+    const top = topTokens(l, V);
     const listed: Listed = {
       penalized: [[top[0], 2, true], [top[1], 0, true], [top[2], 1, false], [top[5], 3, false]],
       bias: [[top[3], 1.5], [top[8], -2]],

@@ -908,3 +908,11 @@ export function listedOptions(rows: Listed[]): HostListOptions {
   }
   return o;
 }
+
+/** The k most probable tokens of a row (ties to the smaller index). */
+export function topTokens(l: ArrayLike<number>, k: number): number[] {
+  return Array.from(l, (x, v) => [x, v] as const)
+    .sort((a, b) => b[0] - a[0] || a[1] - b[1])
+    .slice(0, k)
+    .map(([, v]) => v);
+}

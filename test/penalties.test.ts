@@ -21,6 +21,7 @@ import {
   rng,
   rowOptions,
   scaled,
+  topTokens,
   zipfLogits,
   adjusted,
   listedOptions,
@@ -31,14 +32,6 @@ import {
 } from './helpers';
 
 const cpu = open('cpu');
-
-/** The k most probable tokens of a row (ties to the smaller index). */
-function topTokens(l: ArrayLike<number>, k: number): number[] {
-  return Array.from(l, (x, v) => [x, v] as const)
-    .sort((a, b) => b[0] - a[0] || a[1] - b[1])
-    .slice(0, k)
-    .map(([, v]) => v);
-}
 
 /** fused == reference(gumbel) at offsets 0-3 of `optionsAt`: >= 99.9 % of tokens each call, and
  *  every row's logprob within 1e-4 (the options ask for logprobs). Returns the rows of those calls
