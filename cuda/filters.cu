@@ -1408,6 +1408,16 @@ __global__ void __launch_bounds__(kThreads)
       atomicAdd(p.fallback_rows, 1);
     }
   };
+  if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, p.logprobs != nullptr, p.top_logprobs)) {
+    // the epilogue wrote no summaries: the winner (its +Inf tier included) is the token
+    if (threadIdx.x == 0) {
+      fallback[b] = 0;
+      const unsigned long long w = winners[b];
+      p.tokens[b] = w == 0ull ? -1 : detail::packed_token(w);
+      if (p.row_status) p.row_status[b] = w == 0ull ? kRowNoCandidate : kRowOk;
+    }
+    return;
+  }
 
   // The candidates' first batch is loaded before the summaries merge, so that its latency hides
   // under that phase (a top-k row's appends fit one batch).
@@ -1771,6 +1781,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.listed_table = reinterpret_cast<const detail::ListedEntry*>(p.listed_table);
   f.softcap = p.softcap;
   f.top_logprobs = p.top_logprobs;
+  f.logprobs = p.logprobs != nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 

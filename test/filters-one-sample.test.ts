@@ -286,6 +286,56 @@ describeDevices((devName, dev) => {
     }
   });
 
+  // Rows that ask for no statistics (no filter, logprobs or topLogprobs) in a call with filters:
+  // the epilogue writes no summaries for them and the decision takes the epilogue's winner.
+  describe('unfiltered rows in a filtered call, no logprobs, one sample per row', () => {
+    test('V = 1000: unfiltered and top-k 5 rows interleaved, each group fits float64', async () => {
+      const base = zipfLogits(1000, 1.1, 31);
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+      try {
+        const topK = Int32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0 : 5));
+        const plain = new Float64Array(1000);
+        const top5 = new Float64Array(1000);
+        for (let c = 0; c < calls; c++) {
+          const res = await sampleFused(p.H, p.W, { ...rowOptions(B, { temperature: 1 }, c), topK });
+          for (let b = 0; b < B; b++) (b % 2 === 0 ? plain : top5)[res.tokens[b]] += 1;
+        }
+        for (const [counts, spec] of [[plain, {}], [top5, { topK: 5 }]] as [Float64Array, FilterSpec][]) {
+          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+          expect({ spec, fit: gof.ok ? 'ok' : gof.summary }).toEqual({ spec, fit: 'ok' });
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
+    for (const V of [111, 1000]) {
+      test(`V = ${V}: greedy, masked and filtered rows around them, token for token as reference(gumbel)`, async () => {
+        const shapes = [zipfLogits(V, 1.1, 3), flatLogits(V, 4, 2), dominantLogits(V, 5, 6)];
+        const rows = Array.from({ length: 99 }, (_, b) => shapes[b % 3]);
+        const p = plantLogits(dev(), 'bf16', rows, { D: 8 });
+        try {
+          const o: SampleOptions = {
+            topK: Int32Array.from({ length: 99 }, (_, b) => (b % 4 === 3 ? 7 : 0)),
+            minP: Float32Array.from({ length: 99 }, (_, b) => (b % 5 === 2 ? 0.1 : 0)),
+            softcap: 3,
+            allowedTokens: makeMask(99, V, (b, v) => b % 4 !== 1 || v % 3 !== 0),
+          };
+          const temperature = Float32Array.from({ length: 99 }, (_, b) => (b % 11 === 4 ? 0 : 0.9));
+          for (let c = 0; c < 8; c++) {
+            const call = { ...rowOptions(99, {}, c), ...o, temperature };
+            const f = await sampleFused(p.H, p.W, call);
+            const ref = await sampleReference(p.H, p.W, { ...call, method: 'gumbel' });
+            expect({ c, same: agreement(f.tokens, ref.tokens) }).toEqual({ c, same: 1 });
+            for (let b = 1; b < 99; b += 4) expect(f.tokens[b] % 3).not.toBe(0);
+          }
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+  });
+
   // A row with a filter is drawn by the per-row decision over its kept prefix, not by the epilogue
   // (which offers such rows only their +Inf values): the two cases where that prefix is the whole
   // row must still draw exactly what plain sampling and reference(gumbel) draw.

@@ -74,6 +74,7 @@ struct FilterArgs {
   const ListedEntry* listed_table;  // their steps 2a-2d (listed.cuh)
   float softcap;
   int32_t top_logprobs;
+  int32_t logprobs;        // the sampled tokens' logprobs are written (SampleParams::logprobs set)
 };
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
@@ -88,7 +89,18 @@ struct FilterRow {
   // A row with top-k, top-p or min-p is drawn by the decision, over its kept prefix: the epilogue
   // offers it only its +Inf values (they take no filter, so their winner is the token).
   int32_t drawn_by_decision;
+  // The decision reads the row's tile summaries (row_needs_stats); otherwise the winner alone is the
+  // token and the epilogue writes no summaries for the row.
+  int32_t stats;
 };
+
+// Whether the decision needs a row's tile summaries: filters, logprobs or topLogprobs (a greedy row
+// too: +Inf values change its logprob and send its topLogprobs to the extra pass). The epilogue
+// (filter_row) and the decision (decide_one_pass_kernel) both ask this, from the same inputs.
+__device__ __forceinline__ bool row_needs_stats(int32_t top_k, float top_p, float min_p, bool logprobs,
+                                                int32_t top_logprobs) {
+  return top_k > 0 || top_p < 1.0f || min_p > 0.0f || logprobs || top_logprobs > 0;
+}
 
 // A top-p row keeps gathering the largest values up to this rank: its nucleus is decided from the
 // candidates when it lies within them, like a top-k of this size (the extra pass otherwise).
@@ -100,11 +112,12 @@ constexpr int kTopPFirstRank = 32;
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
 __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, bool greedy) {
-  FilterRow r{kThetaNone, 0, 0.0f, 0};
-  if (greedy) return r;
+  FilterRow r{kThetaNone, 0, 0.0f, 0, 0};
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
+  r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
+  if (greedy) return r;
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (k > 0) {
     r.mode = kThetaTopK;

@@ -276,7 +276,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0};
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0};
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
         }
       }
@@ -358,7 +358,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         }
       if constexpr (kFiltered) {
         int64_t rows[kK];
-        bool live[kK];
+        bool live[kK], any_live = false;
         float inv_t[kK], grid_theta[kK];
         int grid_top[kK];
         FilterRow fr[kK];
@@ -368,14 +368,18 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           const int n = nn[jj];
           const uint32_t g = __shfl_sync(0xffffffffu, theta_pref, kK * trip + jj);
           rows[jj] = b0 + n;
-          live[jj] = b0 + n < B;  // warp-uniform: one column per warp
+          fr[jj] = filt->row[n];
+          live[jj] = b0 + n < B && fr[jj].stats;  // warp-uniform: one column per warp
+          any_live |= live[jj];
           inv_t[jj] = rp[jj].inv_temperature;
           grid_theta[jj] = g == 0u ? -INFINITY : from_ordered_bits(g);
           grid_top[jj] = static_cast<int>(__shfl_sync(0xffffffffu, top_pref, kK * trip + jj)) - 1;
-          fr[jj] = filt->row[n];
           st[jj] = &filt->state[n];
         }
-        filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, st);
+        // rows the winner alone decides (no filter, no logprobs) take no summaries: unfiltered rows
+        // in a filter-capable sampler then cost what plain sampling does, but for the decision
+        if (any_live)
+          filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, st);
       }
     }
 
