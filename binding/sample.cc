@@ -65,12 +65,13 @@ void read_u64_rows(const Napi::Object& spec, const char* name, size_t batch, Cal
 
 // A list given as tensors, spec[name] = {offsets, tokens, values?, counts?, inPrompt?, entries}
 // (lib/options.ts checked their dtypes, devices and sizes, not their contents): host tensors are
-// copied into the row vectors, device tensors used where they live; either way unchecked.
-void read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, CallInputs* call,
+// copied into the row vectors, device tensors used where they live; either way unchecked. Returns
+// whether the list was given so.
+bool read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, CallInputs* call,
                       std::vector<int32_t>* offsets, std::vector<int32_t>* tokens, std::vector<float>* values,
                       std::vector<int32_t>* counts, std::vector<uint8_t>* in_prompt, HostRowInputs::DeviceList* device) {
   Napi::Value v = spec.Get(name);
-  if (v.IsUndefined()) return;
+  if (v.IsUndefined()) return false;
   if (!v.IsObject()) throw_error(spec.Env(), std::string(name) + ": expected the list's tensors");
   const Napi::Object o = v.As<Napi::Object>();
   const size_t n = static_cast<size_t>(get_int(o, "entries", 0, INT32_MAX));
@@ -94,7 +95,7 @@ void read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, 
   if (o32 == nullptr || t32 == nullptr) throw_error(spec.Env(), std::string(name) + ": offsets and tokens are required");
   if (call->on_device) {
     *device = HostRowInputs::DeviceList{o32, t32, vf, c32, p32, static_cast<int64_t>(n)};
-    return;
+    return true;
   }
   offsets->assign(o32, o32 + batch + 1);
   tokens->assign(t32, t32 + n);
@@ -104,6 +105,7 @@ void read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, 
     in_prompt->resize(n);
     for (size_t i = 0; i < n; ++i) (*in_prompt)[i] = p32[i] != 0 ? 1 : 0;
   }
+  return true;
 }
 
 uint64_t get_u64(const Napi::Object& spec, const char* name) {
@@ -231,21 +233,23 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
   rows.repetition_penalty = get_array<float, napi_float32_array>(spec, "repetitionPenalty", B);
   rows.frequency_penalty = get_array<float, napi_float32_array>(spec, "frequencyPenalty", B);
   rows.presence_penalty = get_array<float, napi_float32_array>(spec, "presencePenalty", B);
-  read_tensor_list(spec, "biasList", B, call.get(), &rows.bias_offsets, &rows.bias_tokens, &rows.bias_values, nullptr,
-                   nullptr, &rows.device_bias);
-  read_tensor_list(spec, "bannedList", B, call.get(), &rows.banned_offsets, &rows.banned_tokens, nullptr, nullptr,
-                   nullptr, &rows.device_banned);
-  read_tensor_list(spec, "penaltyList", B, call.get(), &rows.penalty_offsets, &rows.penalty_tokens, nullptr,
-                   &rows.penalty_counts, &rows.penalty_in_prompt, &rows.device_penalty);
-  auto check_csr = [&](const std::vector<int32_t>& offsets, size_t entries, const char* name) {
-    if (rows.lists_unchecked) return;  // tensors: the table kernel or the CPU backend checks them
+  const bool bias_tensors = read_tensor_list(spec, "biasList", B, call.get(), &rows.bias_offsets, &rows.bias_tokens,
+                                             &rows.bias_values, nullptr, nullptr, &rows.device_bias);
+  const bool banned_tensors = read_tensor_list(spec, "bannedList", B, call.get(), &rows.banned_offsets,
+                                               &rows.banned_tokens, nullptr, nullptr, nullptr, &rows.device_banned);
+  const bool penalty_tensors =
+      read_tensor_list(spec, "penaltyList", B, call.get(), &rows.penalty_offsets, &rows.penalty_tokens, nullptr,
+                       &rows.penalty_counts, &rows.penalty_in_prompt, &rows.device_penalty);
+  // A list given as tensors is checked by the table kernel or the CPU backend; the others here.
+  auto check_csr = [&](bool tensors, const std::vector<int32_t>& offsets, size_t entries, const char* name) {
+    if (tensors) return;
     if (!offsets.empty() && (offsets.front() != 0 || static_cast<size_t>(offsets.back()) != entries))
       throw_error(env, std::string(name) + ": offsets do not match the entries");
   };
-  check_csr(rows.bias_offsets, rows.bias_tokens.size(), "logitBias");
+  check_csr(bias_tensors, rows.bias_offsets, rows.bias_tokens.size(), "logitBias");
   if (rows.bias_values.size() != rows.bias_tokens.size()) throw_error(env, "logitBias: values and tokenIds differ in length");
-  check_csr(rows.banned_offsets, rows.banned_tokens.size(), "bannedTokens");
-  check_csr(rows.penalty_offsets, rows.penalty_tokens.size(), "penaltyTokens");
+  check_csr(banned_tensors, rows.banned_offsets, rows.banned_tokens.size(), "bannedTokens");
+  check_csr(penalty_tensors, rows.penalty_offsets, rows.penalty_tokens.size(), "penaltyTokens");
   if (rows.penalty_counts.size() != rows.penalty_tokens.size() || rows.penalty_in_prompt.size() != rows.penalty_tokens.size())
     throw_error(env, "penaltyTokens: outputCounts, inPrompt and tokenIds differ in length");
   p.listed_entries = static_cast<int64_t>(rows.bias_tokens.size() + rows.banned_tokens.size() + rows.penalty_tokens.size()) +

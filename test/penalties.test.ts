@@ -5,6 +5,8 @@
 // 128256 with 512 listed tokens a row; penalties that flip the argmax; the argument errors.
 
 import { open, sampleFused, sampleReference, type Device, type SampleOptions, type Tensor } from '../lib/index';
+import { native } from '../lib/native';
+import { buildSpec } from '../lib/options';
 import {
   MAX_S,
   addInto,
@@ -601,6 +603,21 @@ describeDevices((devName, dev) => {
       // after these the library still samples
       await expect(sampleFused(p.H, p.W, { seed: 1n })).resolves.toBeDefined();
       for (const x of made) x.dispose();
+      p.dispose();
+    });
+
+    // The addon checks a list given as typed arrays even when another list of the call is a tensor
+    // (lib/options.ts checks them first: the spec is altered here to reach the addon's own check).
+    test('typed-array lists beside a tensor list are still checked by the addon', async () => {
+      const d = dev();
+      const p = plantLogits(d, 'f32', [zipfLogits(V, 0.6, 1), zipfLogits(V, 0.6, 2), zipfLogits(V, 0.6, 3)], { D: 8 });
+      const o = listedOptions(rows);
+      const t = tensorsOf(d, o);
+      const { spec } = buildSpec(p.H, p.W, { seed: 1n, logitBias: o.logitBias, bannedTokens: t.bannedTokens }, 'fused');
+      await expect(native.sample(spec)).resolves.toBeDefined();
+      spec.biasOffsets = Int32Array.from(spec.biasOffsets!, (x, i) => (i === 3 ? x + 1 : x));
+      expect((await failure(() => native.sample(spec))).message).toMatch(/^logitBias: offsets do not match the entries/);
+      dispose(t);
       p.dispose();
     });
   });
