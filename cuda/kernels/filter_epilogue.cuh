@@ -24,7 +24,8 @@ namespace detail {
 
 struct alignas(8) TileSummary {
   float max_logit;     // largest finite value of the tile (-Inf when none)
-  float sum_exp;       // sum of exp((l - max_logit) / T) over the finite values (0 for greedy rows)
+  float sum_exp;       // sum of exp((l - max_logit) / T) over the finite values (0 for greedy rows
+                       // and rows that need no mass: FilterRow::mass)
   uint32_t valid;      // values that can be drawn (finite or +Inf)
   uint32_t posinf;     // +Inf values
   uint32_t best_key;   // the tile's best Gumbel candidate that beat the running threshold, or kNoToken
@@ -92,6 +93,10 @@ struct FilterRow {
   // The decision reads the row's tile summaries (row_needs_stats); otherwise the winner alone is the
   // token and the epilogue writes no summaries for the row.
   int32_t stats;
+  // The summaries carry the tile's sum of exponentials: the decision needs the row's whole mass only
+  // for top-p (its target) and for logprobs over an unfiltered row; top-k and min-p rows take their
+  // kept masses from the prefix.
+  int32_t mass;
 };
 
 // Whether the decision needs a row's tile summaries: filters, logprobs or topLogprobs (a greedy row
@@ -112,12 +117,13 @@ constexpr int kTopPFirstRank = 32;
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
 __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, bool greedy) {
-  FilterRow r{kThetaNone, 0, 0.0f, 0, 0};
+  FilterRow r{kThetaNone, 0, 0.0f, 0, 0, 0};
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
   r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
-  if (greedy) return r;
+  if (greedy) return r;  // (no masses)
+  r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (k > 0) {
     r.mode = kThetaTopK;
@@ -240,8 +246,10 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
   // of docs/SEMANTICS.md covers)
   uint32_t counts[K];
   float tmax[K], sum[K];
+  bool any_mass = false;
 #pragma unroll
   for (int jj = 0; jj < K; ++jj) {
+    any_mass |= fr[jj].mass != 0;  // warp-uniform
     uint32_t c = 0u;
     float mx = -INFINITY;
 #pragma unroll
@@ -254,20 +262,24 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     tmax[jj] = from_ordered_bits(__reduce_max_sync(kAll, ordered_bits(mx)));
   }
 #pragma unroll
-  for (int jj = 0; jj < K; ++jj) {
-    const float c2 = inv_t[jj] * kLog2e;
-    float s = 0.0f;
+  for (int jj = 0; jj < K; ++jj) sum[jj] = 0.0f;
+  if (any_mass) {
 #pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      const float e = exp2f((x[jj][o] - tmax[jj]) * c2);
-      s += x[jj][o] < INFINITY ? e : 0.0f;
+    for (int jj = 0; jj < K; ++jj) {
+      const float c2 = inv_t[jj] * kLog2e;
+      float s = 0.0f;
+#pragma unroll
+      for (int o = 0; o < 4; ++o) {
+        const float e = exp2f((x[jj][o] - tmax[jj]) * c2);
+        s += x[jj][o] < INFINITY ? e : 0.0f;
+      }
+      sum[jj] = fr[jj].mass ? s : 0.0f;
     }
-    sum[jj] = s;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)  // fixed tree: deterministic
+#pragma unroll
+      for (int jj = 0; jj < K; ++jj) sum[jj] += __shfl_xor_sync(kAll, sum[jj], o);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)  // fixed tree: deterministic
-#pragma unroll
-    for (int jj = 0; jj < K; ++jj) sum[jj] += __shfl_xor_sync(kAll, sum[jj], o);
 
   // each tile's best surviving candidate and its logit
 #pragma unroll
@@ -318,11 +330,11 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     const ColumnState s = *state[jj];
     m[jj] = s.m;
     z[jj] = s.z;
-    if (tmax[jj] != -INFINITY) {
+    if (tmax[jj] != -INFINITY) {  // (z: top-p's bound alone reads it)
       if (tmax[jj] > m[jj]) {
-        z[jj] = z[jj] * __expf((m[jj] - tmax[jj]) * inv_t[jj]) + sum[jj];
+        if (fr[jj].mode == kThetaTopP) z[jj] = z[jj] * __expf((m[jj] - tmax[jj]) * inv_t[jj]) + sum[jj];
         m[jj] = tmax[jj];
-      } else {
+      } else if (fr[jj].mode == kThetaTopP) {
         z[jj] += sum[jj] * __expf((tmax[jj] - m[jj]) * inv_t[jj]);
       }
     }

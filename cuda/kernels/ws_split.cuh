@@ -276,7 +276,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0};
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0};
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
         }
       }
