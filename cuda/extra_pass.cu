@@ -144,9 +144,11 @@ __device__ __forceinline__ void block_compact_advance(const int* warp_count, int
   __syncthreads();
 }
 
-// The batch rows of slots [first, first + kGroup) into rows[] (-1 past the last flagged row).
+// The batch rows of slots [first, first + kGroup) into rows[] (-1 past the last flagged row), and
+// whether the one-pass epilogue stored each one's logits (flag 2) into stored[]; returns whether
+// every row of the group did (block-uniform: the group then needs no read of W).
 // Slots number the flagged rows in batch order; with `list`, every slot's row goes there too.
-__device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int32_t* list) {
+__device__ bool find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int* stored, int32_t* list) {
   __shared__ int warp_count[32];
   __shared__ int base;
   if (threadIdx.x < kGroup) rows[threadIdx.x] = -1;
@@ -164,6 +166,11 @@ __device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* ro
     if (list == nullptr && base >= first + kGroup) break;  // block-uniform
   }
   __syncthreads();
+  if (threadIdx.x < kGroup) stored[threadIdx.x] = rows[threadIdx.x] >= 0 && flags[rows[threadIdx.x]] == 2;
+  __syncthreads();
+  bool all = true;
+  for (int n = 0; n < kGroup; ++n) all = all && (rows[n] < 0 || stored[n]);
+  return all;
 }
 
 // ---- 1. the flagged rows' logits ----------------------------------------------------------------
@@ -190,22 +197,30 @@ struct PartAcc {
 };
 
 // Sums of the task (s_sum[vrow][slot]) -> raw logits of the flagged rows, plus the statistics of
-// their candidate values: thread (warp n, lane r) takes row n of the group, vocabulary row r.
+// their candidate values: thread (warp n, lane r) takes row n of the group, vocabulary row r. A
+// row the one-pass epilogue stored (stored[n]) is read back instead.
 __device__ __forceinline__ void store_task(const SampleParams& p, const float (*s_sum)[kGroup + 1],
-                                           const int* rows, int64_t v0, float* row_logits, PartAcc& acc) {
+                                           const int* rows, const int* stored, int64_t v0, float* row_logits,
+                                           PartAcc& acc) {
   const int n = threadIdx.x >> 5, r = threadIdx.x & 31;
   const int b = rows[n];
   const int64_t v = v0 + r;
   if (b < 0 || v >= p.vocab) return;
-  float raw = s_sum[r][n];
-  if (p.bias != nullptr) {
-    switch (p.dtype) {
-      case DType::kF32: raw += detail::load_float<float>(p.bias, v); break;
-      case DType::kF16: raw += detail::load_float<__half>(p.bias, v); break;
-      case DType::kBF16: raw += detail::load_float<__nv_bfloat16>(p.bias, v); break;
+  float* const at = row_logits + static_cast<int64_t>(b) * p.vocab + v;
+  float raw;
+  if (stored[n]) {
+    raw = *at;
+  } else {
+    raw = s_sum[r][n];
+    if (p.bias != nullptr) {
+      switch (p.dtype) {
+        case DType::kF32: raw += detail::load_float<float>(p.bias, v); break;
+        case DType::kF16: raw += detail::load_float<__half>(p.bias, v); break;
+        case DType::kBF16: raw += detail::load_float<__nv_bfloat16>(p.bias, v); break;
+      }
     }
+    *at = raw;
   }
-  row_logits[static_cast<int64_t>(b) * p.vocab + v] = raw;
   const float l = candidate_value(p, b, v, raw);
   if (l != l) return;
   ++acc.valid;
@@ -267,7 +282,7 @@ __global__ void __launch_bounds__(kLogitThreads)
   if (F == 0) return;
   __shared__ float s_part[kLogitWarps][kTileRows][kGroup + 1];
   __shared__ float s_sum[kTileRows][kGroup + 1];
-  __shared__ int s_rows[kGroup];
+  __shared__ int s_rows[kGroup], s_stored[kGroup];
   clear_row_state(w, F, p.batch);
   using T = typename std::conditional<kF16, __half, __nv_bfloat16>::type;
   const T* W = static_cast<const T*>(p.weight);
@@ -278,9 +293,11 @@ __global__ void __launch_bounds__(kLogitThreads)
   const int64_t tasks = (V + kTileRows - 1) / kTileRows;
   const int64_t chunks = (D + 63) / 64;
   for (int first = 0; first < F; first += kGroup) {
-    find_flagged(flags, p.batch, first, s_rows, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
-    const int hrow = s_rows[g];
+    const bool all_stored =
+        find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
+    const int hrow = s_stored[g] ? -1 : s_rows[g];
     const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
+    const int64_t k_chunks = all_stored ? 0 : chunks;  // no read of W for a group the epilogue stored
     PartAcc acc;
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
       const int64_t v0 = task * kTileRows;
@@ -294,7 +311,7 @@ __global__ void __launch_bounds__(kLogitThreads)
         }
       float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll 2
-      for (int64_t chunk = warp; chunk < chunks; chunk += kLogitWarps) {
+      for (int64_t chunk = warp; chunk < k_chunks; chunk += kLogitWarps) {
         uint4 a[2][2][2], hb[2];  // [tile][half (row g / g + 8)][offset], [offset]
 #pragma unroll
         for (int off = 0; off < 2; ++off) {
@@ -334,7 +351,7 @@ __global__ void __launch_bounds__(kLogitThreads)
         s_sum[lane][warp] = s;
       }
       __syncthreads();
-      store_task(p, s_sum, s_rows, v0, row_logits, acc);
+      store_task(p, s_sum, s_rows, s_stored, v0, row_logits, acc);
     }
     if (first + warp < F) write_part(w, first + warp, acc);
     __syncthreads();  // s_rows is rewritten by the next group
@@ -355,7 +372,7 @@ __global__ void __launch_bounds__(kLogitThreads)
   const int F = *count;
   if (F == 0) return;
   __shared__ float s_sum[kTileRows][kGroup + 1];
-  __shared__ int s_rows[kGroup];
+  __shared__ int s_rows[kGroup], s_stored[kGroup];
   clear_row_state(w, F, p.batch);
   const T* W = static_cast<const T*>(p.weight);
   const T* H = static_cast<const T*>(p.hidden);
@@ -364,7 +381,7 @@ __global__ void __launch_bounds__(kLogitThreads)
   const int64_t tasks = (V + kTileRows - 1) / kTileRows;
   constexpr int kRowsPerWarp = kTileRows / kLogitWarps;
   for (int first = 0; first < F; first += kGroup) {
-    find_flagged(flags, p.batch, first, s_rows, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
+    find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
     PartAcc acc;
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
       const int64_t v0 = task * kTileRows + warp * kRowsPerWarp;
@@ -396,7 +413,7 @@ __global__ void __launch_bounds__(kLogitThreads)
           if (lane == 0) s_sum[warp * kRowsPerWarp + i][n] = s;
         }
       __syncthreads();
-      store_task(p, s_sum, s_rows, task * kTileRows, row_logits, acc);
+      store_task(p, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
       __syncthreads();
     }
     if (first + warp < F) write_part(w, first + warp, acc);

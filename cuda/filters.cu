@@ -1402,9 +1402,12 @@ __global__ void __launch_bounds__(kThreads)
   const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
   const bool greedy = c.temperature == 0.0f;
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
+  // 2: the epilogue stored the row's logits (the extra pass reads them, not W)
+  const int32_t flag_value =
+      f.row_logits != nullptr && detail::row_stores_logits(c.top_k, c.top_p, c.temperature) ? 2 : 1;
   auto flag = [&]() {
     if (threadIdx.x == 0) {
-      fallback[b] = 1;
+      fallback[b] = flag_value;
       atomicAdd(p.fallback_rows, 1);
     }
   };
@@ -1782,7 +1785,19 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.softcap = p.softcap;
   f.top_logprobs = p.top_logprobs;
   f.logprobs = p.logprobs != nullptr;
+  f.row_logits = nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
+  // The extra pass's [B, V] fp32 logits, written by the epilogue for the rows that store theirs
+  // (row_stores_logits) and by the extra pass for the other flagged rows only.
+  float* row_logits = nullptr;
+  if (one_pass_may_fall_back(p)) {
+    err = scratch.take(static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float), &row_logits);
+    if (err != cudaSuccess) {
+      scratch.give_back(ws);
+      return err;
+    }
+    if (p.top_p != nullptr) f.row_logits = row_logits;
+  }
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
@@ -1798,6 +1813,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess) {
     err = launch_filtered_gemm(p, winners, f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
+      if (row_logits != nullptr) scratch.give_back(row_logits);
       scratch.give_back(ws);
       return err;
     }
@@ -1813,14 +1829,11 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
   // when none was), on a [B, V] fp32 reservation written for those rows only.
-  if (err == cudaSuccess && one_pass_may_fall_back(p)) {
-    float* row_logits = nullptr;
-    err = scratch.take(static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float), &row_logits);
-    if (err == cudaSuccess) {
-      err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
-      const cudaError_t freed = scratch.give_back(row_logits);
-      if (err == cudaSuccess) err = freed;
-    }
+  if (err == cudaSuccess && row_logits != nullptr)
+    err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
+  if (row_logits != nullptr) {
+    const cudaError_t freed = scratch.give_back(row_logits);
+    if (err == cudaSuccess) err = freed;
   }
   const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;

@@ -249,6 +249,45 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Top-p rows without a top-k have their raw logits stored by the one-pass epilogue, which the
+    // extra pass reads instead of W; the other rows it takes have theirs computed again. With a
+    // model bias, a softcap and a mask, at a V that is not a multiple of 4 (the stores' scalar
+    // tail); then with a +Inf logit (no softcap, which would make it finite) and topLogprobs, which
+    // send every row to the extra pass, so that stored and recomputed rows share its groups.
+    test('V = 3001: stored and recomputed rows in the extra pass, with bias, softcap and mask', async () => {
+      const V = 3001;
+      const flat = flatLogits(V, 8, 3);
+      const withInf = Float64Array.from(flat, (x, v) => (v === 7 ? Infinity : x));
+      const bias = flatLogits(V, 9, 1);
+      const allowedTokens = makeMask(24, V, (b, v) => b % 4 !== 2 || v % 5 !== 0);
+      for (const [row, extra, least] of [[flat, { softcap: 30 }, 3 * 12], [withInf, { topLogprobs: 3 }, 3 * 24]] as const) {
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: 24 }, () => row), { D: 8, biasLogits: bias });
+        try {
+          let fallbackRows = 0;
+          for (let c = 0; c < 3; c++) {
+            const o: SampleOptions = {
+              seed: BigUint64Array.from({ length: 24 }, (_, b) => BigInt(50 + b)),
+              offset: c,
+              temperature: 2,
+              topP: Float32Array.from({ length: 24 }, (_, b) => (b % 3 === 1 ? 1 : 0.99)),
+              allowedTokens,
+              logprobs: true,
+              ...extra,
+            };
+            const f = await sampleFused(p.H, p.W, o);
+            const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+            fallbackRows += f.fallbackRows;
+            expect({ c, same: agreement(f.tokens, g.tokens) }).toEqual({ c, same: 1 });
+            for (let i = 0; i < 24; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+            if (f.topTokens) expect(Array.from(f.topTokens)).toEqual(Array.from(g.topTokens!));
+          }
+          expect(fallbackRows).toBeGreaterThanOrEqual(least);
+        } finally {
+          p.dispose();
+        }
+      }
+    });
+
     test('V = 1000: 40 of 99 rows with +Inf logits and topLogprobs (the +Inf mode), the rest with NaN there', async () => {
       const { H, W } = infRows(dev());
       try {

@@ -76,6 +76,8 @@ struct FilterArgs {
   float softcap;
   int32_t top_logprobs;
   int32_t logprobs;        // the sampled tokens' logprobs are written (SampleParams::logprobs set)
+  float* row_logits;       // [batch, vocab]: the raw logits of the rows that store them
+                           // (row_stores_logits), for the extra pass; nullptr when none may fall back
 };
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
@@ -97,6 +99,9 @@ struct FilterRow {
   // for top-p (its target) and for logprobs over an unfiltered row; top-k and min-p rows take their
   // kept masses from the prefix.
   int32_t mass;
+  // The epilogue stores the row's raw logits (row_stores_logits): the extra pass then reads them
+  // instead of reading W again.
+  int32_t dense;
 };
 
 // Whether the decision needs a row's tile summaries: filters, logprobs or topLogprobs (a greedy row
@@ -110,6 +115,13 @@ __device__ __forceinline__ bool row_needs_stats(int32_t top_k, float top_p, floa
 // A top-p row keeps gathering the largest values up to this rank: its nucleus is decided from the
 // candidates when it lies within them, like a top-k of this size (the extra pass otherwise).
 constexpr int32_t kTopPRank = 2048;
+
+// Rows whose raw logits the filtered epilogue stores for the extra pass: the top-p rows without a
+// top-k inside the gathered rank, whose nucleus can reach past the candidates (a flat row's, at the
+// model cards' top-p): one 512-byte store a tile instead of a second read of W when they do.
+__device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, float temperature) {
+  return temperature != 0.0f && top_p < 1.0f && (top_k <= 0 || top_k > kTopPRank);
+}
 // A top-p row's first tile in a CTA appends its 32 largest values (a heuristic like every θ: a
 // nucleus with more than 32 tokens in one tile of 128 sends the row to the extra pass, still exact).
 constexpr int kTopPFirstRank = 32;
@@ -117,13 +129,14 @@ constexpr int kTopPFirstRank = 32;
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
 __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, bool greedy) {
-  FilterRow r{kThetaNone, 0, 0.0f, 0, 0, 0};
+  FilterRow r{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
   r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
   if (greedy) return r;  // (no masses)
   r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
+  r.dense = f.row_logits != nullptr && row_stores_logits(k, p, 1.0f);
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (k > 0) {
     r.mode = kThetaTopK;

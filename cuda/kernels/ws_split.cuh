@@ -124,6 +124,20 @@ using WsSplitTile128 = WsSplitTile<128, 4>;
 
 constexpr int kSplitEpilogueBarrier = 1;
 
+// A lane's quad of raw logits (vocabulary vq .. vq + 3) into row b of the extra pass's logits. Out
+// of line: the filtered epilogue's trips keep their registers.
+static __device__ __noinline__ void store_row_logits(float* logits, int64_t b, int64_t vq, int64_t V, float4 l) {
+  float* const row = logits + b * V;
+  if (vq + 3 < V && (V & 3) == 0) {
+    __stcg(reinterpret_cast<float4*>(row + vq), l);  // L2: read by the extra pass
+  } else {
+    if (vq < V) row[vq] = l.x;
+    if (vq + 1 < V) row[vq + 1] = l.y;
+    if (vq + 2 < V) row[vq + 2] = l.z;
+    if (vq + 3 < V) row[vq + 3] = l.w;
+  }
+}
+
 // The filtered epilogue's per-column state, in static shared memory of the filtered kernels only.
 template <int N>
 struct FilterColumns {
@@ -249,6 +263,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
+  // kFiltered: bit i set when this warp's column ew + 8 i stores its raw logits (FilterRow::dense),
+  // a register test in the trips
+  uint32_t dense_columns = 0u;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
@@ -276,12 +293,18 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0};
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
         }
       }
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
+      if constexpr (kFiltered) {
+        if (f.row_logits != nullptr) {
+          const bool dense = lane < kNB / 8 && filt->row[ew + 8 * lane].dense;
+          dense_columns = __ballot_sync(0xffffffffu, dense);
+        }
+      }
     }
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
@@ -309,6 +332,8 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
         if constexpr (kFiltered) {
+          if ((dense_columns >> (kK * trip + jj)) & 1u)
+            store_row_logits(f.row_logits, b, vq, V, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
           // the values that can be drawn: softcap, the listed tokens' steps, then NaN for masked,
           // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
           const bool in_row = vq < V && b < B;
