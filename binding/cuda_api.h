@@ -278,6 +278,11 @@ struct EngineSampler {
   ~EngineSampler();
 };
 
+// The sampler's penalty table (capacity 0 without one) and minTokens (with a banned table) as the
+// after-draw update takes them (cuda::launch_record_tokens, cpu::record_tokens); list_invalid: the
+// rows whose tables held invalid ids when the call read them, or null.
+RecordTargets record_targets_of(const EngineSampler& s, bool record, const int32_t* list_invalid);
+
 // The workspace launch_fused_sample needs for any call of a sampler shaped like `p` (batch =
 // maxBatch): cuda::fused_workspace_bytes on device `ordinal`.
 std::string gpu_workspace_bytes(int ordinal, const SampleParams& p, size_t* bytes);

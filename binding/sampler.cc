@@ -46,6 +46,23 @@ SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kLis
   return l;
 }
 
+RecordTargets record_targets_of(const EngineSampler& s, bool record, const int32_t* list_invalid) {
+  uint8_t* block = static_cast<uint8_t*>(s.block->data());
+  const ListTable& t = s.layout.lists[kListPenalty];
+  RecordTargets r;
+  r.record = record;
+  r.list_invalid = list_invalid;
+  r.capacity = static_cast<int32_t>(t.capacity);
+  if (t.capacity > 0) {
+    r.tokens = reinterpret_cast<int32_t*>(block + t.columns[0]);
+    r.counts = reinterpret_cast<int32_t*>(block + t.columns[1]);
+    r.in_prompt = block + t.columns[2];
+    r.unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
+  }
+  if (s.layout.lists[kListBanned].capacity > 0) r.min_tokens = reinterpret_cast<int32_t*>(block + s.layout.at[kFieldMinTokens]);
+  return r;
+}
+
 namespace {
 
 uint64_t stream_arg(const Napi::Value& v, const char* what) {
@@ -61,50 +78,6 @@ void refuse_during_capture(Napi::Env env, const char* what) {
   if (gpu_capturing()) {
     throw_error(env, std::string(what) + ": cannot run during graph capture (captureGraph): it allocates memory");
   }
-}
-
-// launch_record_tokens's counting on a CPU sampler's host block: the same slots, in the same order.
-void record_tokens_on_host(EngineSampler& s, const SampleParams& p) {
-  uint8_t* block = static_cast<uint8_t*>(s.block->data());
-  const ListTable& t = s.layout.lists[kListPenalty];
-  const int64_t cap = t.capacity;
-  auto* ids = reinterpret_cast<int32_t*>(block + t.columns[0]);
-  auto* counts = reinterpret_cast<int32_t*>(block + t.columns[1]);
-  uint8_t* in_prompt = block + t.columns[2];
-  auto* unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
-  auto* min_tokens = reinterpret_cast<int32_t*>(block + s.layout.at[kFieldMinTokens]);
-  const bool bans = s.layout.lists[kListBanned].capacity > 0;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    const int32_t token = p.tokens[b];
-    if (token < 0) continue;
-    if (bans && min_tokens[b] > 0) min_tokens[b] -= 1;
-    if (cap < 1) continue;
-    int64_t found = -1, free = -1;
-    for (int64_t i = b * cap; i < (b + 1) * cap && found < 0; ++i) {
-      if (ids[i] == token) found = i;
-      if (ids[i] < 0 && free < 0) free = i;
-    }
-    if (found >= 0) {
-      counts[found] += 1;
-    } else if (free >= 0) {
-      ids[free] = token;
-      counts[free] = 1;
-      in_prompt[free] = 0;
-    } else {
-      if (p.row_status != nullptr) p.row_status[b] = kRowTableFull;
-      *unrecorded += 1;
-    }
-  }
-}
-
-// launch_record_tokens on a CPU sampler's host block (the counting with `record`), with the rows
-// whose list tables held invalid entries when the call read them reported last, as on the GPU.
-void after_draw_on_host(EngineSampler& s, const SampleParams& p, bool record) {
-  std::vector<int32_t> invalid(static_cast<size_t>(p.batch), 0);
-  if (p.row_status != nullptr && p.listed_entries > 0) cpu::find_invalid_lists(p, invalid.data());
-  if (record) record_tokens_on_host(s, p);
-  for (int64_t b = 0; b < p.batch; ++b)
-    if (invalid[static_cast<size_t>(b)]) p.row_status[b] = kRowListInvalid;
 }
 
 Napi::FunctionReference* g_graph_constructor = nullptr;
@@ -414,7 +387,14 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     }
     const std::string error = cpu::sample_fused(p, 0);
     if (!error.empty()) throw_error(env, "enqueue: " + error);
-    after_draw_on_host(*s, p, record);
+    // after the draw, as on the GPU: the rows whose tables held invalid ids when the call read them
+    std::vector<int32_t> invalid;
+    if (p.row_status != nullptr && p.listed_entries > 0) {
+      invalid.assign(B, 0);
+      cpu::find_invalid_lists(p, invalid.data());
+    }
+    cpu::record_tokens(record_targets_of(*s, record, invalid.empty() ? nullptr : invalid.data()), p.tokens,
+                       p.batch, p.row_status);
     if (advance) {
       auto* offset = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(s->block->data()) + s->layout.at[kFieldOffset]);
       for (size_t b = 0; b < B; ++b) offset[b] += 1;

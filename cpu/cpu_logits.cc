@@ -235,5 +235,32 @@ void find_invalid_lists(const SampleParams& p, int32_t* flags) {
   }
 }
 
+void record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t token = t.record ? drawn[b] : -1;
+    if (token >= 0 && t.min_tokens != nullptr && t.min_tokens[b] > 0) t.min_tokens[b] -= 1;
+    if (token >= 0 && t.capacity > 0) {
+      // the slot holding the token, else the first free one (the smallest index either way)
+      const int64_t row = b * t.capacity;
+      int64_t found = -1, free = -1;
+      for (int64_t i = row; i < row + t.capacity && found < 0; ++i) {
+        if (t.tokens[i] == token) found = i;
+        if (t.tokens[i] < 0 && free < 0) free = i;
+      }
+      if (found >= 0) {
+        t.counts[found] += 1;
+      } else if (free >= 0) {
+        t.tokens[free] = token;
+        t.counts[free] = 1;
+        t.in_prompt[free] = 0;
+      } else {
+        if (row_status != nullptr) row_status[b] = kRowTableFull;
+        *t.unrecorded += 1;
+      }
+    }
+    if (row_status != nullptr && t.list_invalid != nullptr && t.list_invalid[b] != 0) row_status[b] = kRowListInvalid;
+  }
+}
+
 }  // namespace cpu
 }  // namespace flashsample

@@ -35,5 +35,8 @@ std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t
 // The CUDA table kernel's report (params.h, listed_invalid); the backends skip such entries.
 void find_invalid_lists(const SampleParams& p, int32_t* flags);
 
+// cuda::launch_record_tokens on host memory: the same counts, slots, statuses and order.
+void record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, int32_t* row_status);
+
 }  // namespace cpu
 }  // namespace flashsample

@@ -103,7 +103,7 @@ std::string launch_call(int ordinal, SamplerKind kind, const PartialSet* merge, 
       const cudaError_t launched = launch(kind, p, stream);
       if (launched != cudaSuccess || p.listed_invalid == nullptr) return launched;
       // lists given as tensors: the rows whose lists the table kernel found invalid get status 4
-      cuda::RecordTargets report;
+      RecordTargets report;
       report.list_invalid = p.listed_invalid;
       return cuda::launch_record_tokens(report, nullptr, p.batch, p.row_status, stream);
     }

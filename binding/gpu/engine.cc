@@ -225,31 +225,12 @@ LaunchGraphs& launch_graphs_of(EngineSampler* s) {
   return *static_cast<LaunchGraphs*>(s->launch_graphs.get());
 }
 
-// The sampler's penalty table (capacity 0 without one), minTokens and the table kernel's report of
-// invalid ids, as launch_record_tokens takes them.
-cuda::RecordTargets record_targets_of(const EngineSampler& s, const SampleParams& p, bool record) {
-  uint8_t* block = static_cast<uint8_t*>(s.block->data());
-  const ListTable& t = s.layout.lists[kListPenalty];
-  cuda::RecordTargets r;
-  r.record = record;
-  r.list_invalid = p.listed_invalid;
-  r.capacity = static_cast<int32_t>(t.capacity);
-  if (t.capacity > 0) {
-    r.tokens = reinterpret_cast<int32_t*>(block + t.columns[0]);
-    r.counts = reinterpret_cast<int32_t*>(block + t.columns[1]);
-    r.in_prompt = block + t.columns[2];
-    r.unrecorded = reinterpret_cast<int32_t*>(block + s.layout.unrecorded);
-  }
-  if (s.layout.lists[kListBanned].capacity > 0) r.min_tokens = reinterpret_cast<int32_t*>(block + s.layout.at[kFieldMinTokens]);
-  return r;
-}
-
 cudaError_t launch_direct(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
                           cudaStream_t stream) {
   cudaError_t e = cuda::launch_fused_sample(p, stream);
   // after the draw: the tokens counted, and rows whose list tables hold invalid ids reported
   if (e == cudaSuccess && (record || (p.listed_invalid != nullptr && p.row_status != nullptr)))
-    e = cuda::launch_record_tokens(record_targets_of(s, p, record), p.tokens, p.batch, p.row_status, stream);
+    e = cuda::launch_record_tokens(record_targets_of(s, record, p.listed_invalid), p.tokens, p.batch, p.row_status, stream);
   if (e == cudaSuccess && advance) e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
   return e;
 }

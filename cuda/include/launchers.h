@@ -39,21 +39,7 @@ struct RowScatter {
 cudaError_t launch_scatter_rows(const RowScatter& s, cudaStream_t stream);
 cudaError_t launch_advance_offsets(uint64_t* offset, int64_t batch, cudaStream_t stream);
 
-// What an engine sampler updates after a draw (launch_record_tokens). The penalty table (capacity
-// 0: none): row b's `capacity` slots at b * capacity of each array, a token id (negative: a free
-// slot), its count in the output so far and its prompt flag; the lists a call reads are this table
-// as CSR (offsets b * capacity), whose free slots the kernels skip. min_tokens (or null): the
-// row's banned list applies while min_tokens[b] > 0.
-struct RecordTargets {
-  int32_t* tokens = nullptr;
-  int32_t* counts = nullptr;
-  uint8_t* in_prompt = nullptr;
-  int32_t capacity = 0;
-  int32_t* unrecorded = nullptr;  // tokens a full table could not count
-  int32_t* min_tokens = nullptr;
-  const int32_t* list_invalid = nullptr;  // or null: rows whose list tables hold invalid ids (p.listed_invalid)
-  bool record = false;                    // count the tokens (else only report list_invalid)
-};
+// RecordTargets (params.h): what an engine sampler updates after a draw.
 // For each row b < batch: with `record` and drawn[b] >= 0, the token's count + 1 in the penalty
 // table (a token not in it takes the row's first free slot, count 1, not in the prompt; a full row
 // gets row_status[b] = kRowTableFull when row_status is given and adds 1 to *unrecorded), and

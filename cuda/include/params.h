@@ -113,6 +113,22 @@ struct SampleParams {
   size_t workspace_bytes = 0;
 };
 
+// What an engine sampler updates after a draw (cuda::launch_record_tokens, cpu::record_tokens). The
+// penalty table (capacity 0: none): row b's `capacity` slots at b * capacity of each array, a token
+// id (negative: a free slot), its count in the output so far and its prompt flag; the lists a call
+// reads are this table as CSR (offsets b * capacity), whose free slots the kernels skip. min_tokens
+// (or null): the row's banned list applies while min_tokens[b] > 0.
+struct RecordTargets {
+  int32_t* tokens = nullptr;
+  int32_t* counts = nullptr;
+  uint8_t* in_prompt = nullptr;
+  int32_t capacity = 0;
+  int32_t* unrecorded = nullptr;  // tokens a full table could not count
+  int32_t* min_tokens = nullptr;
+  const int32_t* list_invalid = nullptr;  // or null: rows whose list tables hold invalid ids (p.listed_invalid)
+  bool record = false;                    // count the tokens (else only report list_invalid)
+};
+
 // Host and device (merge.h's row merge runs on both).
 #if defined(__CUDACC__)
 #define FS_PARAMS_HD __host__ __device__
