@@ -37,6 +37,8 @@ export interface OptionSet {
   readonly listedShared?: boolean;
   /** vLLM's filter order (min-p before top-k and top-p); else Hugging Face's. */
   readonly filterOrder?: 'vllm';
+  /** logprobs / topLogprobs of the raw distribution (logprobsMode 'raw'). */
+  readonly logprobsMode?: 'raw';
 }
 
 /** The sampling defaults of model cards, usable as `--options` items (alone or joined by '+'). */
@@ -125,7 +127,8 @@ Run
                             + topp0.9), qwen3 (temp0.6 + topk20 + topp0.95), gemma3 (topk64
                             + topp0.95, T 1); combine with '+', e.g. topk50+topp0.9,
                             llama3+logprobs; vllm: vLLM's filter order (min-p first), e.g.
-                            llama3+minp0.05+vllm
+                            llama3+minp0.05+vllm; raw: logprobsMode 'raw', e.g.
+                            llama3+logprobs+raw
   --no-baselines            skip the PyTorch baselines (the matrix-rate ceiling is still measured)
   --python PATH             interpreter for bench/baselines/torch_baselines.py (default python3)
   --logits gaussian|model   gaussian (default): every logit ~ uniform-product sum of std
@@ -343,6 +346,10 @@ export function parseOptionSet(text: string): OptionSet {
         if (arg !== '') throw new ArgError(`${flag}: 'vllm' takes no value, got ${show(part)}`);
         set.filterOrder = 'vllm';
         break;
+      case 'raw':
+        if (arg !== '') throw new ArgError(`${flag}: 'raw' takes no value, got ${show(part)}`);
+        set.logprobsMode = 'raw';
+        break;
       case 'listed':
       case 'listedshared':
         need('a count n >= 1 of tokens listed per row');
@@ -361,11 +368,11 @@ export function parseOptionSet(text: string): OptionSet {
         set.temperature = parseNumber(flag, arg, `a temperature >= 0 in ${show(part)}`, (x) => x >= 0);
         break;
       default: {
-        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'vllm', 'listed', 'listedshared', 'softcap', 'temp'];
+        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'vllm', 'raw', 'listed', 'listedshared', 'softcap', 'temp'];
         const hint = suggest(part.toLowerCase(), OPTION_PRESET_NAMES) || suggest(name, names);
         throw new ArgError(
           `${flag}: unknown option ${show(part)}${hint}; expected plain, topk<k>, topp<p>, minp<m>, ` +
-            `logprobs, toplogprobs<n>, mask, vllm, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
+            `logprobs, toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
         );
       }
     }

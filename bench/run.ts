@@ -254,6 +254,7 @@ function sampleOptionsFor(
   if (set.topLogprobs !== undefined) o.topLogprobs = set.topLogprobs;
   if (set.softcap !== undefined) o.softcap = set.softcap;
   if (set.filterOrder) o.filterOrder = set.filterOrder;
+  if (set.logprobsMode) o.logprobsMode = set.logprobsMode;
   if (set.listed !== undefined) Object.assign(o, listedLists(batch, vocab, set.listed, set.listedShared ?? false, 98));
   if (set.mask) {
     const mask = halfMask(batch, vocab, 99);

@@ -85,6 +85,7 @@ export function optionsFor(set: OptionSet, rows: Record<string, unknown>, allowe
   if (set.topLogprobs) o.topLogprobs = set.topLogprobs;
   if (set.softcap) o.softcap = set.softcap;
   if (set.filterOrder) o.filterOrder = set.filterOrder;
+  if (set.logprobsMode) o.logprobsMode = set.logprobsMode;
   if (allowed) o.allowedTokens = allowed;
   return o;
 }
@@ -152,6 +153,7 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
       maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
       logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
       filterOrder: set.filterOrder ?? 'hf',
+      logprobsMode: set.logprobsMode ?? 'processed',
       // room for the steps' recorded tokens; a full row only reports status 3
       penaltyCapacity: lists ? (set.listed ?? 0) + 64 : 0,
       logitBiasCapacity: lists ? set.listed : 0,

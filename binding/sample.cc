@@ -134,6 +134,7 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
   p.per_row_seed = get_bool(spec, "perRowSeed");
   p.softcap = static_cast<float>(get_number(spec, "softcap", 0.0));
   p.top_logprobs = static_cast<int32_t>(get_int(spec, "topLogprobs", 0, 1 << 20));
+  if (!spec.Get("logprobsMode").IsUndefined()) p.raw_logprobs = static_cast<int32_t>(get_int(spec, "logprobsMode", 0, 1));
   if (!spec.Get("filterOrder").IsUndefined()) {
     p.filter_order = static_cast<FilterOrder>(get_int(spec, "filterOrder", 0, 1));
   }

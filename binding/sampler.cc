@@ -127,7 +127,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
   }
 
   // new NativeSampler({device, ordinal, maxBatch, dtype, vocab, dim, numSamples, topK, topP, minP,
-  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder, penaltyCapacity,
+  //                    logprobs, topLogprobs, softcap, allowedTokens, filterOrder, logprobsMode, penaltyCapacity,
   //                    logitBiasCapacity, bannedCapacity})
   explicit NativeSampler(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeSampler>(info) {
     Napi::Env env = info.Env();
@@ -147,6 +147,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.per_row_seed = true;
     p.softcap = static_cast<float>(get_number(c, "softcap", 0.0));
     p.filter_order = static_cast<FilterOrder>(get_int(c, "filterOrder", 0, 1));
+    p.raw_logprobs = static_cast<int32_t>(get_int(c, "logprobsMode", 0, 1));
     p.top_logprobs = static_cast<int32_t>(get_int(c, "topLogprobs", 0, 1 << 20));
     s->logprobs = get_bool(c, "logprobs");
     s->allowed_tokens = get_bool(c, "allowedTokens");

@@ -346,6 +346,7 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
     if (p.fallback_rows != nullptr) *p.fallback_rows = static_cast<int32_t>(fallbacks.load());
 
     draw_all(p, plans, ReferenceMethod::kGumbel, row_winners, threads);
+    write_raw_logprobs(p, threads);
     return std::string();
   } catch (const std::bad_alloc&) {
     return "sample_fused: out of host memory";

@@ -275,6 +275,12 @@ void run_threads(int count, const std::function<void(int)>& body);
 // Runs body(i) for i in [0, items), items handed out dynamically to up to num_threads threads.
 void parallel_for(int64_t items, int num_threads, const std::function<void(int64_t)>& body);
 
+// logprobsMode 'raw' (SampleParams::raw_logprobs, SEMANTICS §4), after the draw: each row's drawn
+// tokens' and top tokens' log-probabilities under softmax of its softcapped logits (bias included;
+// no mask, no listed steps, T = 1), in float64, over the logits `compute` gives (the same fp32).
+// Nothing when the call asks for no logprobs.
+void write_raw_logprobs(const SampleParams& p, int num_threads);
+
 }  // namespace detail
 }  // namespace cpu
 }  // namespace flashsample

@@ -204,6 +204,58 @@ const std::vector<Entry>& BestEntries::finish() {
 
 }  // namespace detail
 
+namespace detail {
+
+void write_raw_logprobs(const SampleParams& p, int num_threads) {
+  if (p.raw_logprobs == 0 || (p.logprobs == nullptr && p.top_logprobs <= 0)) return;
+  // the raw logits: the same source without the mask and the listed tokens
+  SampleParams q = p;
+  q.allowed = nullptr;
+  q.bias_offsets = q.banned_offsets = q.penalty_offsets = nullptr;
+  const LogitSource source(q);
+  const int64_t V = p.vocab, S = p.num_samples, n = p.top_logprobs;
+  parallel_for(p.batch, num_threads, [&](int64_t b) {
+    std::vector<float> x(static_cast<size_t>(V)), scratch;
+    source.compute(b, b + 1, 0, V, x.data(), V, scratch);
+    float mx = -INFINITY;
+    int64_t inf = 0;
+    for (const float v : x) {
+      if (v == INFINITY) ++inf;
+      else if (v > -INFINITY) mx = std::max(mx, v);
+    }
+    double z = 0.0;
+    if (inf == 0 && mx != -INFINITY)
+      for (const float v : x)
+        if (v > -INFINITY) z += std::exp(static_cast<double>(v) - mx);
+    const double lse = static_cast<double>(mx) + std::log(z);
+    auto kept = [&](float v) { return inf > 0 ? v == INFINITY : v > -INFINITY; };
+    auto logprob = [&](float v) -> float {
+      if (!kept(v)) return -INFINITY;
+      return static_cast<float>(inf > 0 ? -std::log(static_cast<double>(inf)) : static_cast<double>(v) - lse);
+    };
+    if (p.logprobs != nullptr)
+      for (int64_t j = 0; j < S; ++j) {
+        const int32_t t = p.tokens[b * S + j];
+        if (t >= 0) p.logprobs[b * S + j] = logprob(x[static_cast<size_t>(t)]);
+      }
+    if (n <= 0) return;
+    std::vector<int32_t> order;
+    for (int64_t v = 0; v < V; ++v)
+      if (kept(x[static_cast<size_t>(v)])) order.push_back(static_cast<int32_t>(v));
+    const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int32_t a, int32_t c) {
+      const float xa = x[static_cast<size_t>(a)], xc = x[static_cast<size_t>(c)];
+      return xa > xc || (xa == xc && a < c);  // (logit desc, index asc), as the draw's order
+    });
+    for (int64_t i = 0; i < n; ++i) {
+      p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)] : -1;
+      p.top_token_logprobs[b * n + i] = i < take ? logprob(x[static_cast<size_t>(order[static_cast<size_t>(i)])]) : -INFINITY;
+    }
+  });
+}
+
+}  // namespace detail
+
 void find_invalid_lists(const SampleParams& p, int32_t* flags) {
   const int64_t V = p.vocab;
   for (int64_t b = 0; b < p.batch; ++b) {

@@ -39,6 +39,7 @@ std::string sample_reference(const SampleParams& p, ReferenceMethod method, int 
     });
     if (p.fallback_rows != nullptr) *p.fallback_rows = 0;
     draw_all(p, plans, method, {}, threads);
+    write_raw_logprobs(p, threads);
     return std::string();
   } catch (const std::bad_alloc&) {
     return "sample_reference: out of host memory";

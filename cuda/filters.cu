@@ -232,23 +232,15 @@ __device__ void write_no_candidate(const SampleParams& p, int64_t b) {
   if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
 }
 
-// The n most probable kept tokens, in order, with their log-probabilities.
+// The `take` kept elements whose order keys reach `threshold` (the take-th largest kept key), in
+// order, into row b's topTokens / topLogprobs (initialized by the caller).
 template <class Kept, class LogProb>
-__device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_t b, Kept kept,
-                                   long long kept_count, LogProb logprob) {
+__device__ void write_top_keys(const SampleParams& p, const Elems& e, int64_t b, Kept kept, int take,
+                               uint64_t threshold, LogProb logprob) {
   __shared__ uint64_t s_key[kMaxTopLogprobs];
   __shared__ float s_val[kMaxTopLogprobs];
   __shared__ int s_count;
   const int n = p.top_logprobs;
-  if (n <= 0) return;
-  const int take = static_cast<int>(kept_count < n ? kept_count : n);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    p.top_tokens[b * n + i] = -1;
-    p.top_token_logprobs[b * n + i] = -INFINITY;
-  }
-  if (take == 0) return;
-  const uint64_t threshold = radix_select(
-      e, kept, [](float) { return 1.0; }, static_cast<double>(take));
   if (threadIdx.x == 0) s_count = 0;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
@@ -273,6 +265,23 @@ __device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_
     }
   }
   __syncthreads();
+}
+
+// The n most probable kept tokens, in order, with their log-probabilities.
+template <class Kept, class LogProb>
+__device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_t b, Kept kept,
+                                   long long kept_count, LogProb logprob) {
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  const int take = static_cast<int>(kept_count < n ? kept_count : n);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    p.top_tokens[b * n + i] = -1;
+    p.top_token_logprobs[b * n + i] = -INFINITY;
+  }
+  if (take == 0) return;
+  const uint64_t threshold = radix_select(
+      e, kept, [](float) { return 1.0; }, static_cast<double>(take));
+  write_top_keys(p, e, b, kept, take, threshold, logprob);
 }
 
 // vLLM's order (min-p first) as Hugging Face's: top-p's mass is that of the min-p survivors S, a
@@ -523,6 +532,80 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   }
   if (p.top_logprobs > 0) write_top_logprobs(p, e, b, kept, kept_count, logprob);
   return true;
+}
+
+// ---- raw logprobs --------------------------------------------------------------------------------
+// logprobsMode 'raw' (SampleParams::raw_logprobs, SEMANTICS §4): the drawn tokens' and the top
+// tokens' log-probabilities under softmax of the softcapped raw logits (bias included; before the
+// listed tokens' steps, the mask, the temperature and the filters), from a private copy of the raw
+// logits [B, V], after the draw. One block per row: the max and +Inf count, the log-sum-exp in
+// float64, the drawn tokens' values, then the copy turned in place into the distribution's values
+// (NaN where the probability is 0) for the top tokens' selection.
+__global__ void __launch_bounds__(kThreads) raw_logprobs_kernel(float* raw, SampleParams p) {
+  const int64_t b = blockIdx.x, V = p.vocab;
+  const int S = p.num_samples;
+  float* const row = raw + b * V;
+  float mx = -INFINITY;
+  long long inf = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float x = softcap_logit(row[v], p.softcap);
+    if (x == INFINITY) ++inf;
+    else if (x > -INFINITY) mx = fmaxf(mx, x);  // (NaN: neither)
+  }
+  mx = block_reduce(mx, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  double z = 0.0;
+  if (inf == 0 && mx != -INFINITY)
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+      const float x = softcap_logit(row[v], p.softcap);
+      if (x > -INFINITY) z += exp(static_cast<double>(x) - mx);
+    }
+  z = block_reduce(z, Sum(), 0.0);
+  const double lse = static_cast<double>(mx) + log(z);
+  auto logprob = [=](float x) -> float {
+    if (inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(inf))) : -INFINITY;
+    return x > -INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
+  };
+  if (p.logprobs)
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t >= 0) p.logprobs[b * S + j] = logprob(softcap_logit(row[t], p.softcap));
+    }
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  __syncthreads();  // the drawn tokens' values are read before the row is rewritten
+  long long valid = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float x = softcap_logit(row[v], p.softcap);
+    const bool kept = inf > 0 ? x == INFINITY : x > -INFINITY;
+    row[v] = kept ? x : NAN;
+    valid += kept ? 1 : 0;
+  }
+  valid = block_reduce(valid, Sum(), 0ll);  // (its barriers order the rewrite before the reads)
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    p.top_tokens[b * n + i] = -1;
+    p.top_token_logprobs[b * n + i] = -INFINITY;
+  }
+  const int take = static_cast<int>(valid < n ? valid : n);
+  if (take == 0) return;
+  const Elems e{row, nullptr, V};
+  const uint64_t threshold = radix_select_count(e, static_cast<uint32_t>(take));
+  write_top_keys(p, e, b, [](float, uint64_t) { return true; }, take, threshold, logprob);
+}
+
+// Whether a call reports raw log-probabilities (anything to report, in logprobsMode 'raw').
+bool raw_mode(const SampleParams& p) { return p.raw_logprobs != 0 && (p.logprobs != nullptr || p.top_logprobs > 0); }
+
+cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t stream) {
+  raw_logprobs_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(raw, p);
+  return cudaGetLastError();
+}
+
+size_t raw_logits_bytes(const SampleParams& p) {
+  if (!raw_mode(p)) return 0;
+  RegionLayout layout;
+  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float));
+  return layout.bytes;
 }
 
 // ---- materialized rows (reference, fallback) ---------------------------------------------------
@@ -1404,7 +1487,7 @@ __global__ void __launch_bounds__(kThreads)
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
   // 2: the epilogue stored the row's logits (the extra pass reads them, not W)
   const int32_t flag_value =
-      f.row_logits != nullptr && detail::row_stores_logits(c.top_k, c.top_p, c.temperature) ? 2 : 1;
+      f.row_logits != nullptr && (f.store_all || detail::row_stores_logits(c.top_k, c.top_p, c.temperature)) ? 2 : 1;
   auto flag = [&]() {
     if (threadIdx.x == 0) {
       fallback[b] = flag_value;
@@ -1637,16 +1720,22 @@ cudaError_t launch_reference_filtered(const SampleParams& call, ReferenceMethod 
   SampleParams p;
   void* listed = nullptr;
   float* logits = nullptr;
+  float* raw = nullptr;  // logprobsMode 'raw': the logits before whole_rows_kernel rewrites them
+  const size_t bytes = static_cast<size_t>(call.batch) * static_cast<size_t>(call.vocab) * sizeof(float);
   err = build_listed_table(call, scratch, &p, &listed, stream);
-  if (err == cudaSuccess)
-    err = scratch.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float), &logits);
+  if (err == cudaSuccess) err = scratch.take(bytes, &logits);
+  if (err == cudaSuccess && raw_mode(p)) err = scratch.take(bytes, &raw);
   if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
+  if (err == cudaSuccess && raw != nullptr) err = cudaMemcpyAsync(raw, logits, bytes, cudaMemcpyDeviceToDevice, stream);
   if (err == cudaSuccess) {
     if (p.fallback_rows) cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
     whole_rows_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(
         logits, p, nullptr, nullptr, method == ReferenceMethod::kInverseCdf);
     err = cudaGetLastError();
   }
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  const cudaError_t freed_raw = scratch.give_back(raw);
+  if (err == cudaSuccess) err = freed_raw;
   const cudaError_t freed = scratch.give_back(logits);
   const cudaError_t freed_listed = scratch.give_back(listed);
   return err != cudaSuccess ? err : freed != cudaSuccess ? freed : freed_listed;
@@ -1717,6 +1806,9 @@ bool chunked_may_fall_back(const SampleParams& p) {
   return p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
 }
 bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_back(p) || p.top_logprobs > 0; }
+// The one-pass path's [B, V] logits region: for the extra pass, and in raw mode for every row's
+// stored logits.
+bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || raw_mode(p); }
 
 size_t row_logits_bytes(const SampleParams& p) {
   RegionLayout layout;
@@ -1736,12 +1828,12 @@ __global__ void clear_one_pass_kernel(uint4* __restrict__ zeroed, int64_t words,
 }  // namespace
 
 cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
-  size_t chunked = chunked_layout(p).bytes;
+  size_t chunked = chunked_layout(p).bytes + raw_logits_bytes(p);
   if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
   size_t one_pass = 0;
   if (p.num_samples == 1) {
-    one_pass = one_pass_layout(p).bytes;
-    if (one_pass_may_fall_back(p)) {
+    one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0);
+    if (one_pass_stores_rows(p)) {
       size_t extra = 0;
       const cudaError_t err = extra_pass_workspace_bytes(p, &extra);
       if (err != cudaSuccess) return err;
@@ -1786,18 +1878,26 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.top_logprobs = p.top_logprobs;
   f.logprobs = p.logprobs != nullptr;
   f.row_logits = nullptr;
+  f.store_all = 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits, written by the epilogue for the rows that store theirs
   // (row_stores_logits) and by the extra pass for the other flagged rows only.
   float* row_logits = nullptr;
-  if (one_pass_may_fall_back(p)) {
-    err = scratch.take(static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float), &row_logits);
+  // raw mode: every row's stored logits, copied where the extra pass may rewrite them
+  float* raw_copy = nullptr;
+  const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
+  if (one_pass_stores_rows(p)) {
+    err = scratch.take(row_bytes, &row_logits);
+    if (err == cudaSuccess && raw_mode(p) && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
     if (err != cudaSuccess) {
+      scratch.give_back(row_logits);
       scratch.give_back(ws);
       return err;
     }
-    if (p.top_p != nullptr) f.row_logits = row_logits;
+    if (p.top_p != nullptr || raw_mode(p)) f.row_logits = row_logits;
+    f.store_all = raw_mode(p) ? 1 : 0;
   }
+  float* const raw = raw_copy != nullptr ? raw_copy : raw_mode(p) ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
@@ -1813,7 +1913,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess) {
     err = launch_filtered_gemm(p, winners, f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
-      if (row_logits != nullptr) scratch.give_back(row_logits);
+      scratch.give_back(raw_copy);
+      scratch.give_back(row_logits);
       scratch.give_back(ws);
       return err;
     }
@@ -1829,10 +1930,13 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
   // when none was), on a [B, V] fp32 reservation written for those rows only.
-  if (err == cudaSuccess && row_logits != nullptr)
+  if (err == cudaSuccess && raw_copy != nullptr)
+    err = cudaMemcpyAsync(raw_copy, row_logits, row_bytes, cudaMemcpyDeviceToDevice, stream);
+  if (err == cudaSuccess && one_pass_may_fall_back(p))
     err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
-  if (row_logits != nullptr) {
-    const cudaError_t freed = scratch.give_back(row_logits);
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
+    const cudaError_t freed = scratch.give_back(region);
     if (err == cudaSuccess) err = freed;
   }
   const cudaError_t freed = scratch.give_back(ws);
@@ -1863,6 +1967,11 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
   st.win_logit = reinterpret_cast<float*>(ws + l.wl);
   st.fallback = reinterpret_cast<int32_t*>(ws + l.fb);
   float* chunk_logits = reinterpret_cast<float*>(ws + l.chunk_logits);
+  float* raw = nullptr;  // raw mode: every chunk's logits, gathered into [B, V]
+  if (raw_mode(p) && (err = scratch.take(raw_logits_bytes(p), &raw)) != cudaSuccess) {
+    scratch.give_back(ws);
+    return err;
+  }
 
   err = cudaMemsetAsync(p.fallback_rows, 0, sizeof(int32_t), stream);
   const size_t init_items = B * S > B ? B * S : B;
@@ -1874,6 +1983,10 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
   for (int64_t v0 = 0; err == cudaSuccess && v0 < p.vocab; v0 += chunk) {
     const int64_t count = p.vocab - v0 < chunk ? p.vocab - v0 : chunk;
     err = launch_logits_store(p, v0, count, chunk_logits, stream);
+    if (err == cudaSuccess && raw != nullptr)
+      err = cudaMemcpy2DAsync(raw + v0, static_cast<size_t>(p.vocab) * sizeof(float), chunk_logits,
+                              static_cast<size_t>(count) * sizeof(float), static_cast<size_t>(count) * sizeof(float),
+                              B, cudaMemcpyDeviceToDevice, stream);
     if (err != cudaSuccess) break;
     fold_chunk_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(chunk_logits, v0, count,
                                                                                p, st);
@@ -1901,8 +2014,10 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
       if (err == cudaSuccess) err = freed;
     }
   }
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  const cudaError_t freed_raw = scratch.give_back(raw);
   const cudaError_t freed = scratch.give_back(ws);
-  return err != cudaSuccess ? err : freed;
+  return err != cudaSuccess ? err : freed_raw != cudaSuccess ? freed_raw : freed;
 }
 
 cudaError_t launch_fused_filtered(const SampleParams& call, cudaStream_t stream) {

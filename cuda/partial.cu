@@ -217,6 +217,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   cudaError_t err = detail::check_params(call);
   if (err != cudaSuccess) return err;
   if (!partial_params_ok(call)) return cudaErrorInvalidValue;
+  if (call.raw_logprobs != 0) return cudaErrorNotSupported;  // (lib/parallel.ts refuses it first)
   const int64_t total = call.vocab_total > 0 ? call.vocab_total : call.vocab;
   Scratch scratch(call, stream);
   SampleParams p;

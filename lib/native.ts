@@ -63,6 +63,7 @@ export interface NativeSpec {
   frequencyPenalty?: Float32Array;
   presencePenalty?: Float32Array;
   filterOrder?: 0 | 1; // Hugging Face's (top-k, top-p, min-p), vLLM's (min-p first)
+  logprobsMode?: 0 | 1; // processed, raw (SEMANTICS §4)
   // Vocabulary shards (lib/parallel.ts): the partial state's tensor and layout, or the blocks to merge.
   optionsHash?: bigint;
   partial?: NativeBufferHandle;
@@ -153,6 +154,7 @@ export interface NativeSamplerConfig {
   softcap: number;
   allowedTokens: boolean;
   filterOrder: 0 | 1; // Hugging Face's, vLLM's (min-p first)
+  logprobsMode: 0 | 1; // processed, raw
   penaltyCapacity: number; // slots a row of each list table (0: none)
   logitBiasCapacity: number;
   bannedCapacity: number;

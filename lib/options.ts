@@ -30,6 +30,10 @@ export interface SampleOptions {
   logprobs?: boolean;
   /** Also return the n most probable tokens of each row with their log-probabilities. */
   topLogprobs?: number;
+  /** What logprobs and topLogprobs report: 'processed' (default), the distribution each token was
+   *  drawn from; 'raw', softmax of the logits after softcap and the model's bias, before the lists,
+   *  the mask, the temperature and the filters (vLLM's raw_logprobs). */
+  logprobsMode?: 'processed' | 'raw';
   /** cudaStream_t (as a bigint) to order the work after an engine's own; CUDA only. */
   stream?: bigint;
   /**
@@ -63,7 +67,7 @@ export interface ReferenceOptions extends SampleOptions {
 const SAMPLE_KEYS = [
   'temperature', 'seed', 'offset', 'numSamples', 'bias', 'topK', 'topP', 'minP', 'softcap',
   'allowedTokens', 'logprobs', 'topLogprobs', 'stream', 'logitBias', 'bannedTokens', 'penaltyTokens',
-  'repetitionPenalty', 'frequencyPenalty', 'presencePenalty', 'filterOrder',
+  'repetitionPenalty', 'frequencyPenalty', 'presencePenalty', 'filterOrder', 'logprobsMode',
 ] as const;
 const REFERENCE_KEYS = [...SAMPLE_KEYS, 'method'] as const;
 
@@ -207,6 +211,12 @@ export function checkSoftcap(value: unknown): number {
 export function checkFilterOrder(value: unknown): 0 | 1 {
   if (value !== 'hf' && value !== 'vllm') throw typeError('filterOrder', "'hf' or 'vllm'", value);
   return value === 'vllm' ? 1 : 0;
+}
+
+/** 'processed' or 'raw' (SampleOptions.logprobsMode), as the native code's 0 or 1. */
+export function checkLogprobsMode(value: unknown): 0 | 1 {
+  if (value !== 'processed' && value !== 'raw') throw typeError('logprobsMode', "'processed' or 'raw'", value);
+  return value === 'raw' ? 1 : 0;
 }
 
 export function checkTopLogprobs(value: unknown): number {
@@ -439,6 +449,7 @@ export function buildSpec(
     spec.bias = bias.handle('bias');
   }
   if (opts.softcap !== undefined) spec.softcap = checkSoftcap(opts.softcap);
+  if (opts.logprobsMode !== undefined) spec.logprobsMode = checkLogprobsMode(opts.logprobsMode);
   if (opts.allowedTokens !== undefined) {
     const words = batch * Math.ceil(vocab / 32);
     const a = opts.allowedTokens;

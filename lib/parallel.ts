@@ -221,6 +221,9 @@ function checkInteger(name: string, value: unknown, min: number, max: number, wh
 export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions): { spec: NativeSpec; partial: PartialState } {
   const { spec, operands } = buildSpec(H, W, options, 'fused', SHARD_KEYS);
   const o = options as unknown as Record<string, unknown>;
+  if (spec.logprobsMode === 1) {
+    throw new TypeError("logprobsMode: 'raw' is not supported on vocabulary shards yet (their merge reports the processed distribution)");
+  }
   if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
   const V = operands.vocab;
   const vocabTotal = checkInteger('vocabSize', o.vocabSize, V, 2 ** 31 - 2, ' (the unsharded vocabulary, >= the rows of W)');

@@ -6,7 +6,7 @@ import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
 import {
-  checkBannedTokens, checkFilterOrder, checkLogitBias, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
+  checkBannedTokens, checkFilterOrder, checkLogitBias, checkLogprobsMode, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
 } from './options';
 import { disposeSymbol, type Tensor } from './tensor';
 
@@ -34,6 +34,8 @@ export interface SamplerConfig {
   allowedTokens?: boolean;
   /** The filters' order for every row, as SampleOptions.filterOrder; default 'hf'. */
   filterOrder?: 'hf' | 'vllm';
+  /** What logprobsOut and topLogprobsOut report, as SampleOptions.logprobsMode; default 'processed'. */
+  logprobsMode?: 'processed' | 'raw';
   /**
    * Slots per row of a device-resident penalty table (0 .. 65536; default 0: none): the distinct
    * tokens of a row's prompt and output that the repetition, frequency and presence penalties
@@ -55,7 +57,7 @@ export const MAX_LIST_CAPACITY = 65536;
 
 const CONFIG_KEYS = [
   'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
-  'allowedTokens', 'filterOrder', 'penaltyCapacity', 'logitBiasCapacity', 'bannedCapacity',
+  'allowedTokens', 'filterOrder', 'logprobsMode', 'penaltyCapacity', 'logitBiasCapacity', 'bannedCapacity',
 ] as const;
 
 /** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
@@ -231,6 +233,7 @@ export class Sampler {
   readonly topLogprobs: number;
   readonly softcap: number;
   readonly filterOrder: 'hf' | 'vllm';
+  readonly logprobsMode: 'processed' | 'raw';
   readonly allowedTokens: boolean;
   readonly penaltyCapacity: number;
   readonly logitBiasCapacity: number;
@@ -263,6 +266,8 @@ export class Sampler {
     this.softcap = checkSoftcap(config.softcap ?? 0);
     const filterOrder = checkFilterOrder(config.filterOrder ?? 'hf');
     this.filterOrder = filterOrder === 1 ? 'vllm' : 'hf';
+    const logprobsMode = checkLogprobsMode(config.logprobsMode ?? 'processed');
+    this.logprobsMode = logprobsMode === 1 ? 'raw' : 'processed';
     if (this.maxBatch * this.numSamples > 2 ** 31 - 1) {
       throw rangeError('numSamples', `maxBatch * numSamples below 2^31 (maxBatch is ${this.maxBatch})`, this.numSamples);
     }
@@ -295,6 +300,7 @@ export class Sampler {
       softcap: this.softcap,
       allowedTokens: this.allowedTokens,
       filterOrder,
+      logprobsMode,
       penaltyCapacity: this.penaltyCapacity,
       logitBiasCapacity: this.logitBiasCapacity,
       bannedCapacity: this.bannedCapacity,

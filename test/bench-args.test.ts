@@ -55,7 +55,7 @@ describe('--options', () => {
   test('unknown names: an ArgError with a suggestion and the list of names', () => {
     expect(argError(() => parseOptionSet('llama'))).toBe(
       `--options: unknown option "llama" (did you mean llama3?); expected plain, topk<k>, topp<p>, minp<m>, logprobs, ` +
-        `toplogprobs<n>, mask, vllm, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
+        `toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
     );
     expect(argError(() => parseOptionSet('llama3.1'))).toMatch(/unknown option "llama3.1" \(did you mean llama3\?\)/);
     expect(argError(() => parseOptionSet('qwen2'))).toMatch(/unknown option "qwen2" \(did you mean qwen3\?\)/);
@@ -88,6 +88,8 @@ describe('--options', () => {
     // vLLM's filter order, joined with the filters it reorders
     expect(parseOptionSet('llama3+minp0.05+vllm')).toEqual({ label: 'llama3+minp0.05+vllm', temperature: 0.6, topP: 0.9, minP: 0.05, filterOrder: 'vllm' });
     expect(argError(() => parseOptionSet('minp0.1+vllm1'))).toBe(`--options: 'vllm' takes no value, got "vllm1"`);
+    expect(parseOptionSet('llama3+logprobs+raw')).toEqual({ label: 'llama3+logprobs+raw', temperature: 0.6, topP: 0.9, logprobs: true, logprobsMode: 'raw' });
+    expect(argError(() => parseOptionSet('logprobs+raw2'))).toBe(`--options: 'raw' takes no value, got "raw2"`);
     expect(argError(() => parseOptionSet('topp1.5'))).toMatch(/top-p in \(0, 1\]/);
   });
 });

@@ -348,7 +348,7 @@ describeDevices((name, dev) => {
     const h = new native.NativeSampler({
       device: d.kind === 'cuda' ? 1 : 0, ordinal: d.ordinal, maxBatch: 3, dtype: 0, vocab: V, dim: 8, numSamples: 1,
       topK: false, topP: false, minP: false, logprobs: false, topLogprobs: 0, softcap: 0, allowedTokens: false,
-      filterOrder: 0, penaltyCapacity: 2, logitBiasCapacity: 2, bannedCapacity: 0,
+      filterOrder: 0, logprobsMode: 0, penaltyCapacity: 2, logitBiasCapacity: 2, bannedCapacity: 0,
     });
     // row 0: a bias on 5 and one on V + 5; row 1: a free slot (-1) and a bias on 7; row 2: -7 and 9
     h.setListRows(1, 0, 3, [new Int32Array([5, V + 5, -1, 7, -7, 9]), new Float32Array([4, 3, 0, 4, 1, 4])]);

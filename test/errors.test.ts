@@ -252,6 +252,15 @@ const cases: Record<string, Case> = {
   [`TypeError: logprobs: expected a boolean, got 1`]: {
     runs: [() => sampleFused(operands().H, operands().W, { logprobs: 1 as never })],
   },
+  [`TypeError: logprobsMode: expected 'processed' or 'raw', got "logits"`]: {
+    runs: [
+      () => sampleFused(operands().H, operands().W, { logprobsMode: 'logits' as never }),
+      () => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprobsMode: 'logits' as never }),
+    ],
+  },
+  [`TypeError: logprobsMode: 'raw' is not supported on vocabulary shards yet (their merge reports the processed distribution)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 200, logprobsMode: 'raw' } as never)],
+  },
   [`RangeError: bias: expected shape [111], got [112]`]: {
     runs: [() => sampleFused(operands().H, operands().W, { bias: tensor(cpu, [112]) })],
   },

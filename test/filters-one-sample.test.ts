@@ -267,6 +267,7 @@ describeDevices((devName, dev) => {
           for (let c = 0; c < 3; c++) {
             const o: SampleOptions = {
               seed: BigUint64Array.from({ length: 24 }, (_, b) => BigInt(50 + b)),
+              bias: p.bias,
               offset: c,
               temperature: 2,
               topP: Float32Array.from({ length: 24 }, (_, b) => (b % 3 === 1 ? 1 : 0.99)),

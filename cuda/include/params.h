@@ -93,6 +93,10 @@ struct SampleParams {
   int32_t top_logprobs = 0;            // n most likely tokens reported per row, 0 = off
   int32_t* top_tokens = nullptr;       // [batch, top_logprobs]
   float* top_token_logprobs = nullptr; // [batch, top_logprobs]
+  // logprobs and top_token_logprobs of the raw distribution (softmax of the softcapped logits, bias
+  // included, before the listed tokens' steps, the mask, the temperature and the filters:
+  // SEMANTICS §4) instead of the one drawn from
+  int32_t raw_logprobs = 0;
   int32_t* fallback_rows = nullptr;    // [1]: rows that left the fused path for the materializing one
 
   // ---- vocabulary shards (SEMANTICS §6): W holds rows [vocab_offset, vocab_offset + vocab) of a

@@ -78,6 +78,7 @@ struct FilterArgs {
   int32_t logprobs;        // the sampled tokens' logprobs are written (SampleParams::logprobs set)
   float* row_logits;       // [batch, vocab]: the raw logits of the rows that store them
                            // (row_stores_logits), for the extra pass; nullptr when none may fall back
+  int32_t store_all;       // every row stores them (logprobsMode 'raw': the raw log-probabilities)
 };
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
@@ -134,9 +135,9 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
   r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
+  r.dense = f.row_logits != nullptr && (f.store_all || (!greedy && row_stores_logits(k, p, 1.0f)));
   if (greedy) return r;  // (no masses)
   r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
-  r.dense = f.row_logits != nullptr && row_stores_logits(k, p, 1.0f);
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (k > 0) {
     r.mode = kThetaTopK;

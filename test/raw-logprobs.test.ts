@@ -1,0 +1,185 @@
+// logprobsMode 'raw' (issue 20; SEMANTICS §4): logprobs and topLogprobs of softmax(softcap(logits)),
+// the model's bias included, before the listed tokens' steps, the mask, the temperature and the
+// filters, checked against float64 on planted logits, on every path that reports logprobs (the
+// one-pass and chunked fused paths, the extra pass, the reference, the engine's sampler).
+
+import type { Device, SampleOptions } from '../lib/index';
+import { sampleFused, sampleReference } from '../lib/index';
+import {
+  agreement,
+  applySoftcap,
+  describeDevices,
+  failure,
+  flatLogits,
+  makeMask,
+  plantLogits,
+  zipfLogits,
+} from './helpers';
+
+/** The raw distribution of one row in float64: each token's log-probability and the top order. */
+function rawModel(logits: ArrayLike<number>, softcap: number) {
+  const x = Array.from(logits, (l) => (softcap > 0 ? applySoftcap(l, softcap) : Math.fround(l)));
+  let inf = 0;
+  let mx = -Infinity;
+  for (const v of x) {
+    if (v === Infinity) inf++;
+    else if (v > -Infinity) mx = Math.max(mx, v);
+  }
+  let z = 0;
+  if (inf === 0) for (const v of x) if (v > -Infinity) z += Math.exp(v - mx);
+  const lse = mx + Math.log(z);
+  const kept = (v: number) => (inf > 0 ? v === Infinity : v > -Infinity);
+  const logprob = (t: number) => (!kept(x[t]) ? -Infinity : inf > 0 ? -Math.log(inf) : x[t] - lse);
+  const order = x.map((_, i) => i).filter((i) => kept(x[i])).sort((a, b) => x[b] - x[a] || a - b);
+  return { logprob, order };
+}
+
+/** Every reported logprob and top list of `res` against the raw model of each row. */
+function expectRaw(
+  res: { tokens: Int32Array; logprobs?: Float32Array; topTokens?: Int32Array; topLogprobs?: Float32Array },
+  logits: ArrayLike<number>[], softcap: number, S: number, n: number,
+) {
+  logits.forEach((row, b) => {
+    const m = rawModel(row, softcap);
+    for (let j = 0; j < S; j++) {
+      const t = res.tokens[b * S + j];
+      const want = m.logprob(t);
+      const got = res.logprobs![b * S + j];
+      if (want === -Infinity) expect({ b, j, got }).toEqual({ b, j, got: -Infinity });
+      else expect({ b, j, err: Math.abs(got - want) < 1e-4 }).toEqual({ b, j, err: true });
+    }
+    for (let i = 0; i < n; i++) {
+      const t = i < m.order.length ? m.order[i] : -1;
+      expect({ b, i, token: res.topTokens![b * n + i] }).toEqual({ b, i, token: t });
+      const got = res.topLogprobs![b * n + i];
+      if (t < 0) expect(got).toBe(-Infinity);
+      else expect({ b, i, err: Math.abs(got - m.logprob(t)) < 1e-4 }).toEqual({ b, i, err: true });
+    }
+  });
+}
+
+describeDevices((devName, dev) => {
+  // Rows with a temperature, greedy rows, top-k, top-p and min-p, a softcap, a mask that hides each
+  // row's raw favourite, a logit bias and penalties: none of them moves the raw distribution.
+  for (const [V, dtype, S] of [[1000, 'bf16', 1], [111, 'f16', 1], [1000, 'f32', 1], [1000, 'bf16', 3]] as const) {
+    test(`V = ${V}, ${dtype}, numSamples ${S}: raw logprobs and topLogprobs ignore the lists, mask, temperature and filters`, async () => {
+      const B = 6;
+      const shapes = [zipfLogits(V, 1.1, 3), flatLogits(V, 4, 2), zipfLogits(V, 0.7, 5)];
+      const logits = Array.from({ length: B }, (_, b) => shapes[b % 3]);
+      const p = plantLogits(dev(), dtype, logits, { D: 8 });
+      const favourite = logits.map((row) => rawModel(row, 12).order[0]);
+      try {
+        const o: SampleOptions = {
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(70 + b)),
+          numSamples: S,
+          temperature: Float32Array.from({ length: B }, (_, b) => (b === 4 ? 0 : 0.6 + 0.2 * b)),
+          topK: Int32Array.from({ length: B }, (_, b) => (b === 1 ? 20 : 0)),
+          topP: Float32Array.from({ length: B }, (_, b) => (b === 2 ? 0.8 : 1)),
+          minP: Float32Array.from({ length: B }, (_, b) => (b === 3 ? 0.05 : 0)),
+          softcap: 12,
+          allowedTokens: makeMask(B, V, (b, v) => v !== favourite[b]),
+          logitBias: { rowOffsets: Int32Array.from([0, 1, 1, 2, 2, 2, 2]), tokenIds: Int32Array.from([5, 9]), values: Float32Array.from([3, -2]) },
+          penaltyTokens: {
+            rowOffsets: Int32Array.from([0, 0, 2, 2, 3, 3, 3]), tokenIds: Int32Array.from([7, 8, 11]),
+            outputCounts: Int32Array.from([2, 0, 1]), inPrompt: Uint8Array.from([0, 1, 0]),
+          },
+          repetitionPenalty: 1.3,
+          frequencyPenalty: 0.5,
+          logprobs: true,
+          topLogprobs: 4,
+        };
+        for (let offset = 0; offset < 3; offset++) {
+          const processed = await sampleFused(p.H, p.W, { ...o, offset });
+          const raw = await sampleFused(p.H, p.W, { ...o, offset, logprobsMode: 'raw' });
+          // the mode changes what is reported, never what is drawn
+          expect(Array.from(raw.tokens)).toEqual(Array.from(processed.tokens));
+          for (let b = 0; b < B; b++) for (let j = 0; j < S; j++) expect(raw.tokens[b * S + j]).not.toBe(favourite[b]);
+          expectRaw(raw, p.logits, 12, S, 4);
+          const ref = await sampleReference(p.H, p.W, { ...o, offset, logprobsMode: 'raw', method: 'gumbel' });
+          expect(agreement(ref.tokens, raw.tokens)).toBe(1);
+          expectRaw(ref, p.logits, 12, S, 4);
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+  }
+
+  test('rows through the extra pass (V = 3001, top-p 0.99 of near-flat rows) report raw logprobs', async () => {
+    const V = 3001;
+    const flats = [flatLogits(V, 8, 3), flatLogits(V, 9, 3)];
+    const logits = Array.from({ length: 16 }, (_, b) => flats[b % 2]);
+    const p = plantLogits(dev(), 'bf16', logits, { D: 8, biasLogits: flatLogits(V, 9, 1) });
+    try {
+      const o: SampleOptions = { seed: 5n, bias: p.bias, temperature: 2, topP: 0.99, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' };
+      const res = await sampleFused(p.H, p.W, o);
+      if (devName === 'cuda') expect(res.fallbackRows).toBeGreaterThan(0);
+      expectRaw(res, p.logits, 0, 1, 3);
+    } finally {
+      p.dispose();
+    }
+  });
+
+  test('+Inf logits: the raw distribution is uniform over them, whatever the mask lets the row draw', async () => {
+    const V = 1000;
+    const row = Float64Array.from(zipfLogits(V, 1, 2), (x, v) => (v === 7 || v === 500 ? Infinity : x));
+    const p = plantLogits(dev(), 'bf16', [row, row, row], { D: 8 });
+    try {
+      // row 1 may not draw the +Inf tokens: it draws a finite one, of raw probability 0
+      const allowedTokens = makeMask(3, V, (b, v) => b !== 1 || (v !== 7 && v !== 500));
+      const res = await sampleFused(p.H, p.W, { seed: 3n, allowedTokens, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' });
+      expect([7, 500]).toContain(res.tokens[0]);
+      expect(res.logprobs![0]).toBeCloseTo(-Math.log(2), 5);
+      expect(res.logprobs![1]).toBe(-Infinity);
+      expect(Array.from(res.topTokens!.subarray(3, 6))).toEqual([7, 500, -1]);
+      expectRaw(res, p.logits, 0, 1, 3);
+    } finally {
+      p.dispose();
+    }
+  });
+
+  test("the engine's sampler created with logprobsMode 'raw' reports what sampleFused reports", async () => {
+    const d: Device = dev();
+    const V = 1000;
+    const logits = [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 2), zipfLogits(V, 0.8, 3)];
+    const p = plantLogits(d, 'bf16', logits, { D: 8 });
+    const sampler = d.createSampler({
+      maxBatch: 4, vocab: V, hidden: 8, dtype: 'bf16', filters: ['topK'], logprobs: true, topLogprobs: 2, logprobsMode: 'raw',
+    });
+    expect(sampler.logprobsMode).toBe('raw');
+    const seed = BigUint64Array.from([11n, 12n, 13n]);
+    sampler.setRows(0, { seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]) });
+    const out = d.empty([3], 'i32');
+    const lp = d.empty([3], 'f32');
+    const tt = d.empty([6], 'i32');
+    const tl = d.empty([6], 'f32');
+    try {
+      sampler.enqueue({ H: p.H, W: p.W, out, logprobsOut: lp, topTokensOut: tt, topLogprobsOut: tl });
+      await d.synchronize();
+      const want = await sampleFused(p.H, p.W, {
+        seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]), logprobs: true, topLogprobs: 2, logprobsMode: 'raw',
+      });
+      expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
+      const got = { tokens: (await out.toArray()) as Int32Array, logprobs: (await lp.toArray()) as Float32Array, topTokens: (await tt.toArray()) as Int32Array, topLogprobs: (await tl.toArray()) as Float32Array };
+      expectRaw(got, p.logits, 0, 1, 2);
+    } finally {
+      for (const t of [out, lp, tt, tl]) t.dispose();
+      sampler.dispose();
+      p.dispose();
+    }
+  });
+
+  test('bad logprobsMode values and raw shards are clear errors', async () => {
+    const p = plantLogits(dev(), 'f32', [zipfLogits(111, 1, 1)], { D: 8 });
+    try {
+      expect((await failure(() => sampleFused(p.H, p.W, { logprobsMode: 'logits' as never }))).message)
+        .toMatch(/^logprobsMode: expected 'processed' or 'raw', got "logits"$/);
+      expect(() => dev().createSampler({ maxBatch: 1, vocab: 111, hidden: 8, dtype: 'f32', logprobsMode: 1 as never }))
+        .toThrow(/^logprobsMode: expected 'processed' or 'raw', got 1$/);
+      expect((await failure(() => sampleFused(p.H, p.W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true, logprobsMode: 'raw' } as never))).message)
+        .toMatch(/^logprobsMode: 'raw' is not supported on vocabulary shards/);
+    } finally {
+      p.dispose();
+    }
+  });
+});
