@@ -538,10 +538,22 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 // logprobsMode 'raw' (SampleParams::raw_logprobs, SEMANTICS §4): the drawn tokens' and the top
 // tokens' log-probabilities under softmax of the softcapped raw logits (bias included; before the
 // listed tokens' steps, the mask, the temperature and the filters), from a private copy of the raw
-// logits [B, V], after the draw. One block per row: the max and +Inf count, the log-sum-exp in
-// float64, the drawn tokens' values, then the copy turned in place into the distribution's values
-// (NaN where the probability is 0) for the top tokens' selection.
-__global__ void __launch_bounds__(kThreads) raw_logprobs_kernel(float* raw, SampleParams p) {
+// logits [B, V], after the draw. One block per row: the max and +Inf count, the log-sum-exp (fp32
+// exponentials summed in float64: within ~1e-7 of the float64 sum), the drawn tokens' values, then
+// the copy turned in place into the distribution's values (NaN where the probability is 0) and
+// the top tokens: the values within kRawSpan of the max bucketed by their distance to it in one
+// pass, the bucket where the count from the top reaches n gathered and ranked (radix selection
+// over the row where that bucket is not reached or holds too many).
+constexpr int kRawThreads = 1024;
+constexpr int kRawBuckets = 2048;
+constexpr float kRawSpan = 64.0f;  // logits below max - kRawSpan: no bucket (weight < e^-64)
+constexpr int kRawGatherCap = 2048;
+
+__global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, SampleParams p) {
+  __shared__ uint32_t s_hist[kRawBuckets];
+  __shared__ uint64_t s_key[kRawGatherCap];
+  __shared__ float s_val[kRawGatherCap];
+  __shared__ int s_count, s_cut;
   const int64_t b = blockIdx.x, V = p.vocab;
   const int S = p.num_samples;
   float* const row = raw + b * V;
@@ -558,7 +570,7 @@ __global__ void __launch_bounds__(kThreads) raw_logprobs_kernel(float* raw, Samp
   if (inf == 0 && mx != -INFINITY)
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
       const float x = softcap_logit(row[v], p.softcap);
-      if (x > -INFINITY) z += exp(static_cast<double>(x) - mx);
+      if (x > -INFINITY) z += static_cast<double>(expf(x - mx));
     }
   z = block_reduce(z, Sum(), 0.0);
   const double lse = static_cast<double>(mx) + log(z);
@@ -573,31 +585,75 @@ __global__ void __launch_bounds__(kThreads) raw_logprobs_kernel(float* raw, Samp
     }
   const int n = p.top_logprobs;
   if (n <= 0) return;
-  __syncthreads();  // the drawn tokens' values are read before the row is rewritten
+  for (int i = threadIdx.x; i < kRawBuckets; i += blockDim.x) s_hist[i] = 0u;
+  __syncthreads();  // (also: the drawn tokens' values are read before the row is rewritten)
+  // +Inf mode: every +Inf value in bucket 0; else bucket (mx - x) * kRawBuckets / kRawSpan
+  auto bucket = [=](float x) -> int {
+    if (inf > 0) return x == INFINITY ? 0 : -1;
+    const float d = (mx - x) * (kRawBuckets / kRawSpan);
+    return x > -INFINITY && d < static_cast<float>(kRawBuckets) ? static_cast<int>(d) : -1;
+  };
   long long valid = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
     const float x = softcap_logit(row[v], p.softcap);
     const bool kept = inf > 0 ? x == INFINITY : x > -INFINITY;
     row[v] = kept ? x : NAN;
     valid += kept ? 1 : 0;
+    const int k = bucket(x);
+    if (k >= 0) atomicAdd(&s_hist[k], 1u);
   }
-  valid = block_reduce(valid, Sum(), 0ll);  // (its barriers order the rewrite before the reads)
+  valid = block_reduce(valid, Sum(), 0ll);  // (its barriers order the rewrite and the histogram)
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     p.top_tokens[b * n + i] = -1;
     p.top_token_logprobs[b * n + i] = -INFINITY;
   }
   const int take = static_cast<int>(valid < n ? valid : n);
   if (take == 0) return;
+  // the first bucket at which the count from the top reaches `take` (thread 0: a short scan)
+  if (threadIdx.x == 0) {
+    uint32_t above = 0;
+    int cut = -1;
+    for (int k = 0; k < kRawBuckets && cut < 0; ++k) {
+      above += s_hist[k];
+      if (above >= static_cast<uint32_t>(take)) cut = above <= kRawGatherCap ? k : -2;
+    }
+    s_cut = cut;
+    s_count = 0;
+  }
+  __syncthreads();
   const Elems e{row, nullptr, V};
-  const uint64_t threshold = radix_select_count(e, static_cast<uint32_t>(take));
-  write_top_keys(p, e, b, [](float, uint64_t) { return true; }, take, threshold, logprob);
+  if (s_cut < 0) {  // block-uniform: too few values near the max, or too many in the cut bucket
+    const uint64_t threshold = radix_select_count(e, static_cast<uint32_t>(take));
+    write_top_keys(p, e, b, [](float, uint64_t) { return true; }, take, threshold, logprob);
+    return;
+  }
+  const int cut = s_cut;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float x = row[v];
+    if (x != x) continue;
+    const int k = bucket(x);
+    if (k < 0 || k > cut) continue;
+    const int at = atomicAdd(&s_count, 1);
+    s_key[at] = order_key(x, static_cast<uint32_t>(v));  // (at < kRawGatherCap: the scan's bound)
+    s_val[at] = x;
+  }
+  __syncthreads();
+  const int m = s_count;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) {
+    int rank = 0;
+    for (int j = 0; j < m; ++j) rank += s_key[j] > s_key[i];
+    if (rank < take) {
+      p.top_tokens[b * n + rank] = static_cast<int32_t>(key_index(s_key[i]));
+      p.top_token_logprobs[b * n + rank] = logprob(s_val[i]);
+    }
+  }
 }
 
 // Whether a call reports raw log-probabilities (anything to report, in logprobsMode 'raw').
 bool raw_mode(const SampleParams& p) { return p.raw_logprobs != 0 && (p.logprobs != nullptr || p.top_logprobs > 0); }
 
 cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t stream) {
-  raw_logprobs_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(raw, p);
+  raw_logprobs_kernel<<<static_cast<unsigned>(p.batch), kRawThreads, 0, stream>>>(raw, p);
   return cudaGetLastError();
 }
 
