@@ -7,32 +7,14 @@ import type { Device, SampleOptions } from '../lib/index';
 import { sampleFused, sampleReference } from '../lib/index';
 import {
   agreement,
-  applySoftcap,
   describeDevices,
   failure,
   flatLogits,
+  keptDistribution,
   makeMask,
   plantLogits,
   zipfLogits,
 } from './helpers';
-
-/** The raw distribution of one row in float64: each token's log-probability and the top order. */
-function rawModel(logits: ArrayLike<number>, softcap: number) {
-  const x = Array.from(logits, (l) => (softcap > 0 ? applySoftcap(l, softcap) : Math.fround(l)));
-  let inf = 0;
-  let mx = -Infinity;
-  for (const v of x) {
-    if (v === Infinity) inf++;
-    else if (v > -Infinity) mx = Math.max(mx, v);
-  }
-  let z = 0;
-  if (inf === 0) for (const v of x) if (v > -Infinity) z += Math.exp(v - mx);
-  const lse = mx + Math.log(z);
-  const kept = (v: number) => (inf > 0 ? v === Infinity : v > -Infinity);
-  const logprob = (t: number) => (!kept(x[t]) ? -Infinity : inf > 0 ? -Math.log(inf) : x[t] - lse);
-  const order = x.map((_, i) => i).filter((i) => kept(x[i])).sort((a, b) => x[b] - x[a] || a - b);
-  return { logprob, order };
-}
 
 /** Every reported logprob and top list of `res` against the raw model of each row. */
 function expectRaw(
@@ -40,10 +22,11 @@ function expectRaw(
   logits: ArrayLike<number>[], softcap: number, S: number, n: number,
 ) {
   logits.forEach((row, b) => {
-    const m = rawModel(row, softcap);
+    // the raw distribution: softcap only, T = 1, no mask, no lists, no filters
+    const m = keptDistribution(row, { softcap });
     for (let j = 0; j < S; j++) {
       const t = res.tokens[b * S + j];
-      const want = m.logprob(t);
+      const want = m.logprob[t];
       const got = res.logprobs![b * S + j];
       if (want === -Infinity) expect({ b, j, got }).toEqual({ b, j, got: -Infinity });
       else expect({ b, j, err: Math.abs(got - want) < 1e-4 }).toEqual({ b, j, err: true });
@@ -53,7 +36,7 @@ function expectRaw(
       expect({ b, i, token: res.topTokens![b * n + i] }).toEqual({ b, i, token: t });
       const got = res.topLogprobs![b * n + i];
       if (t < 0) expect(got).toBe(-Infinity);
-      else expect({ b, i, err: Math.abs(got - m.logprob(t)) < 1e-4 }).toEqual({ b, i, err: true });
+      else expect({ b, i, err: Math.abs(got - m.logprob[t]) < 1e-4 }).toEqual({ b, i, err: true });
     }
   });
 }
@@ -67,7 +50,7 @@ describeDevices((devName, dev) => {
       const shapes = [zipfLogits(V, 1.1, 3), flatLogits(V, 4, 2), zipfLogits(V, 0.7, 5)];
       const logits = Array.from({ length: B }, (_, b) => shapes[b % 3]);
       const p = plantLogits(dev(), dtype, logits, { D: 8 });
-      const favourite = logits.map((row) => rawModel(row, 12).order[0]);
+      const favourite = logits.map((row) => keptDistribution(row, { softcap: 12 }).order[0]);
       try {
         const o: SampleOptions = {
           seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(70 + b)),
