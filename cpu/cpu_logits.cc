@@ -217,17 +217,9 @@ void write_raw_logprobs(const SampleParams& p, int num_threads) {
   parallel_for(p.batch, num_threads, [&](int64_t b) {
     std::vector<float> x(static_cast<size_t>(V)), scratch;
     source.compute(b, b + 1, 0, V, x.data(), V, scratch);
-    float mx = -INFINITY;
-    int64_t inf = 0;
-    for (const float v : x) {
-      if (v == INFINITY) ++inf;
-      else if (v > -INFINITY) mx = std::max(mx, v);
-    }
-    double z = 0.0;
-    if (inf == 0 && mx != -INFINITY)
-      for (const float v : x)
-        if (v > -INFINITY) z += std::exp(static_cast<double>(v) - mx);
-    const double lse = static_cast<double>(mx) + std::log(z);
+    const int64_t inf = std::count(x.begin(), x.end(), INFINITY);
+    const MassPartial mass = tile_mass(x.data(), V, 1.0);  // the finite values at T = 1
+    const double lse = mass.max_z + std::log(mass.sum);
     auto kept = [&](float v) { return inf > 0 ? v == INFINITY : v > -INFINITY; };
     auto logprob = [&](float v) -> float {
       if (!kept(v)) return -INFINITY;
@@ -239,17 +231,14 @@ void write_raw_logprobs(const SampleParams& p, int num_threads) {
         if (t >= 0) p.logprobs[b * S + j] = logprob(x[static_cast<size_t>(t)]);
       }
     if (n <= 0) return;
-    std::vector<int32_t> order;
+    std::vector<Entry> order;
     for (int64_t v = 0; v < V; ++v)
-      if (kept(x[static_cast<size_t>(v)])) order.push_back(static_cast<int32_t>(v));
+      if (kept(x[static_cast<size_t>(v)])) order.push_back(Entry{x[static_cast<size_t>(v)], static_cast<int32_t>(v)});
     const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
-    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int32_t a, int32_t c) {
-      const float xa = x[static_cast<size_t>(a)], xc = x[static_cast<size_t>(c)];
-      return xa > xc || (xa == xc && a < c);  // (logit desc, index asc), as the draw's order
-    });
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), entry_before);
     for (int64_t i = 0; i < n; ++i) {
-      p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)] : -1;
-      p.top_token_logprobs[b * n + i] = i < take ? logprob(x[static_cast<size_t>(order[static_cast<size_t>(i)])]) : -INFINITY;
+      p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)].index : -1;
+      p.top_token_logprobs[b * n + i] = i < take ? logprob(order[static_cast<size_t>(i)].logit) : -INFINITY;
     }
   });
 }
