@@ -447,9 +447,18 @@ static double median_us(int iters, const std::function<cudaError_t(int)>& fn) {
   return ts[ts.size() / 2];
 }
 
-// The llama3-8b LM head, bf16, 3 weight buffers rotated (3.15 GB > 60 MB L2).
+// The llama3-8b LM head (or HARNESS_SHAPE=V,D), bf16, 3 weight buffers rotated (> 2 x the 60 MB L2
+// for heads of 40 MB and more); logits of std 3 at every D.
 struct Bench {
   int64_t V = 128256, D = 4096, Bmax = 256;
+  Bench() {
+    const char* s = getenv("HARNESS_SHAPE");
+    long long v = 0, d = 0;
+    if (s != nullptr && sscanf(s, "%lld,%lld", &v, &d) == 2 && v > 0 && d > 0) {
+      V = v;
+      D = d;
+    }
+  }
   int nbuf = 3;
   char* wbase = nullptr;
   void* H = nullptr;
@@ -465,7 +474,7 @@ struct Bench {
 
   void init() {
     CK(cudaMalloc(&wbase, nbuf * wbytes()));
-    fill(wbase, nbuf * V * D, DType::kBF16, 99, 3.0f / 64.0f, 0);
+    fill(wbase, nbuf * V * D, DType::kBF16, 99, 3.0f / std::sqrt(static_cast<float>(D)), 0);
     CK(cudaMalloc(&H, Bmax * D * 2));
     fill(H, Bmax * D, DType::kBF16, 98, 1.0f, 0);
     std::vector<uint64_t> s(Bmax);
@@ -794,6 +803,37 @@ int main(int argc, char** argv) {
                                 greedy != nullptr && greedy[0] == '1' ? Mode::kGreedy : Mode::kOne, 20);
     printf("profiled %s B=%s: %.1f us\n", argv[2], argv[3], us);
     return us < 0 ? 1 : 0;
+  }
+  if (mode == "--split") {
+    // The split tiles at the batches of argv[2] (default 1,16,32,64,96,128,192,256) on the bench
+    // shape: sampled rows against greedy ones (no noise: what the Gumbel epilogue costs), and the
+    // end-to-end call.
+    Bench bb;
+    bb.init();
+    std::vector<int64_t> batches = {1, 16, 32, 64, 96, 128, 192, 256};
+    if (argc > 2) {
+      batches.clear();
+      for (const char* q = argv[2]; *q;) {
+        batches.push_back(atoll(q));
+        while (*q && *q != ',') ++q;
+        if (*q == ',') ++q;
+      }
+    }
+    printf("V=%lld D=%lld floor(B=1) %.1f us\n", (long long)bb.V, (long long)bb.D, bb.floor_us(1));
+    printf("%-5s %-9s %9s %9s %7s %7s\n", "B", "tile", "sample", "greedy", "s/g", "ratio");
+    for (int64_t B : batches) {
+      const double f = median_us(50, [&](int i) { return cuda::launch_fused_sample(bb.params(B, 1, i), 0); });
+      printf("%-5lld %-9s %9.1f %9s %7s %7.3f\n", (long long)B, "call", f, "", "", f / bb.floor_us(B));
+      for (const char* name : {"split16", "split32", "split64", "split96", "split128"}) {
+        const TileEntry& t = tile(name);
+        const int n = atoi(name + 5);
+        if (n < 96 && B > n) continue;
+        const double s1 = time_tile(bb, t, B, Mode::kOne), g1 = time_tile(bb, t, B, Mode::kGreedy);
+        printf("%-5lld %-9s %9.1f %9.1f %7.3f %7.3f\n", (long long)B, name, s1, g1, s1 / g1, s1 / bb.floor_us(B));
+      }
+      fflush(stdout);
+    }
+    return 0;
   }
   const bool bench_only = mode == "--bench-only";
   g_ws_only = mode == "--ws-only";

@@ -183,7 +183,7 @@ __device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const Ro
 // best), all at the same vocabulary quad vq. The same candidates and comparisons as K calls in
 // turn (rows never interact), with one branch for the K Philox calls (a Philox whose quad needs
 // none is discarded). The ping-pong epilogue calls it for the two columns of an n8 group, the split
-// epilogue for kColsPerTrip columns.
+// epilogue for a trip's columns.
 // Every lane of the warp must call this (it uses __any_sync).
 template <int K>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],

@@ -17,8 +17,8 @@
 //   * warpgroup 1: the MMA warpgroup: the K loop of every local item in turn (ws_kslice_mma, the
 //     ping-pong consumer's k-slices), then the 128 x N fp32 accumulators into a logits buffer in
 //     shared memory, column-major (column n at n·kLogitStride floats), and on to the next item;
-//   * warpgroups 2 and 3: the epilogue, 8 warps. Warp w samples columns w, w + 8, w + 16, ..., two
-//     at a time; lane l takes vocabulary rows 4 l .. 4 l + 3 of the tile (one 16-byte load, one
+//   * warpgroups 2 and 3: the epilogue, 8 warps. Warp w samples columns w, w + 8, w + 16, ..., four
+//     at a time (two below N = 32, and in the filtered epilogue); lane l takes vocabulary rows 4 l .. 4 l + 3 of the tile (one 16-byte load, one
 //     Philox block), so every lane of a warp shares the column's parameters and threshold and no
 //     accumulator is moved between lanes. Running winners per column in shared memory (packed
 //     candidates raised with atomicMax), merged with the grid's winners word before the item and
@@ -54,11 +54,11 @@ namespace cuda {
 namespace detail {
 
 // N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
-// kColsPerTrip columns per epilogue trip (quads_update_pruned<kColsPerTrip>: that many Philox chains
-// interleaved). kSampleOne only: the other epilogues (kStore for the reference sampler, kSampleMany)
-// and shapes whose tensor maps cannot be encoded run PingPong, the ping-pong tile of the same N
-// (of 128 columns for N = 96).
-template <int N, int STAGES, int COLS_PER_TRIP = 2>
+// SAMPLE_COLS_PER_TRIP columns per trip of the kSampleOne epilogue (quads_update_pruned<K>: that
+// many Philox chains interleaved); the filtered epilogue takes 2. kSampleOne only: the other
+// epilogues (kStore for the reference sampler, kSampleMany) and shapes whose tensor maps cannot be
+// encoded run PingPong, the ping-pong tile of the same N (of 128 columns for N = 96).
+template <int N, int STAGES, int SAMPLE_COLS_PER_TRIP = 2>
 struct WsSplitTile {
   static constexpr bool kTma = true;
   static constexpr int kBV = 128;  // vocabulary rows per item (two m64 blocks)
@@ -66,7 +66,8 @@ struct WsSplitTile {
   static constexpr int kBK = 64;
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
-  static constexpr int kColsPerTrip = COLS_PER_TRIP;
+  static constexpr int kSampleColsPerTrip = SAMPLE_COLS_PER_TRIP;
+  static constexpr int kFilteredColsPerTrip = 2;
   static constexpr int kEpilogueWarps = 8;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
@@ -81,30 +82,32 @@ struct WsSplitTile {
   static constexpr int kSmemBytes = kRingBytes + kLogitBytes + (2 * STAGES + 2) * 8 + 1024;
   // static shared memory: the row parameters of the current chunk and the running winners
   static constexpr int kStaticSmemBytes = kNB * (4 + 8 + 8 + 1) + kNB * 8;
-  // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The producer gives
-  // 88 per thread back, the MMA warpgroup takes them (128 accumulators + descriptors and loop
-  // state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
+  // Launch: 512 threads x 128 registers = 65536 (__launch_bounds__(512, 1)). The classic split: the
+  // producer gives 88 per thread back, the MMA warpgroup takes them (128 accumulators + descriptors
+  // and loop state), the epilogue warps keep the launch's 128: 40·128 + 216·128 + 128·256 = 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kMmaRegs = 216;
-  // The filtered epilogue spills at 128 registers. Below N = 128 the MMA warpgroup holds only N
-  // accumulators, and the producer needs few for its one TMA thread, so the filtered kernels give
-  // the epilogue warps what the other two do not need.
-  static constexpr int kMmaRegsFiltered = N <= 64 ? 152 : N <= 96 ? 184 : kMmaRegs;
-  static constexpr int kProducerRegsFiltered = 24;  // one thread issuing TMA: setmaxnreg's minimum
-  static constexpr int kEpilogueRegsFiltered =
-      (65536 - kProducerRegsFiltered * 128 - kMmaRegsFiltered * 128) / 256 / 8 * 8;
+  // The lean split, for the filtered epilogue and the sampling one at 4 columns a trip (both spill
+  // at 128 registers): the producer needs few for its one TMA thread, and below N = 128 the MMA
+  // warpgroup holds only N accumulators, so the epilogue warps get what the other two do not need
+  // (168 / 152 / 136 at N <= 64 / 96 / 128).
+  static constexpr bool kLeanSampleSplit = SAMPLE_COLS_PER_TRIP > 2;
+  static constexpr int kMmaRegsLean = N <= 64 ? 152 : N <= 96 ? 184 : kMmaRegs;
+  static constexpr int kProducerRegsLean = 24;  // one thread issuing TMA: setmaxnreg's minimum
+  static constexpr int kEpilogueRegsLean = (65536 - kProducerRegsLean * 128 - kMmaRegsLean * 128) / 256 / 8 * 8;
   // (N = 96 has no ping-pong tile of its own: its other epilogues run the 128-column one)
   using PingPong = WsTileT<(N > 64 ? 128 : N)>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
-  static_assert(N % (8 * COLS_PER_TRIP) == 0, "every epilogue warp takes N / 8 columns, kColsPerTrip a trip");
+  static_assert(N % (8 * SAMPLE_COLS_PER_TRIP) == 0 && N % (8 * kFilteredColsPerTrip) == 0,
+                "every epilogue warp takes N / 8 columns, a trip's columns at a time");
   static_assert(STAGES >= 2, "ring");
   static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
   static_assert(kSmemBytes + static_smem_padded(kStaticSmemBytes) <= 227 * 1024, "sm_90 shared memory per block");
   static_assert(kProducerRegs * 128 + kMmaRegs * 128 + 128 * 256 <= 65536, "setmaxnreg split");
   static_assert(kProducerRegs % 8 == 0 && kMmaRegs % 8 == 0, "setmaxnreg granularity");
-  static_assert(kProducerRegsFiltered * 128 + kMmaRegsFiltered * 128 + kEpilogueRegsFiltered * 256 <= 65536 &&
-                    kMmaRegsFiltered % 8 == 0 && kEpilogueRegsFiltered >= 128,
-                "setmaxnreg split (filtered)");
+  static_assert(kProducerRegsLean * 128 + kMmaRegsLean * 128 + kEpilogueRegsLean * 256 <= 65536 &&
+                    kMmaRegsLean % 8 == 0 && kEpilogueRegsLean >= 128,
+                "setmaxnreg split (lean)");
 };
 
 // The kSampleOne tiles on compute capability 9.0: one chunk of the smallest N >= B up to 64, chunks
@@ -112,15 +115,18 @@ struct WsSplitTile {
 // the logits buffer. Against the ping-pong tiles of the same N (llama3-8b, H200, bench CLI, old and
 // new builds alternated): B = 1 / 16 / 32 / 64 249.6 / 250.2 / 251.5 / 264.0 -> 247.4 / 248.4 /
 // 249.6 / 256.3 us; B = 128 / 256 339 / 538 -> 304 / 491 us (N = 128: 4 stages of 32 KB beside
-// 66 KB of logits; 3 stages 16 % slower at B = 128).
+// 66 KB of logits; 3 stages 16 % slower at B = 128). Four columns a trip from N = 32 (twice the
+// Philox chains in flight per warp; the epilogue is latency-bound, ~8.5 cycles an instruction):
+// qwen3-0.6b B = 64 / 96 / 128 / 256 94.6 / 123.5 / 154.4 / 266.0 -> 90.6 / 115.2 / 147.4 / 257.8
+// us, llama3-8b B = 128 / 256 303.0 / 490.0 -> 290.5 / 460.9 (bench CLI, builds alternated).
 using WsSplitTile16 = WsSplitTile<16, 11>;
-using WsSplitTile32 = WsSplitTile<32, 9>;
-using WsSplitTile64 = WsSplitTile<64, 7>;
+using WsSplitTile32 = WsSplitTile<32, 9, 4>;
+using WsSplitTile64 = WsSplitTile<64, 7, 4>;
 // N = 96 (m64n96k16): 6 stages of 28 KB beside a 50 KB buffer, for the batches 96-column chunks
 // cover with less padding than 128-column ones (llama3-8b B = 96 / 192 312 / 612 -> 270 / 405 us
 // against 128-column chunks; bench CLI, old and new builds alternated).
-using WsSplitTile96 = WsSplitTile<96, 6>;
-using WsSplitTile128 = WsSplitTile<128, 4>;
+using WsSplitTile96 = WsSplitTile<96, 6, 4>;
+using WsSplitTile128 = WsSplitTile<128, 4, 4>;
 
 constexpr int kSplitEpilogueBarrier = 1;
 
@@ -157,7 +163,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kFiltered = kEpi == Epi::kSampleFiltered;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride, kK = Cfg::kColsPerTrip;
+  constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
+  constexpr int kK = kFiltered ? Cfg::kFilteredColsPerTrip : Cfg::kSampleColsPerTrip;
+  constexpr bool kLean = kFiltered || Cfg::kLeanSampleSplit;
   const uint32_t smem_base = smem_u32(smem_raw);
   const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
   const uint32_t smem_h = smem_w + Cfg::kStages * Cfg::kWStageBytes;
@@ -205,14 +213,14 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 
   if (wg == 0) {
     // ================================ producer ================================
-    setmaxnreg_dec<kFiltered ? Cfg::kProducerRegsFiltered : Cfg::kProducerRegs>();
+    setmaxnreg_dec<kLean ? Cfg::kProducerRegsLean : Cfg::kProducerRegs>();
     if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
     return;
   }
 
   if (wg == 1) {
     // ================================ MMA ================================
-    setmaxnreg_inc<kFiltered ? Cfg::kMmaRegsFiltered : Cfg::kMmaRegs>();
+    setmaxnreg_inc<kLean ? Cfg::kMmaRegsLean : Cfg::kMmaRegs>();
     const int lane = tid & 31, wi = (tid >> 5) & 3;
     const int g = lane >> 2, t4 = lane & 3;
     float acc0[kAcc], acc1[kAcc];
@@ -256,7 +264,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   }
 
   // ================================ epilogue ================================
-  if constexpr (kFiltered && Cfg::kEpilogueRegsFiltered > 128) setmaxnreg_inc<Cfg::kEpilogueRegsFiltered>();
+  if constexpr (kLean && Cfg::kEpilogueRegsLean > 128) setmaxnreg_inc<Cfg::kEpilogueRegsLean>();
   griddep_wait();  // the winners are zeroed (programmatic launch)
   const int et = tid - 256;  // 0..255
   const int ew = et >> 5, lane = et & 31;
