@@ -657,12 +657,14 @@ cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t 
   return cudaGetLastError();
 }
 
-size_t raw_logits_bytes(const SampleParams& p) {
-  if (!raw_mode(p)) return 0;
+// A [B, V] fp32 logits region of the workspace: the extra pass's rows, or raw mode's copy.
+size_t row_logits_bytes(const SampleParams& p) {
   RegionLayout layout;
   layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float));
   return layout.bytes;
 }
+
+size_t raw_logits_bytes(const SampleParams& p) { return raw_mode(p) ? row_logits_bytes(p) : 0; }
 
 // ---- materialized rows (reference, fallback) ---------------------------------------------------
 // In place: raw logits (bias included) -> candidate values (softcap, mask, NaN for excluded).
@@ -1543,7 +1545,7 @@ __global__ void __launch_bounds__(kThreads)
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
   // 2: the epilogue stored the row's logits (the extra pass reads them, not W)
   const int32_t flag_value =
-      f.row_logits != nullptr && (f.store_all || detail::row_stores_logits(c.top_k, c.top_p, c.temperature)) ? 2 : 1;
+      f.row_logits != nullptr && (f.store_all || detail::row_stores_logits(c.top_k, c.top_p, greedy)) ? 2 : 1;
   auto flag = [&]() {
     if (threadIdx.x == 0) {
       fallback[b] = flag_value;
@@ -1865,12 +1867,6 @@ bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_bac
 // The one-pass path's [B, V] logits region: for the extra pass, and in raw mode for every row's
 // stored logits.
 bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || raw_mode(p); }
-
-size_t row_logits_bytes(const SampleParams& p) {
-  RegionLayout layout;
-  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(p.vocab) * sizeof(float));
-  return layout.bytes;
-}
 
 // Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
 // lets the GEMM launched after it start at once (it waits for this grid before its epilogue).

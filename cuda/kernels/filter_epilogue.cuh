@@ -120,8 +120,8 @@ constexpr int32_t kTopPRank = 2048;
 // Rows whose raw logits the filtered epilogue stores for the extra pass: the top-p rows without a
 // top-k inside the gathered rank, whose nucleus can reach past the candidates (a flat row's, at the
 // model cards' top-p): one 512-byte store a tile instead of a second read of W when they do.
-__device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, float temperature) {
-  return temperature != 0.0f && top_p < 1.0f && (top_k <= 0 || top_k > kTopPRank);
+__device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bool greedy) {
+  return !greedy && top_p < 1.0f && (top_k <= 0 || top_k > kTopPRank);
 }
 // A top-p row's first tile in a CTA appends its 32 largest values (a heuristic like every θ: a
 // nucleus with more than 32 tokens in one tile of 128 sends the row to the extra pass, still exact).
@@ -135,7 +135,7 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
   r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
-  r.dense = f.row_logits != nullptr && (f.store_all || (!greedy && row_stores_logits(k, p, 1.0f)));
+  r.dense = f.row_logits != nullptr && (f.store_all || row_stores_logits(k, p, greedy));
   if (greedy) return r;  // (no masses)
   r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
