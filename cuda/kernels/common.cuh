@@ -190,6 +190,18 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
                                                     uint32_t sample, int64_t vq,
                                                     const int64_t (&vend)[K], const float (&thr)[K],
                                                     float (&bs)[K], uint32_t (&bk)[K]) {
+  // Values at or past vend[k] become NaN once (a NaN passes no bound and makes no candidate), so the
+  // tests below need no 64-bit bound per value.
+  float lv[K][4];
+  bool live[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t left = vend[k] - vq;
+    const int nv = left <= 0 ? 0 : left >= 4 ? 4 : static_cast<int>(left);
+    live[k] = nv > 0;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) lv[k][o] = o < nv ? l[k][o] : NAN;
+  }
   uint32_t m[K];
   bool need[K];
   float t[K];
@@ -199,22 +211,20 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
     m[k] = 0u;
     need[k] = false;
     t[k] = -INFINITY;
-    if (vq < vend[k]) {
+    if (live[k]) {
       if (rp[k].greedy) {
 #pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if (vq + o < vend[k]) {
-            const Candidate c = make_candidate(l[k][o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
-            if (candidate_better(c.score, c.key, bs[k], bk[k])) {
-              bs[k] = c.score;
-              bk[k] = c.key;
-            }
+        for (int o = 0; o < 4; ++o) {
+          const Candidate c = make_candidate(lv[k][o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
+          if (candidate_better(c.score, c.key, bs[k], bk[k])) {
+            bs[k] = c.score;
+            bk[k] = c.key;
           }
+        }
       } else {
         t[k] = fmaxf(thr[k], bs[k]);
 #pragma unroll
-        for (int o = 0; o < 4; ++o)
-          need[k] |= (vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, kGumbelUpper) >= t[k];
+        for (int o = 0; o < 4; ++o) need[k] |= fmaf(lv[k][o], rp[k].inv_temperature, kGumbelUpper) >= t[k];
       }
     }
     any_need |= need[k];
@@ -231,13 +241,16 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
       if (need[k]) {
 #pragma unroll
         for (int o = 0; o < 4; ++o)
-          if ((vq + o < vend[k]) && fmaf(l[k][o], rp[k].inv_temperature, gumbel_upper(r[k].x[o])) >= t[k])
-            m[k] |= 1u << o;
+          if (fmaf(lv[k][o], rp[k].inv_temperature, gumbel_upper(r[k].x[o])) >= t[k]) m[k] |= 1u << o;
       }
   }
   uint32_t any_m = 0u;
+  float tw[K];  // the threshold of column k: thr[k], raised to the warp's best candidate each round
 #pragma unroll
-  for (int k = 0; k < K; ++k) any_m |= m[k];
+  for (int k = 0; k < K; ++k) {
+    any_m |= m[k];
+    tw[k] = thr[k];
+  }
   while (__any_sync(0xffffffffu, any_m != 0u)) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -245,9 +258,9 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
         const int o = __ffs(m[k]) - 1;
         m[k] &= m[k] - 1u;
         const uint32_t x = o == 0 ? r[k].x[0] : o == 1 ? r[k].x[1] : o == 2 ? r[k].x[2] : r[k].x[3];
-        const float lo = o == 0 ? l[k][0] : o == 1 ? l[k][1] : o == 2 ? l[k][2] : l[k][3];
+        const float lo = o == 0 ? lv[k][0] : o == 1 ? lv[k][1] : o == 2 ? lv[k][2] : lv[k][3];
         // re-test: the running best may have risen since the mask was built
-        if (fmaf(lo, rp[k].inv_temperature, gumbel_upper(x)) >= fmaxf(thr[k], bs[k])) {
+        if (fmaf(lo, rp[k].inv_temperature, gumbel_upper(x)) >= fmaxf(tw[k], bs[k])) {
           const Candidate c = make_candidate(lo, rp[k].inv_temperature, false, gumbel_from_bits(x),
                                              static_cast<uint32_t>(vq + o));
           if (candidate_better(c.score, c.key, bs[k], bk[k])) {
@@ -259,7 +272,16 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
     }
     any_m = 0u;
 #pragma unroll
-    for (int k = 0; k < K; ++k) any_m |= m[k];
+    for (int k = 0; k < K; ++k) {
+      any_m |= m[k];
+      // Every lane's running best is a real candidate of row k, so the warp's largest is a valid
+      // threshold for the values still masked: a CTA's first tile, with no threshold from earlier
+      // tiles, then evaluates about one value a lane instead of four.
+      float w = bs[k];
+#pragma unroll
+      for (int d = 16; d >= 1; d >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, d));
+      tw[k] = fmaxf(tw[k], w);
+    }
   }
 }
 
