@@ -185,7 +185,9 @@ __device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const Ro
 // none is discarded). The ping-pong epilogue calls it for the two columns of an n8 group, the split
 // epilogue for a trip's columns.
 // Every lane of the warp must call this (it uses __any_sync).
-template <int K>
+// kPastEndIsNan: the caller has made every value at or past vend[k] NaN already (the filtered
+// epilogue), so l is used as it is.
+template <int K, bool kPastEndIsNan = false>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
                                                     uint32_t sample, int64_t vq,
                                                     const int64_t (&vend)[K], const float (&thr)[K],
@@ -200,7 +202,7 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
     const int nv = left <= 0 ? 0 : left >= 4 ? 4 : static_cast<int>(left);
     live[k] = nv > 0;
 #pragma unroll
-    for (int o = 0; o < 4; ++o) lv[k][o] = o < nv ? l[k][o] : NAN;
+    for (int o = 0; o < 4; ++o) lv[k][o] = kPastEndIsNan || o < nv ? l[k][o] : NAN;
   }
   uint32_t m[K];
   bool need[K];

@@ -382,7 +382,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
       if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
-      quads_update_pruned<kK>(l, rp, 0u, vq + base, vend, thr, bs, bk);
+      quads_update_pruned<kK, kFiltered>(l, rp, 0u, vq + base, vend, thr, bs, bk);
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj)
         if (bk[jj] != kNoToken) {
