@@ -250,15 +250,19 @@ describeDevices((devName, dev) => {
     });
 
     // Top-p rows without a top-k have their raw logits stored by the one-pass epilogue, which the
-    // extra pass reads instead of W; the other rows it takes have theirs computed again. With a
-    // model bias, a softcap and a mask, at a V that is not a multiple of 4 (the stores' scalar
-    // tail); then with a +Inf logit (no softcap, which would make it finite) and topLogprobs, which
-    // send every row to the extra pass, so that stored and recomputed rows share its groups.
-    test('V = 3001: stored and recomputed rows in the extra pass, with bias, softcap and mask', async () => {
-      const V = 3001;
+    // extra pass reads instead of W; the other rows it takes have theirs computed again. The
+    // epilogue stores them with a 16-byte store a lane where V is a multiple of 4 and with scalar
+    // stores elsewhere, the model's bias included: each way, with a softcap and a mask; then with a
+    // +Inf logit (no softcap, which would make it finite) and topLogprobs, which send every row to
+    // the extra pass, so that stored and recomputed rows share its groups.
+    test.each([
+      [3001, true],
+      [3000, true],
+      [3000, false],
+    ])('V = %d, bias %p: stored and recomputed rows in the extra pass, with softcap and mask', async (V, withBias) => {
       const flat = flatLogits(V, 8, 3);
       const withInf = Float64Array.from(flat, (x, v) => (v === 7 ? Infinity : x));
-      const bias = flatLogits(V, 9, 1);
+      const bias = withBias ? flatLogits(V, 9, 1) : undefined;
       const allowedTokens = makeMask(24, V, (b, v) => b % 4 !== 2 || v % 5 !== 0);
       for (const [row, extra, least] of [[flat, { softcap: 30 }, 3 * 12], [withInf, { topLogprobs: 3 }, 3 * 24]] as const) {
         const p = plantLogits(dev(), 'bf16', Array.from({ length: 24 }, () => row), { D: 8, biasLogits: bias });
@@ -267,7 +271,7 @@ describeDevices((devName, dev) => {
           for (let c = 0; c < 3; c++) {
             const o: SampleOptions = {
               seed: BigUint64Array.from({ length: 24 }, (_, b) => BigInt(50 + b)),
-              bias: p.bias,
+              ...(p.bias ? { bias: p.bias } : {}),
               offset: c,
               temperature: 2,
               topP: Float32Array.from({ length: 24 }, (_, b) => (b % 3 === 1 ? 1 : 0.99)),
