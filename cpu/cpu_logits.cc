@@ -207,7 +207,7 @@ const std::vector<Entry>& BestEntries::finish() {
 namespace detail {
 
 void write_raw_logprobs(const SampleParams& p, int num_threads) {
-  if (p.raw_logprobs == 0 || (p.logprobs == nullptr && p.top_logprobs <= 0)) return;
+  if (!reports_raw_logprobs(p)) return;
   // the raw logits: the same source without the mask and the listed tokens
   SampleParams q = p;
   q.allowed = nullptr;

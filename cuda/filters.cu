@@ -649,9 +649,6 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
   }
 }
 
-// Whether a call reports raw log-probabilities (anything to report, in logprobsMode 'raw').
-bool raw_mode(const SampleParams& p) { return p.raw_logprobs != 0 && (p.logprobs != nullptr || p.top_logprobs > 0); }
-
 cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t stream) {
   raw_logprobs_kernel<<<static_cast<unsigned>(p.batch), kRawThreads, 0, stream>>>(raw, p);
   return cudaGetLastError();
@@ -664,7 +661,7 @@ size_t row_logits_bytes(const SampleParams& p) {
   return layout.bytes;
 }
 
-size_t raw_logits_bytes(const SampleParams& p) { return raw_mode(p) ? row_logits_bytes(p) : 0; }
+size_t raw_logits_bytes(const SampleParams& p) { return reports_raw_logprobs(p) ? row_logits_bytes(p) : 0; }
 
 // ---- materialized rows (reference, fallback) ---------------------------------------------------
 // In place: raw logits (bias included) -> candidate values (softcap, mask, NaN for excluded).
@@ -1782,7 +1779,7 @@ cudaError_t launch_reference_filtered(const SampleParams& call, ReferenceMethod 
   const size_t bytes = static_cast<size_t>(call.batch) * static_cast<size_t>(call.vocab) * sizeof(float);
   err = build_listed_table(call, scratch, &p, &listed, stream);
   if (err == cudaSuccess) err = scratch.take(bytes, &logits);
-  if (err == cudaSuccess && raw_mode(p)) err = scratch.take(bytes, &raw);
+  if (err == cudaSuccess && reports_raw_logprobs(p)) err = scratch.take(bytes, &raw);
   if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
   if (err == cudaSuccess && raw != nullptr) err = cudaMemcpyAsync(raw, logits, bytes, cudaMemcpyDeviceToDevice, stream);
   if (err == cudaSuccess) {
@@ -1866,7 +1863,7 @@ bool chunked_may_fall_back(const SampleParams& p) {
 bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_back(p) || p.top_logprobs > 0; }
 // The one-pass path's [B, V] logits region: for the extra pass, and in raw mode for every row's
 // stored logits.
-bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || raw_mode(p); }
+bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || reports_raw_logprobs(p); }
 
 // Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
 // lets the GEMM launched after it start at once (it waits for this grid before its epilogue).
@@ -1940,16 +1937,16 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
   if (one_pass_stores_rows(p)) {
     err = scratch.take(row_bytes, &row_logits);
-    if (err == cudaSuccess && raw_mode(p) && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
+    if (err == cudaSuccess && reports_raw_logprobs(p) && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
     if (err != cudaSuccess) {
       scratch.give_back(row_logits);
       scratch.give_back(ws);
       return err;
     }
-    if (p.top_p != nullptr || raw_mode(p)) f.row_logits = row_logits;
-    f.store_all = raw_mode(p) ? 1 : 0;
+    if (p.top_p != nullptr || reports_raw_logprobs(p)) f.row_logits = row_logits;
+    f.store_all = reports_raw_logprobs(p) ? 1 : 0;
   }
-  float* const raw = raw_copy != nullptr ? raw_copy : raw_mode(p) ? row_logits : nullptr;
+  float* const raw = raw_copy != nullptr ? raw_copy : reports_raw_logprobs(p) ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
@@ -2020,7 +2017,7 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
   st.fallback = reinterpret_cast<int32_t*>(ws + l.fb);
   float* chunk_logits = reinterpret_cast<float*>(ws + l.chunk_logits);
   float* raw = nullptr;  // raw mode: every chunk's logits, gathered into [B, V]
-  if (raw_mode(p) && (err = scratch.take(raw_logits_bytes(p), &raw)) != cudaSuccess) {
+  if (reports_raw_logprobs(p) && (err = scratch.take(raw_logits_bytes(p), &raw)) != cudaSuccess) {
     scratch.give_back(ws);
     return err;
   }

@@ -824,9 +824,12 @@ int main(int argc, char** argv) {
     for (int64_t B : batches) {
       const double f = median_us(50, [&](int i) { return cuda::launch_fused_sample(bb.params(B, 1, i), 0); });
       printf("%-5lld %-9s %9.1f %9s %7s %7.3f\n", (long long)B, "call", f, "", "", f / bb.floor_us(B));
-      for (const char* name : {"split16", "split32", "split64", "split96", "split128"}) {
+      const struct {
+        const char* name;
+        int n;  // the tile's batch columns
+      } splits[] = {{"split16", 16}, {"split32", 32}, {"split64", 64}, {"split96", 96}, {"split128", 128}};
+      for (const auto& [name, n] : splits) {
         const TileEntry& t = tile(name);
-        const int n = atoi(name + 5);
         if (n < 96 && B > n) continue;
         const double s1 = time_tile(bb, t, B, Mode::kOne), g1 = time_tile(bb, t, B, Mode::kGreedy);
         printf("%-5lld %-9s %9.1f %9.1f %7.3f %7.3f\n", (long long)B, name, s1, g1, s1 / g1, s1 / bb.floor_us(B));

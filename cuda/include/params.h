@@ -150,4 +150,9 @@ inline FS_PARAMS_HD bool has_filters(const SampleParams& p) {
          p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0 || has_penalties(p);
 }
 
+// Whether a call reports raw log-probabilities: logprobsMode 'raw' with anything to report.
+inline FS_PARAMS_HD bool reports_raw_logprobs(const SampleParams& p) {
+  return p.raw_logprobs != 0 && (p.logprobs != nullptr || p.top_logprobs > 0);
+}
+
 }  // namespace flashsample

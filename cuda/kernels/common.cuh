@@ -119,71 +119,20 @@ __device__ __forceinline__ float gumbel_upper(uint32_t x) {
 }
 constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(x) for every x
 
-// best_of_quad with exact pruning, merged straight into the running best (bs, bk). `thr` is the
-// score of a candidate that exists elsewhere (or -Inf). Exact because fmaf is monotone in its
-// addend: a value whose fmaf(l, 1/T, bound) < max(thr, bs) scores strictly less than an existing
-// candidate, so it can neither win nor tie; NaN logits and NaN scores make no candidate anyway.
-//   * quad: if no value can reach the threshold even with the largest g, no Philox call;
+// best_of_quad with exact pruning for K rows at once, merged straight into each row's running best
+// (bs, bk): quad k is row k's (its own params, bound, running best), all at the same vocabulary
+// quad vq. `thr[k]` is the score of a candidate that exists elsewhere (or -Inf). Exact because fmaf
+// is monotone in its addend: a value whose fmaf(l, 1/T, bound) < max(thr, bs) scores strictly less
+// than an existing candidate, so it can neither win nor tie; NaN logits and NaN scores make no
+// candidate anyway.
+//   * quad: if no value can reach the threshold even with the largest g, no Philox call (one branch
+//     for the K Philox calls: a Philox whose quad needs none is discarded);
 //   * value: bound from the Philox bits (gumbel_upper), the two logs only when it fails. The
 //     values left are evaluated in a warp-uniform loop (one per lane per trip), so a warp pays
 //     for the most values any one lane needs, not for every value some lane needs.
-// Every lane of the warp must call this (it uses __any_sync).
-__device__ __forceinline__ void quad_update_pruned(const float (&l)[4], const RowParams& rp,
-                                                   uint32_t sample, int64_t vq, int64_t vend,
-                                                   float thr, float& bs, uint32_t& bk) {
-  uint32_t m = 0;
-  Philox4 r;
-  r.x[0] = r.x[1] = r.x[2] = r.x[3] = 0u;
-  if (vq < vend) {
-    if (rp.greedy) {
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        if (vq + o < vend) {
-          const Candidate c = make_candidate(l[o], 0.0f, true, 0.0f, static_cast<uint32_t>(vq + o));
-          if (candidate_better(c.score, c.key, bs, bk)) {
-            bs = c.score;
-            bk = c.key;
-          }
-        }
-    } else {
-      const float t = fmaxf(thr, bs);
-      bool any = false;
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        any |= (vq + o < vend) && fmaf(l[o], rp.inv_temperature, kGumbelUpper) >= t;
-      if (any) {
-        r = noise_block(rp.seed, rp.offset, rp.stream, sample, static_cast<uint32_t>(vq >> 2));
-#pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if ((vq + o < vend) && fmaf(l[o], rp.inv_temperature, gumbel_upper(r.x[o])) >= t)
-            m |= 1u << o;
-      }
-    }
-  }
-  while (__any_sync(0xffffffffu, m != 0u)) {
-    if (m != 0u) {
-      const int o = __ffs(m) - 1;
-      m &= m - 1u;
-      const uint32_t x = o == 0 ? r.x[0] : o == 1 ? r.x[1] : o == 2 ? r.x[2] : r.x[3];
-      const float lo = o == 0 ? l[0] : o == 1 ? l[1] : o == 2 ? l[2] : l[3];
-      // re-test: the running best may have risen since the mask was built
-      if (fmaf(lo, rp.inv_temperature, gumbel_upper(x)) >= fmaxf(thr, bs)) {
-        const Candidate c = make_candidate(lo, rp.inv_temperature, false, gumbel_from_bits(x),
-                                           static_cast<uint32_t>(vq + o));
-        if (candidate_better(c.score, c.key, bs, bk)) {
-          bs = c.score;
-          bk = c.key;
-        }
-      }
-    }
-  }
-}
-
-// K independent quad_update_pruned calls at once: quad k is row k's (its own params, bound, running
-// best), all at the same vocabulary quad vq. The same candidates and comparisons as K calls in
-// turn (rows never interact), with one branch for the K Philox calls (a Philox whose quad needs
-// none is discarded). The ping-pong epilogue calls it for the two columns of an n8 group, the split
-// epilogue for a trip's columns.
+// Rows never interact: the same candidates and comparisons as K single-row calls in turn. The
+// ping-pong epilogue calls it for the two columns of an n8 group, the split epilogue for a trip's
+// columns.
 // Every lane of the warp must call this (it uses __any_sync).
 // kPastEndIsNan: the caller has made every value at or past vend[k] NaN already (the filtered
 // epilogue), so l is used as it is.

@@ -18,11 +18,12 @@
 //     ping-pong consumer's k-slices), then the 128 x N fp32 accumulators into a logits buffer in
 //     shared memory, column-major (column n at n·kLogitStride floats), and on to the next item;
 //   * warpgroups 2 and 3: the epilogue, 8 warps. Warp w samples columns w, w + 8, w + 16, ..., four
-//     at a time (two below N = 32, and in the filtered epilogue); lane l takes vocabulary rows 4 l .. 4 l + 3 of the tile (one 16-byte load, one
-//     Philox block), so every lane of a warp shares the column's parameters and threshold and no
-//     accumulator is moved between lanes. Running winners per column in shared memory (packed
-//     candidates raised with atomicMax), merged with the grid's winners word before the item and
-//     published after it, exactly as the ping-pong kernel does.
+//     at a time (two below N = 32, and in the filtered epilogue); lane l takes vocabulary rows
+//     4 l .. 4 l + 3 of the tile (one 16-byte load, one Philox block), so every lane of a warp
+//     shares the column's parameters and threshold and no accumulator is moved between lanes.
+//     Running winners per column in shared memory (packed candidates raised with atomicMax),
+//     merged with the grid's winners word before the item and published after it, exactly as the
+//     ping-pong kernel does.
 // The epilogue of item j runs while the MMA warpgroup runs the K loop of item j + 1: it only has to
 // be faster than a K loop, with two warps per scheduler and ~half the instructions per value.
 // The logits are the same fp32 sums as every other wgmma kernel's (same k16 steps in the same
