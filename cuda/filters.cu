@@ -232,8 +232,9 @@ __device__ void write_no_candidate(const SampleParams& p, int64_t b) {
   if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
 }
 
-// The `take` kept elements whose order keys reach `threshold` (the take-th largest kept key), in
-// order, into row b's topTokens / topLogprobs (initialized by the caller).
+// The kept elements whose order keys reach `threshold` (at most kMaxTopLogprobs of them), ranked,
+// the first `take` in order into row b's topTokens / topLogprobs (initialized by the caller). With
+// the take-th largest kept key as threshold, exactly `take` are gathered.
 template <class Kept, class LogProb>
 __device__ void write_top_keys(const SampleParams& p, const Elems& e, int64_t b, Kept kept, int take,
                                uint64_t threshold, LogProb logprob) {
@@ -255,11 +256,11 @@ __device__ void write_top_keys(const SampleParams& p, const Elems& e, int64_t b,
     }
   }
   __syncthreads();
-  const int m = s_count < take ? s_count : take;
+  const int m = s_count < kMaxTopLogprobs ? s_count : kMaxTopLogprobs;
   for (int i = threadIdx.x; i < m; i += blockDim.x) {
     int rank = 0;
     for (int j = 0; j < m; ++j) rank += s_key[j] > s_key[i];
-    if (rank < n) {
+    if (rank < take) {
       p.top_tokens[b * n + rank] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(s_key[i]));
       p.top_token_logprobs[b * n + rank] = logprob(s_val[i]);
     }
@@ -547,13 +548,10 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 constexpr int kRawThreads = 1024;
 constexpr int kRawBuckets = 2048;
 constexpr float kRawSpan = 64.0f;  // logits below max - kRawSpan: no bucket (weight < e^-64)
-constexpr int kRawGatherCap = 2048;
 
 __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, SampleParams p) {
   __shared__ uint32_t s_hist[kRawBuckets];
-  __shared__ uint64_t s_key[kRawGatherCap];
-  __shared__ float s_val[kRawGatherCap];
-  __shared__ int s_count, s_cut;
+  __shared__ int s_cut;
   const int64_t b = blockIdx.x, V = p.vocab;
   const int S = p.num_samples;
   float* const row = raw + b * V;
@@ -615,10 +613,9 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
     int cut = -1;
     for (int k = 0; k < kRawBuckets && cut < 0; ++k) {
       above += s_hist[k];
-      if (above >= static_cast<uint32_t>(take)) cut = above <= kRawGatherCap ? k : -2;
+      if (above >= static_cast<uint32_t>(take)) cut = above <= kMaxTopLogprobs ? k : -2;
     }
     s_cut = cut;
-    s_count = 0;
   }
   __syncthreads();
   const Elems e{row, nullptr, V};
@@ -627,26 +624,10 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
     write_top_keys(p, e, b, [](float, uint64_t) { return true; }, take, threshold, logprob);
     return;
   }
+  // the values of the buckets up to the cut one, ranked
   const int cut = s_cut;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float x = row[v];
-    if (x != x) continue;
-    const int k = bucket(x);
-    if (k < 0 || k > cut) continue;
-    const int at = atomicAdd(&s_count, 1);
-    s_key[at] = order_key(x, static_cast<uint32_t>(v));  // (at < kRawGatherCap: the scan's bound)
-    s_val[at] = x;
-  }
-  __syncthreads();
-  const int m = s_count;
-  for (int i = threadIdx.x; i < m; i += blockDim.x) {
-    int rank = 0;
-    for (int j = 0; j < m; ++j) rank += s_key[j] > s_key[i];
-    if (rank < take) {
-      p.top_tokens[b * n + rank] = static_cast<int32_t>(key_index(s_key[i]));
-      p.top_token_logprobs[b * n + rank] = logprob(s_val[i]);
-    }
-  }
+  write_top_keys(p, e, b, [=](float x, uint64_t) { const int k = bucket(x); return k >= 0 && k <= cut; }, take, 0ull,
+                 logprob);
 }
 
 cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t stream) {
