@@ -17,7 +17,13 @@ namespace {
 
 using detail::ListedEntry;
 
-constexpr int kThreads = 256;
+// A row's lists are walked a thread an entry: 1024 threads, since every entry is a few dependent
+// loads (its id, its word's mark, its table entry). The row's marks are built in shared memory
+// where they fit (every mark and lookup then a shared access, not an L2 round trip) and copied out
+// once. Against 256 threads over marks in global memory: llama3-8b, 4096 listed, B = 1 / 16 / 64
+// +7 / +7 / +13 % -> +3 / +3 / +11 % over plain (bench CLI, builds alternated).
+constexpr int kThreads = 1024;
+constexpr int64_t kSharedMarkWords = 12288;  // 96 KB (every CC >= 8.0 opts in to 99 KB): V up to 393216
 
 // Row b's first entry of a list of n entries (its offset clamped to [0, n]; 0 without the list).
 __device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t n, int64_t b) {
@@ -27,12 +33,14 @@ __device__ __forceinline__ int64_t row_begin(const int32_t* offsets, int64_t n, 
 // The rows' tables are packed at the sum of the three lists' offsets: a row lists at most as many
 // distinct tokens as its three lists hold entries.
 __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, uint2* marks, ListedEntry* table) {
+  extern __shared__ uint2 s_marks[];
   // Launched programmatically: the GEMM after it may start now; it reads the table only after
   // this grid completed, and this grid completes only after the kernel before it (see the end).
   detail::griddep_launch_dependents();
   const int64_t b = blockIdx.x, V = p.vocab, words = (V + 31) / 32;
   const int tid = threadIdx.x;
-  uint2* row = marks + b * words;
+  uint2* const out = marks + b * words;
+  uint2* const row = words <= kSharedMarkWords ? s_marks : out;
   for (int64_t w = tid; w < words; w += kThreads) row[w] = make_uint2(0u, 0u);
   __syncthreads();
   // Lists nothing checked (device tensors, an engine's tables; p.listed_invalid set) may hold
@@ -108,6 +116,8 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
   }
   for (uint32_t i = tid; i < total; i += kThreads) table[base + i] = ListedEntry{0.0f, 1.0f, 0.0f, 0u};
   __syncthreads();
+  if (row != out)
+    for (int64_t w = tid; w < words; w += kThreads) out[w] = row[w];
 
   auto entry = [&](int32_t t) -> ListedEntry& {
     const uint2 m = row[t >> 5];
@@ -177,8 +187,16 @@ cudaError_t take_listed_table(const SampleParams& p, Scratch& scratch, SamplePar
 
 cudaError_t launch_build_listed(const SampleParams& q, bool programmatic, cudaStream_t stream) {
   if (q.listed_marks == nullptr) return cudaSuccess;
-  return detail::launch_kernel(build_listed_kernel, dim3(static_cast<unsigned>(q.batch)), dim3(kThreads), 0, stream,
-                               programmatic, q, reinterpret_cast<uint2*>(const_cast<uint32_t*>(q.listed_marks)),
+  const int64_t words = (q.vocab + 31) / 32;
+  const int smem = words <= kSharedMarkWords ? static_cast<int>(words * sizeof(uint2)) : 0;
+  // the kernel's dynamic shared memory limit is one attribute for every call: set to the largest
+  constexpr int kMaxSmem = static_cast<int>(kSharedMarkWords * sizeof(uint2));
+  int per_sm = 0;
+  const cudaError_t err = detail::prepare_kernel(build_listed_kernel, kThreads, kMaxSmem, &per_sm);
+  if (err != cudaSuccess) return err;
+  return detail::launch_kernel(build_listed_kernel, dim3(static_cast<unsigned>(q.batch)), dim3(kThreads),
+                               static_cast<size_t>(smem), stream, programmatic, q,
+                               reinterpret_cast<uint2*>(const_cast<uint32_t*>(q.listed_marks)),
                                reinterpret_cast<ListedEntry*>(const_cast<float*>(q.listed_table)));
 }
 

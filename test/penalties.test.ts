@@ -27,6 +27,7 @@ import {
   zipfLogits,
   adjusted,
   listedOptions,
+  makeTensor,
   type FilterSpec,
   type HostListOptions,
   type Listed,
@@ -212,6 +213,40 @@ describeDevices((devName, dev) => {
         p.dispose();
       }
     });
+  });
+
+  // The marks of a row are built in shared memory up to V = 393216 and in global memory above:
+  // the same steps either way. One sample per row, pooled over 1024 rows and 32 offsets.
+  (devName === 'cuda' ? test : test.skip)('V = 400000 (marks built in global memory), every list with top-k: chi-square against float64', async () => {
+    const V = 400000;
+    const B = 1024;
+    const l = zipfLogits(V, 1.5, 51);
+    const t = topTokens(l, 12);
+    const row: Listed = {
+      // the last word's token rises just above the row's best
+      bias: [[t[1], 1.0], [t[9], 3.0], [V - 1, l[t[0]] - l[V - 1] + 0.5]],
+      banned: [t[0]],
+      penalized: [[t[2], 2, true], [t[3], 0, true], [t[9], 1, false]],
+      repetition: 1.3,
+      frequency: 0.25,
+      presence: -0.5,
+    };
+    const spec: FilterSpec = { temperature: 0.8, topK: 20 };
+    const p = plantLogits(dev(), 'f32', [l], { D: 8 });
+    const H = makeTensor(dev(), 'f32', new Float64Array(B * 8).map((_, i) => (i % 8 === 0 ? 1 : 0)), [B, 8]);
+    try {
+      const counts = new Float64Array(V);
+      for (let c = 0; c < 32; c++) {
+        const res = await sampleFused(H, p.W, { ...listedOptions(repeatRows([row], B)), ...rowOptions(B, spec, c) });
+        for (const tok of res.tokens) counts[tok] += 1;
+      }
+      const fit = goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), spec).probs);
+      expect(fit.ok ? 'ok' : fit.summary).toBe('ok');
+      expect(goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs).ok).toBe(false);
+    } finally {
+      H.dispose();
+      p.dispose();
+    }
   });
 
   (devName === 'cuda' ? test : test.skip)('V = 128256, B = 33, 512 distinct listed tokens a row under the model-card defaults: fused == reference(gumbel)', async () => {
