@@ -184,6 +184,69 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
   }
 }
 
+// The cp.async producer (kTma false: shapes whose tensor maps cannot be encoded), run by each of
+// the producer warpgroup's 128 threads: the ring's stages of every local item, W rows permuted.
+template <class Cfg>
+__device__ __forceinline__ void ws_cp_async_produce(const GemmArgs& a, uint32_t smem_w, uint32_t smem_h,
+                                                    uint32_t bar_full, uint32_t bar_empty, int64_t my_items, int KT) {
+  constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kStages = Cfg::kStages;
+  const int64_t V = a.vocab, D = a.dim, B = a.batch;
+  const int tid = threadIdx.x;
+  // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, W rows
+  // permuted (vocabulary row o = 32 wi + 4 g + 2 p + h of the tile to shared row prow(o) =
+  // 64 p + 16 wi + 8 h + g, so that consumer thread (wi, g) holds the quad 32 wi + 4 g + 0..3),
+  // SW128 swizzle, with the offsets worked out once: for o = r0 + 16 m, prow(o) = 64 ((r0 >> 1) & 1) +
+  // 16 (m >> 1) + 8 (r0 & 1) + (r0 >> 2) + 4 (m & 1), whose low 3 bits (the swizzle) are
+  // (r0 >> 2) + 4 (m & 1); an H row r0 + 16 m has swizzle r0 & 7 for every m.
+  const int c = tid & 7, r0 = tid >> 3;
+  const int g0 = r0 >> 2;
+  const int prb = ((r0 >> 1) & 1) * 64 + (r0 & 1) * 8 + g0;
+  const uint32_t wdst_even = static_cast<uint32_t>((prb * 8 + (c ^ g0)) * 16);
+  const uint32_t wdst_odd = static_cast<uint32_t>(((prb + 4) * 8 + (c ^ (g0 + 4))) * 16);
+  const uint32_t hdst = static_cast<uint32_t>((r0 * 8 + (c ^ (r0 & 7))) * 16);
+  const int64_t row_stride = 16 * D;  // elements between rows r and r + 16
+  int slot = 0;
+  uint32_t phase = 0;    // round parity of the stage being filled: (p / S) & 1
+  bool wrapped = false;  // p >= S: the slot held an earlier stage that must be released first
+  for (int64_t j = 0; j < my_items; ++j) {
+    const int64_t item = blockIdx.x + j * gridDim.x;
+    int64_t chunk, vtile;
+    ws_item_coords<Cfg>(item, a, chunk, vtile);
+    const int64_t v0 = vtile * kBV + r0, b0 = chunk * kNB + r0;  // this thread's first rows
+    // rows r0 + 16 m that exist: m < w_rows (W), m < h_rows (H)
+    constexpr int kWPasses = kBV / 16;
+    const int w_rows =
+        static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > kWPasses ? kWPasses : (V - v0 + 15) / 16);
+    const int h_rows = static_cast<int>(b0 >= B ? 0 : (B - b0 + 15) / 16 > 8 ? 8 : (B - b0 + 15) / 16);
+    const __nv_bfloat16* wsrc = static_cast<const __nv_bfloat16*>(a.weight) + (v0 < V ? v0 : 0) * D + c * 8;
+    const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
+    for (int kt = 0; kt < KT; ++kt) {
+      if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
+      const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
+      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
+      const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
+      const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
+      const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
+#pragma unroll
+      for (int m = 0; m < kBV / 16; ++m) {
+        const bool ok = k_ok && m < w_rows;
+        // pass m of a 128-row half (m >> 3) at its permuted place in that half
+        const uint32_t dst =
+            sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
+        cp_async16(dst, ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
+      }
+#pragma unroll
+      for (int m = 0; m < kNB / 16; ++m) {
+        const bool ok = k_ok && m < h_rows;
+        cp_async16(sh + hdst + m * 16 * 128,
+                   ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
+      }
+      cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
+      ring_advance<kStages>(slot, phase, wrapped);
+    }
+  }
+}
+
 // The wgmmas of one k-slice of a 128 x N consumer tile: both m64 blocks (W rows 0..63 at sw, 64..127
 // 8 KB above), the H tile at sh, four k16 steps; `accumulate` false: the item's first k-slice, whose
 // first step overwrites the accumulators (D = A·B). Issued between wgmma_fence and the caller's
@@ -319,59 +382,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
       return;  // the copies complete on the mbarriers, which the consumers wait for
     }
-    // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, W rows
-    // permuted (vocabulary row o = 32 wi + 4 g + 2 p + h of the tile to shared row prow(o) =
-    // 64 p + 16 wi + 8 h + g, so that consumer thread (wi, g) holds the quad 32 wi + 4 g + 0..3),
-    // SW128 swizzle, with the offsets worked out once: for o = r0 + 16 m, prow(o) = 64 ((r0 >> 1) & 1) +
-    // 16 (m >> 1) + 8 (r0 & 1) + (r0 >> 2) + 4 (m & 1), whose low 3 bits (the swizzle) are
-    // (r0 >> 2) + 4 (m & 1); an H row r0 + 16 m has swizzle r0 & 7 for every m.
-    const int c = tid & 7, r0 = tid >> 3;
-    const int g0 = r0 >> 2;
-    const int prb = ((r0 >> 1) & 1) * 64 + (r0 & 1) * 8 + g0;
-    const uint32_t wdst_even = static_cast<uint32_t>((prb * 8 + (c ^ g0)) * 16);
-    const uint32_t wdst_odd = static_cast<uint32_t>(((prb + 4) * 8 + (c ^ (g0 + 4))) * 16);
-    const uint32_t hdst = static_cast<uint32_t>((r0 * 8 + (c ^ (r0 & 7))) * 16);
-    const int64_t row_stride = 16 * D;  // elements between rows r and r + 16
-    int slot = 0;
-    uint32_t phase = 0;    // round parity of the stage being filled: (p / S) & 1
-    bool wrapped = false;  // p >= S: the slot held an earlier stage that must be released first
-    for (int64_t j = 0; j < my_items; ++j) {
-      const int64_t item = blockIdx.x + j * gridDim.x;
-      int64_t chunk, vtile;
-      ws_item_coords<Cfg>(item, a, chunk, vtile);
-      const int64_t v0 = vtile * kBV + r0, b0 = chunk * kNB + r0;  // this thread's first rows
-      // rows r0 + 16 m that exist: m < w_rows (W), m < h_rows (H)
-      constexpr int kWPasses = kBV / 16;
-      const int w_rows =
-          static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > kWPasses ? kWPasses : (V - v0 + 15) / 16);
-      const int h_rows = static_cast<int>(b0 >= B ? 0 : (B - b0 + 15) / 16 > 8 ? 8 : (B - b0 + 15) / 16);
-      const __nv_bfloat16* wsrc = static_cast<const __nv_bfloat16*>(a.weight) + (v0 < V ? v0 : 0) * D + c * 8;
-      const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
-      for (int kt = 0; kt < KT; ++kt) {
-        if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
-        const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
-        const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
-        const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
-        const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
-        const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
-#pragma unroll
-        for (int m = 0; m < kBV / 16; ++m) {
-          const bool ok = k_ok && m < w_rows;
-          // pass m of a 128-row half (m >> 3) at its permuted place in that half
-          const uint32_t dst =
-              sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
-          cp_async16(dst, ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
-        }
-#pragma unroll
-        for (int m = 0; m < kNB / 16; ++m) {
-          const bool ok = k_ok && m < h_rows;
-          cp_async16(sh + hdst + m * 16 * 128,
-                     ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
-        }
-        cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
-        ring_advance<kStages>(slot, phase, wrapped);
-      }
-    }
+    ws_cp_async_produce<Cfg>(a, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
     // Keep the issuing threads alive until their copies have landed (their mbarrier arrivals are
     // tied to them); the consumers wait on the full[] barriers anyway.
     cp_async_wait_all();
