@@ -261,7 +261,7 @@ __device__ void write_top_keys(const SampleParams& p, const Elems& e, int64_t b,
     int rank = 0;
     for (int j = 0; j < m; ++j) rank += s_key[j] > s_key[i];
     if (rank < take) {
-      p.top_tokens[b * n + rank] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(s_key[i]));
+      p.top_tokens[b * n + rank] = static_cast<int32_t>(key_index(s_key[i]));
       p.top_token_logprobs[b * n + rank] = logprob(s_val[i]);
     }
   }
