@@ -706,11 +706,28 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
   q.k_on = c.top_k > 0 && c.top_k < s.valid;
   q.p_on = c.top_p < 1.0f;
   unsigned long long my_cnt = 0ull, my_mass = 0ull;
+  // A thread's 16 buckets in 16-byte loads (64 and 128 contiguous bytes): element loads at those
+  // strides asked L1 for 32 sectors each, and that queue bound the kernel (ncu: lg throttle 36 %).
+  // Written by the histogram kernel, which this grid waited for.
   const int64_t h0 = static_cast<int64_t>(slot) * kBuckets + threadIdx.x * kBucketsPerThread;
+  const uint4* const cnt4 = reinterpret_cast<const uint4*>(w.hist_count + h0);
+  const ulonglong2* const mass2 = reinterpret_cast<const ulonglong2*>(w.hist_mass + h0);
+#pragma unroll
+  for (int i = 0; i < kBucketsPerThread / 4; ++i) {
+    const uint4 c4 = cnt4[i];
+    q.cnt[4 * i] = c4.x;
+    q.cnt[4 * i + 1] = c4.y;
+    q.cnt[4 * i + 2] = c4.z;
+    q.cnt[4 * i + 3] = c4.w;
+  }
+#pragma unroll
+  for (int i = 0; i < kBucketsPerThread / 2; ++i) {
+    const ulonglong2 m2 = mass2[i];
+    q.mass[2 * i] = m2.x;
+    q.mass[2 * i + 1] = m2.y;
+  }
 #pragma unroll
   for (int i = 0; i < kBucketsPerThread; ++i) {
-    q.cnt[i] = __ldcg(w.hist_count + h0 + i);
-    q.mass[i] = __ldcg(w.hist_mass + h0 + i);
     my_cnt += q.cnt[i];
     my_mass += q.mass[i];
   }
@@ -892,11 +909,16 @@ __device__ __forceinline__ int flagged_count_then_wait(const int32_t* count) {
   return F;
 }
 
-// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary.
+// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary. Each block
+// counts its slice in shared memory, then adds its non-empty buckets to the row's: two global
+// atomics per value were the kernel's bound (their issue queue: ncu long_sb 50 % behind REDs).
+constexpr size_t kHistogramSmem = kBuckets * (sizeof(unsigned long long) + sizeof(uint32_t));
 __global__ void __launch_bounds__(kDecideThreads)
     histogram_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
   if (F == 0) return;
+  extern __shared__ unsigned long long s_mass[];  // kBuckets masses, then kBuckets counts
+  uint32_t* const s_count = reinterpret_cast<uint32_t*>(s_mass + kBuckets);
   const int64_t V = p.vocab;
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
     const int64_t b = w.list[slot];
@@ -909,21 +931,29 @@ __global__ void __launch_bounds__(kDecideThreads)
       unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
       const int64_t per = (V + gridDim.x - 1) / gridDim.x;
       const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
-      scan_row(row, lo, hi, [&](int64_t v, float raw) {  // warp-uniform trip count
-        int k = -1;
-        unsigned long long wf = 0ull;
-        if (v < hi) {
-          const float l = candidate_value(p, b, v, raw);
-          if (l == l) {
-            const double d = (static_cast<double>(l) - s.md) * s.inv_t;
-            k = bucket_of(d, s);
-            wf = __double2ull_rn(ldexp(exp(d), s.shift));
-          }
-        }
-        const unsigned same = __match_any_sync(0xffffffffu, k);
-        if (k >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(hc + k, static_cast<uint32_t>(__popc(same)));
-        if (wf != 0ull) atomicAdd(hm + k, wf);
+      for (int i = threadIdx.x; i < kBuckets; i += blockDim.x) {
+        s_mass[i] = 0ull;
+        s_count[i] = 0u;
+      }
+      __syncthreads();
+      scan_row(row, lo, hi, [&](int64_t v, float raw) {
+        if (v >= hi) return;
+        const float l = candidate_value(p, b, v, raw);
+        if (l != l) return;
+        const double d = (static_cast<double>(l) - s.md) * s.inv_t;
+        const int k = bucket_of(d, s);
+        const unsigned long long wf = __double2ull_rn(ldexp(exp(d), s.shift));
+        atomicAdd(s_count + k, 1u);
+        if (wf != 0ull) atomicAdd(s_mass + k, wf);
       });
+      __syncthreads();
+      for (int i = threadIdx.x; i < kBuckets; i += blockDim.x) {  // integer sums: any order is exact
+        const uint32_t n = s_count[i];
+        if (n == 0u) continue;
+        atomicAdd(hc + i, n);
+        const unsigned long long m = s_mass[i];
+        if (m != 0ull) atomicAdd(hm + i, m);
+      }
     }
     __syncthreads();
   }
@@ -1193,14 +1223,16 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   const bool programmatic = detail::programmatic_launch_supported();
   const dim3 rows_grid(kRowBlocks, static_cast<unsigned>(B < kMaxSlotsInFlight ? B : kMaxSlotsInFlight));
   const size_t gather_bytes = kGatherCap * sizeof(unsigned long long);
-  int cut_per_sm = 0;
+  int cut_per_sm = 0, histogram_per_sm = 0;
   err = detail::prepare_kernel(cut_kernel, kDecideThreads, static_cast<int>(gather_bytes), &cut_per_sm);
+  if (err == cudaSuccess)
+    err = detail::prepare_kernel(histogram_kernel, kDecideThreads, static_cast<int>(kHistogramSmem), &histogram_per_sm);
   if (err == cudaSuccess) {
     err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0,
                                 stream, programmatic, p, flags, flagged_count, w, row_logits);
   }
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(histogram_kernel, rows_grid, dim3(kDecideThreads), 0, stream, programmatic, p,
+    err = detail::launch_kernel(histogram_kernel, rows_grid, dim3(kDecideThreads), kHistogramSmem, stream, programmatic, p,
                                 flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
