@@ -1914,20 +1914,21 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   // (row_stores_logits) and by the extra pass for the other flagged rows only.
   float* row_logits = nullptr;
   // raw mode: every row's stored logits, copied where the extra pass may rewrite them
+  const bool raw_mode = reports_raw_logprobs(p);
   float* raw_copy = nullptr;
   const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
   if (one_pass_stores_rows(p)) {
     err = scratch.take(row_bytes, &row_logits);
-    if (err == cudaSuccess && reports_raw_logprobs(p) && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
+    if (err == cudaSuccess && raw_mode && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
     if (err != cudaSuccess) {
       scratch.give_back(row_logits);
       scratch.give_back(ws);
       return err;
     }
-    if (p.top_p != nullptr || reports_raw_logprobs(p)) f.row_logits = row_logits;
-    f.store_all = reports_raw_logprobs(p) ? 1 : 0;
+    if (p.top_p != nullptr || raw_mode) f.row_logits = row_logits;
+    f.store_all = raw_mode ? 1 : 0;
   }
-  float* const raw = raw_copy != nullptr ? raw_copy : reports_raw_logprobs(p) ? row_logits : nullptr;
+  float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
