@@ -51,7 +51,6 @@ constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the
 constexpr int kSampleThreads = 256;
 constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
 constexpr int kMaxTopLogprobs = 1024;
-constexpr int kScanUnroll = 8;        // loads in flight per thread in the one-block row scans
 
 static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
 static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
@@ -105,6 +104,8 @@ using detail::key_value;
 using detail::Max;
 using detail::Min;
 using detail::order_key;
+using detail::kScanUnroll;
+using detail::scan_row;
 using detail::Sum;
 
 using detail::candidate_value;
@@ -575,24 +576,6 @@ __device__ unsigned long long prefix_at(const X (&x)[kBucketsPerThread], unsigne
   const unsigned long long r = s_prefix;
   __syncthreads();
   return r;
-}
-
-// Visits row[lo, hi) with the block: per step every thread issues its kScanUnroll loads before it
-// uses any (a load and its use per trip would leave the scan bound by L2 latency), then calls
-// visit(v, raw) for each of them (v >= hi: past the slice, raw 0).
-template <class Visit>
-__device__ __forceinline__ void scan_row(const float* row, int64_t lo, int64_t hi, Visit&& visit) {
-  const int64_t step = static_cast<int64_t>(blockDim.x) * kScanUnroll;
-  for (int64_t base = lo; base < hi; base += step) {
-    float raw[kScanUnroll];
-#pragma unroll
-    for (int j = 0; j < kScanUnroll; ++j) {
-      const int64_t v = base + j * blockDim.x + threadIdx.x;
-      raw[j] = v < hi ? row[v] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kScanUnroll; ++j) visit(base + j * blockDim.x + threadIdx.x, raw[j]);
-  }
 }
 
 // Appends to keys[] (count in *n) the row's candidate values whose bucket passes `take` (one block

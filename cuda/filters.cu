@@ -45,6 +45,7 @@ using detail::key_value;
 using detail::Max;
 using detail::order_key;
 using detail::Pick;
+using detail::scan_row;
 using detail::Sum;
 using detail::warp_best;
 
@@ -557,19 +558,21 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
   float* const row = raw + b * V;
   float mx = -INFINITY;
   long long inf = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float x = softcap_logit(row[v], p.softcap);
+  scan_row(row, 0, V, [&](int64_t v, float raw_v) {
+    if (v >= V) return;
+    const float x = softcap_logit(raw_v, p.softcap);
     if (x == INFINITY) ++inf;
     else if (x > -INFINITY) mx = fmaxf(mx, x);  // (NaN: neither)
-  }
+  });
   mx = block_reduce(mx, Max(), -INFINITY);
   inf = block_reduce(inf, Sum(), 0ll);
   double z = 0.0;
   if (inf == 0 && mx != -INFINITY)
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-      const float x = softcap_logit(row[v], p.softcap);
+    scan_row(row, 0, V, [&](int64_t v, float raw_v) {
+      if (v >= V) return;
+      const float x = softcap_logit(raw_v, p.softcap);
       if (x > -INFINITY) z += static_cast<double>(expf(x - mx));
-    }
+    });
   z = block_reduce(z, Sum(), 0.0);
   const double lse = static_cast<double>(mx) + log(z);
   auto logprob = [=](float x) -> float {
@@ -592,14 +595,15 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
     return x > -INFINITY && d < static_cast<float>(kRawBuckets) ? static_cast<int>(d) : -1;
   };
   long long valid = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float x = softcap_logit(row[v], p.softcap);
+  scan_row(row, 0, V, [&](int64_t v, float raw_v) {
+    if (v >= V) return;
+    const float x = softcap_logit(raw_v, p.softcap);
     const bool kept = inf > 0 ? x == INFINITY : x > -INFINITY;
     row[v] = kept ? x : NAN;
     valid += kept ? 1 : 0;
     const int k = bucket(x);
     if (k >= 0) atomicAdd(&s_hist[k], 1u);
-  }
+  });
   valid = block_reduce(valid, Sum(), 0ll);  // (its barriers order the rewrite and the histogram)
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     p.top_tokens[b * n + i] = -1;
