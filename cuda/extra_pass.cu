@@ -101,10 +101,10 @@ struct Work {
 using detail::block_exclusive_scan;
 using detail::key_index;
 using detail::key_value;
+using detail::kScanUnroll;
 using detail::Max;
 using detail::Min;
 using detail::order_key;
-using detail::kScanUnroll;
 using detail::scan_row;
 using detail::Sum;
 
