@@ -323,6 +323,37 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   }
 }
 
+// After a consumer's item (kSampleOne): its running winners `win` go to the grid's when its next
+// item (local j + kItemStep) is another chunk, or there is none (flush, then reset); otherwise the
+// thread's column publishes its winner so far, for the other CTAs' thresholds.
+template <class Cfg, int64_t kItemStep>
+__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB], int cw,
+                                                    int ctid, int64_t j, int64_t my_items, int64_t item,
+                                                    int64_t chunk, int64_t b0, int64_t B,
+                                                    unsigned long long grid_best) {
+  constexpr int kNB = Cfg::kNB;
+  bool flush = j + kItemStep >= my_items;
+  if (!flush) {
+    int64_t nchunk, nvtile;
+    ws_item_coords<Cfg>(item + kItemStep * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
+    flush = nchunk != chunk;
+  }
+  if (flush) {  // uniform over the consumer warpgroup
+    named_bar_sync(kParamsBarrier + cw, 128);  // every warp's raises of this chunk done
+    for (int n = ctid; n < kNB; n += 128) {
+      const unsigned long long c = win[n];
+      win[n] = 0ull;
+      if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
+    }
+    named_bar_sync(kParamsBarrier + cw, 128);  // reset before the next chunk's reads
+  } else if (ctid < kNB && b0 + ctid < B) {
+    // a warp still in its trips may raise the column later: that reaches the grid with a later
+    // publish or the flush, which waits for every warp
+    const unsigned long long c = ld_relaxed_shared_u64(&win[ctid]);
+    if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
+  }
+}
+
 // The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
 // wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
 template <class Cfg, bool kF16, Epi kEpi>
@@ -598,30 +629,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
     // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
 
-    if constexpr (kEpi == Epi::kSampleOne) {
-      // Flush when this consumer's next item (local j + kItemStep) is another chunk, or there is none.
-      bool flush = j + kItemStep >= my_items;
-      if (!flush) {
-        int64_t nchunk, nvtile;
-        ws_item_coords<Cfg>(item + kItemStep * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
-        flush = nchunk != chunk;
-      }
-      if (flush) {  // uniform over the consumer warpgroup
-        named_bar_sync(kParamsBarrier + cw, 128);  // every warp's raises of this chunk done
-        for (int n = ctid; n < kNB; n += 128) {
-          const unsigned long long c = win_packed_s[cw][n];
-          win_packed_s[cw][n] = 0ull;
-          if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
-        }
-        named_bar_sync(kParamsBarrier + cw, 128);  // reset before the next chunk's reads
-      } else if (ctid < kNB && b0 + ctid < B) {
-        // publish the column's winner so far for the other CTAs' thresholds (a warp still in its
-        // trips may raise it later: that reaches the grid with a later publish or the flush, which
-        // waits for every warp)
-        const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[cw][ctid]);
-        if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
-      }
-    }
+    if constexpr (kEpi == Epi::kSampleOne)
+      ws_flush_or_publish<Cfg, kItemStep>(a, win_packed_s[cw], cw, ctid, j, my_items, item, chunk, b0, B, grid_best);
   }
 #else
   __trap();  // sm_90a only
