@@ -540,41 +540,103 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 // logprobsMode 'raw' (SampleParams::raw_logprobs, SEMANTICS §4): the drawn tokens' and the top
 // tokens' log-probabilities under softmax of the softcapped raw logits (bias included; before the
 // listed tokens' steps, the mask, the temperature and the filters), from a private copy of the raw
-// logits [B, V], after the draw. One block per row: the max and +Inf count, the log-sum-exp (fp32
-// exponentials summed in float64: within ~1e-7 of the float64 sum), the drawn tokens' values, then
-// the copy turned in place into the distribution's values (NaN where the probability is 0) and
-// the top tokens: the values within kRawSpan of the max bucketed by their distance to it in one
-// pass, the bucket where the count from the top reaches n gathered and ranked (radix selection
-// over the row where that bucket is not reached or holds too many).
+// logits [B, V], after the draw. First every slice of kRawSlice values of a row by its own block
+// (raw_slice_stats_kernel): its max, +Inf count and sum of fp32 exp(x - slice max) in float64. Then
+// one block a row (raw_logprobs_kernel): the slices merged in slice order (each sum rescaled in
+// float64 to the row's max: within ~1e-7 of the float64 sum), the drawn tokens' values, then the copy
+// turned in place into the distribution's values (NaN where the probability is 0) and the top
+// tokens: the values within kRawSpan of the max bucketed by their distance to it in one pass, the
+// bucket where the count from the top reaches n gathered and ranked (radix selection over the row
+// where that bucket is not reached or holds too many).
 constexpr int kRawThreads = 1024;
 constexpr int kRawBuckets = 2048;
 constexpr float kRawSpan = 64.0f;  // logits below max - kRawSpan: no bucket (weight < e^-64)
+// A slice is two scan_row trips of 256 threads: one block a row left both passes bound by one SM's
+// latency (~50 us a row at V = 128256, ncu 2026-12-02). Fixed, so a row's sums do not depend on B.
+constexpr int kRawSliceThreads = 256;
+constexpr int64_t kRawSlice = 2 * kRawSliceThreads * detail::kScanUnroll;
 
-__global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, SampleParams p) {
-  __shared__ uint32_t s_hist[kRawBuckets];
-  __shared__ int s_cut;
-  const int64_t b = blockIdx.x, V = p.vocab;
-  const int S = p.num_samples;
-  float* const row = raw + b * V;
+struct RawSlice {
+  float max;     // of the finite and -Inf values (-Inf when none)
+  uint32_t inf;  // +Inf values
+  double z;      // sum of exp(x - max), when inf == 0
+};
+
+__host__ __device__ int64_t raw_slices(int64_t vocab) { return (vocab + kRawSlice - 1) / kRawSlice; }
+
+size_t raw_slices_bytes(const SampleParams& p) {
+  if (!reports_raw_logprobs(p)) return 0;
+  RegionLayout layout;
+  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(raw_slices(p.vocab)) * sizeof(RawSlice));
+  return layout.bytes;
+}
+
+__global__ void __launch_bounds__(kRawSliceThreads)
+    raw_slice_stats_kernel(const float* __restrict__ raw, SampleParams p, RawSlice* __restrict__ slices) {
+  const int64_t b = blockIdx.y, V = p.vocab;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kRawSlice, hi = lo + kRawSlice < V ? lo + kRawSlice : V;
+  const float* const row = raw + b * V;
   float mx = -INFINITY;
-  long long inf = 0;
-  scan_row(row, 0, V, [&](int64_t v, float raw_v) {
-    if (v >= V) return;
+  uint32_t inf = 0;
+  scan_row(row, lo, hi, [&](int64_t v, float raw_v) {
+    if (v >= hi) return;
     const float x = softcap_logit(raw_v, p.softcap);
     if (x == INFINITY) ++inf;
     else if (x > -INFINITY) mx = fmaxf(mx, x);  // (NaN: neither)
   });
   mx = block_reduce(mx, Max(), -INFINITY);
-  inf = block_reduce(inf, Sum(), 0ll);
+  inf = block_reduce(inf, Sum(), 0u);
   double z = 0.0;
   if (inf == 0 && mx != -INFINITY)
-    scan_row(row, 0, V, [&](int64_t v, float raw_v) {
-      if (v >= V) return;
+    scan_row(row, lo, hi, [&](int64_t v, float raw_v) {
+      if (v >= hi) return;
       const float x = softcap_logit(raw_v, p.softcap);
       if (x > -INFINITY) z += static_cast<double>(expf(x - mx));
     });
   z = block_reduce(z, Sum(), 0.0);
-  const double lse = static_cast<double>(mx) + log(z);
+  if (threadIdx.x == 0) slices[b * gridDim.x + blockIdx.x] = RawSlice{mx, inf, z};
+}
+
+__global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, const RawSlice* slices, SampleParams p) {
+  __shared__ uint32_t s_hist[kRawBuckets];
+  __shared__ int s_cut;
+  __shared__ float s_mx;
+  __shared__ long long s_inf;
+  __shared__ double s_z;
+  detail::griddep_wait();  // launched programmatically after raw_slice_stats_kernel
+  const int64_t b = blockIdx.x, V = p.vocab;
+  const int S = p.num_samples;
+  float* const row = raw + b * V;
+  if (threadIdx.x < 32) {  // warp 0: the row's slices, in a fixed order (lane r, r + 32, ...; one tree)
+    const int R = static_cast<int>(raw_slices(V));
+    const RawSlice* const mine = slices + b * R;
+    float m = -INFINITY;
+    long long n_inf = 0;
+    for (int r = static_cast<int>(threadIdx.x); r < R; r += 32) {
+      m = fmaxf(m, mine[r].max);
+      n_inf += mine[r].inf;
+    }
+    double z = 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      n_inf += __shfl_xor_sync(0xffffffffu, n_inf, o);
+    }
+    if (n_inf == 0 && m != -INFINITY)
+      for (int r = static_cast<int>(threadIdx.x); r < R; r += 32)
+        if (mine[r].max > -INFINITY) z += mine[r].z * exp(static_cast<double>(mine[r].max) - static_cast<double>(m));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if (threadIdx.x == 0) {
+      s_mx = m;
+      s_inf = n_inf;
+      s_z = z;
+    }
+  }
+  __syncthreads();
+  const float mx = s_mx;
+  const long long inf = s_inf;
+  const double lse = static_cast<double>(mx) + log(s_z);
   auto logprob = [=](float x) -> float {
     if (inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(inf))) : -INFINITY;
     return x > -INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
@@ -634,9 +696,20 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, S
                  logprob);
 }
 
-cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, cudaStream_t stream) {
-  raw_logprobs_kernel<<<static_cast<unsigned>(p.batch), kRawThreads, 0, stream>>>(raw, p);
-  return cudaGetLastError();
+cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scratch, cudaStream_t stream) {
+  RawSlice* slices = nullptr;
+  cudaError_t err = scratch.take(raw_slices_bytes(p), &slices);
+  if (err != cudaSuccess) return err;
+  raw_slice_stats_kernel<<<dim3(static_cast<unsigned>(raw_slices(p.vocab)), static_cast<unsigned>(p.batch)),
+                           kRawSliceThreads, 0, stream>>>(raw, p, slices);
+  err = cudaGetLastError();
+  // without top tokens a row's block only merges its slices and reads its drawn tokens' values
+  const unsigned threads = p.top_logprobs > 0 ? kRawThreads : 32u;
+  if (err == cudaSuccess)
+    err = detail::launch_kernel(raw_logprobs_kernel, dim3(static_cast<unsigned>(p.batch)), dim3(threads), 0, stream,
+                                detail::programmatic_launch_supported(), raw, static_cast<const RawSlice*>(slices), p);
+  const cudaError_t freed = scratch.give_back(slices);
+  return err != cudaSuccess ? err : freed;
 }
 
 // A [B, V] fp32 logits region of the workspace: the extra pass's rows, or raw mode's copy.
@@ -1773,7 +1846,7 @@ cudaError_t launch_reference_filtered(const SampleParams& call, ReferenceMethod 
         logits, p, nullptr, nullptr, method == ReferenceMethod::kInverseCdf);
     err = cudaGetLastError();
   }
-  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
   const cudaError_t freed_raw = scratch.give_back(raw);
   if (err == cudaSuccess) err = freed_raw;
   const cudaError_t freed = scratch.give_back(logits);
@@ -1862,11 +1935,11 @@ __global__ void clear_one_pass_kernel(uint4* __restrict__ zeroed, int64_t words,
 }  // namespace
 
 cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
-  size_t chunked = chunked_layout(p).bytes + raw_logits_bytes(p);
+  size_t chunked = chunked_layout(p).bytes + raw_logits_bytes(p) + raw_slices_bytes(p);
   if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
   size_t one_pass = 0;
   if (p.num_samples == 1) {
-    one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0);
+    one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;
       const cudaError_t err = extra_pass_workspace_bytes(p, &extra);
@@ -1969,7 +2042,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     err = cudaMemcpyAsync(raw_copy, row_logits, row_bytes, cudaMemcpyDeviceToDevice, stream);
   if (err == cudaSuccess && one_pass_may_fall_back(p))
     err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
-  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
   for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
     const cudaError_t freed = scratch.give_back(region);
     if (err == cudaSuccess) err = freed;
@@ -2049,7 +2122,7 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
       if (err == cudaSuccess) err = freed;
     }
   }
-  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, stream);
+  if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
   const cudaError_t freed_raw = scratch.give_back(raw);
   const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed_raw != cudaSuccess ? freed_raw : freed;

@@ -121,6 +121,41 @@ describeDevices((devName, dev) => {
     }
   });
 
+  // The GPU sums a row in slices of 4096 values, one block each, and merges them: a row's max, its
+  // +Inf values or all its finite values may sit in any slice, the last one partial (V = 12289).
+  test('rows over several slices (V = 12289): max, +Inf and -Inf in later slices, one-pass, chunked and reference', async () => {
+    const V = 12289;
+    const peaked = Float64Array.from(flatLogits(V, 6, 3), (x, v) => (v === 12288 ? 14 : v === 5000 ? 12 : x));
+    const logits = [peaked, zipfLogits(V, 1.1, 4), peaked];
+    for (const dtype of ['bf16', 'f32'] as const) {  // bf16: the one-pass path on Hopper; f32: the chunked path
+      const p = plantLogits(dev(), dtype, logits, { D: 8 });
+      try {
+        for (const n of [0, 5]) {
+          const o: SampleOptions = { seed: 9n, temperature: 0.7, topK: 40, logprobs: true, topLogprobs: n, logprobsMode: 'raw' };
+          expectRaw(await sampleFused(p.H, p.W, o), p.logits, 0, 1, n);
+          expectRaw(await sampleFused(p.H, p.W, { seed: 9n, logprobs: true, topLogprobs: n, logprobsMode: 'raw' }), p.logits, 0, 1, n);
+          expectRaw(await sampleReference(p.H, p.W, { ...o, method: 'gumbel' }), p.logits, 0, 1, n);
+        }
+      } finally {
+        p.dispose();
+      }
+    }
+    // the model's bias: -Inf over the whole first slice, then +Inf on the last value alone
+    const row = zipfLogits(V, 0.9, 5);
+    const firstOut = Float64Array.from({ length: V }, (_, v) => (v < 4096 ? -Infinity : 0));
+    const lastInf = Float64Array.from({ length: V }, (_, v) => (v === 12288 ? Infinity : 0));
+    for (const biasLogits of [firstOut, lastInf]) {
+      const p = plantLogits(dev(), 'bf16', [row, row], { D: 8, biasLogits });
+      try {
+        const res = await sampleFused(p.H, p.W, { seed: 2n, bias: p.bias, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' });
+        if (biasLogits === lastInf) expect(Array.from(res.tokens)).toEqual([12288, 12288]);
+        expectRaw(res, p.logits, 0, 1, 3);
+      } finally {
+        p.dispose();
+      }
+    }
+  });
+
   test("the engine's sampler created with logprobsMode 'raw' reports what sampleFused reports", async () => {
     const d: Device = dev();
     const V = 1000;

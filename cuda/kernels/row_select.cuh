@@ -119,8 +119,8 @@ __device__ inline Pick block_best(Pick p) {
 }
 
 // Visits row[lo, hi) with the block: per step every thread issues its kScanUnroll loads before it
-// uses any (a load and its use per trip leaves a scan bound by L2 latency: raw_logprobs_kernel's
-// passes so cost logprobsMode 'raw' +31 % over plain at B = 1 against +22 % now, llama3-8b), then
+// uses any (a load and its use per trip leaves a scan bound by L2 latency: raw logprobs' passes so
+// cost logprobsMode 'raw' +31 % over plain at B = 1 against +22 %, llama3-8b, 2026-12-02), then
 // calls visit(v, raw) for each of them in index order (v >= hi: past the slice, raw 0; every thread
 // makes the same number of calls, so a visit may use warp collectives).
 constexpr int kScanUnroll = 8;
