@@ -146,11 +146,17 @@ static __device__ __noinline__ void store_row_logits(float* logits, int64_t b, i
     } else {
       __stcs(at, l);
     }
-  } else {
-    if (vq < V) row[vq] = l.x;
-    if (vq + 1 < V) row[vq + 1] = l.y;
-    if (vq + 2 < V) row[vq + 2] = l.z;
-    if (vq + 3 < V) row[vq + 3] = l.w;
+  } else {  // rows not 16-byte aligned (V % 4 != 0) and the last quad: a value at a time, same policy
+    const float v4[4] = {l.x, l.y, l.z, l.w};
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      if (vq + o >= V) break;
+      if (read_back) {
+        __stcg(row + vq + o, v4[o]);
+      } else {
+        __stcs(row + vq + o, v4[o]);
+      }
+    }
   }
 }
 
