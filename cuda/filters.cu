@@ -541,113 +541,192 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
 // tokens' log-probabilities under softmax of the softcapped raw logits (bias included; before the
 // listed tokens' steps, the mask, the temperature and the filters), from a private copy of the raw
 // logits [B, V], after the draw. First every slice of kRawSlice values of a row by its own block
-// (raw_slice_stats_kernel): its max, +Inf count and sum of fp32 exp(x - slice max) in float64. Then
-// one block a row (raw_logprobs_kernel): the slices merged in slice order (each sum rescaled in
-// float64 to the row's max: within ~1e-7 of the float64 sum), the drawn tokens' values, then the copy
-// turned in place into the distribution's values (NaN where the probability is 0) and the top
-// tokens: the values within kRawSpan of the max bucketed by their distance to it in one pass, the
-// bucket where the count from the top reaches n gathered and ranked (radix selection over the row
-// where that bucket is not reached or holds too many).
+// (raw_slice_stats_kernel): its max, +Inf and finite counts, the sum of fp32 exp(x - slice max) in
+// float64 and, for topLogprobs n <= kSliceTopMax, its n largest order keys. Then one block a row
+// (raw_logprobs_kernel): the slices merged in slice order (each sum rescaled in float64 to the row's
+// max: within ~1e-7 of the float64 sum), the drawn tokens' values, and the top tokens: the slices'
+// keys ranked, or for larger n the copy turned in place into the distribution's values (NaN where
+// the probability is 0), the values within kRawSpan of the max bucketed by their distance to it in
+// one pass, the bucket where the count from the top reaches n gathered and ranked (radix selection
+// over the row where that bucket is not reached or holds too many).
 constexpr int kRawThreads = 1024;
 constexpr int kRawBuckets = 2048;
 constexpr float kRawSpan = 64.0f;  // logits below max - kRawSpan: no bucket (weight < e^-64)
-// A slice is two scan_row trips of 256 threads: one block a row left both passes bound by one SM's
-// latency (~50 us a row at V = 128256, ncu 2026-12-02). Fixed, so a row's sums do not depend on B.
+// A slice is 16 values a thread of 256, all loaded before any is used: one block a row left the
+// row's passes bound by one SM's latency (~50 us a row at V = 128256, ncu 2026-12-02). Fixed, so a
+// row's sums do not depend on B.
 constexpr int kRawSliceThreads = 256;
-constexpr int64_t kRawSlice = 2 * kRawSliceThreads * detail::kScanUnroll;
+constexpr int64_t kRawSlice = 16 * kRawSliceThreads;
+// Up to this many top tokens (OpenAI's API allows 20): a slice's n largest keys, then a row's n
+// largest of its slices' lists (block_top_keys); more go through the row's own bucketing pass.
+constexpr int kSliceTopMax = 32;
 
 struct RawSlice {
-  float max;     // of the finite and -Inf values (-Inf when none)
-  uint32_t inf;  // +Inf values
-  double z;      // sum of exp(x - max), when inf == 0
+  float max;       // of the finite and -Inf values (-Inf when none)
+  uint32_t inf;    // +Inf values
+  uint32_t finite; // finite values
+  double z;        // sum of exp(x - max), when inf == 0
 };
 
 __host__ __device__ int64_t raw_slices(int64_t vocab) { return (vocab + kRawSlice - 1) / kRawSlice; }
+bool raw_top_from_slices(const SampleParams& p) {
+  return p.top_logprobs > 0 && p.top_logprobs <= kSliceTopMax &&
+         raw_slices(p.vocab) * p.top_logprobs <= kRawSlice;  // a row's lists in one block's keys
+}
 
-size_t raw_slices_bytes(const SampleParams& p) {
-  if (!reports_raw_logprobs(p)) return 0;
+// raw mode's workspace after the copy of the logits: the slices' statistics, then their top keys
+struct RawLayout {
+  size_t stats = 0, keys = 0, bytes = 0;
+};
+RawLayout raw_layout(const SampleParams& p) {
+  RawLayout l;
+  if (!reports_raw_logprobs(p)) return l;
   RegionLayout layout;
-  layout.take(static_cast<size_t>(p.batch) * static_cast<size_t>(raw_slices(p.vocab)) * sizeof(RawSlice));
-  return layout.bytes;
+  const size_t slices = static_cast<size_t>(p.batch) * static_cast<size_t>(raw_slices(p.vocab));
+  l.stats = layout.take(slices * sizeof(RawSlice));
+  if (raw_top_from_slices(p)) l.keys = layout.take(slices * static_cast<size_t>(p.top_logprobs) * sizeof(unsigned long long));
+  l.bytes = layout.bytes;
+  return l;
 }
+size_t raw_slices_bytes(const SampleParams& p) { return raw_layout(p).bytes; }
 
-__global__ void __launch_bounds__(kRawSliceThreads)
-    raw_slice_stats_kernel(const float* __restrict__ raw, SampleParams p, RawSlice* __restrict__ slices) {
-  const int64_t b = blockIdx.y, V = p.vocab;
-  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kRawSlice, hi = lo + kRawSlice < V ? lo + kRawSlice : V;
-  const float* const row = raw + b * V;
-  float mx = -INFINITY;
-  uint32_t inf = 0;
-  scan_row(row, lo, hi, [&](int64_t v, float raw_v) {
-    if (v >= hi) return;
-    const float x = softcap_logit(raw_v, p.softcap);
-    if (x == INFINITY) ++inf;
-    else if (x > -INFINITY) mx = fmaxf(mx, x);  // (NaN: neither)
-  });
-  mx = block_reduce(mx, Max(), -INFINITY);
-  inf = block_reduce(inf, Sum(), 0u);
-  double z = 0.0;
-  if (inf == 0 && mx != -INFINITY)
-    scan_row(row, lo, hi, [&](int64_t v, float raw_v) {
-      if (v >= hi) return;
-      const float x = softcap_logit(raw_v, p.softcap);
-      if (x > -INFINITY) z += static_cast<double>(expf(x - mx));
-    });
-  z = block_reduce(z, Sum(), 0.0);
-  if (threadIdx.x == 0) slices[b * gridDim.x + blockIdx.x] = RawSlice{mx, inf, z};
-}
-
-__global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, const RawSlice* slices, SampleParams p) {
-  __shared__ uint32_t s_hist[kRawBuckets];
-  __shared__ int s_cut;
-  __shared__ float s_mx;
-  __shared__ long long s_inf;
-  __shared__ double s_z;
-  detail::griddep_wait();  // launched programmatically after raw_slice_stats_kernel
-  const int64_t b = blockIdx.x, V = p.vocab;
-  const int S = p.num_samples;
-  float* const row = raw + b * V;
-  if (threadIdx.x < 32) {  // warp 0: the row's slices, in a fixed order (lane r, r + 32, ...; one tree)
-    const int R = static_cast<int>(raw_slices(V));
-    const RawSlice* const mine = slices + b * R;
-    float m = -INFINITY;
-    long long n_inf = 0;
-    for (int r = static_cast<int>(threadIdx.x); r < R; r += 32) {
-      m = fmaxf(m, mine[r].max);
-      n_inf += mine[r].inf;
+// The n largest keys (n <= `width`) of a warp's pool in shared memory, lane l owning pool[l + 32 k]
+// for k < per, by n rounds of a warp maximum; written largest first to out[0, width) by lane 0, 0 past
+// the pool's nonzero keys. Keys are distinct (they hold their token index), so one lane owns each
+// round's maximum.
+__device__ __forceinline__ void warp_top_keys(unsigned long long* pool, int per, int n, unsigned long long* out,
+                                              int width) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  unsigned long long mine = 0ull;
+  int mine_at = 0;
+  auto refresh = [&] {
+    mine = 0ull;
+    for (int k = 0; k < per; ++k) {
+      const int at = lane + 32 * k;
+      if (pool[at] > mine) {
+        mine = pool[at];
+        mine_at = at;
+      }
     }
-    double z = 0.0;
+  };
+  refresh();
+  int r = 0;
+  for (; r < n; ++r) {
+    unsigned long long best = mine;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      n_inf += __shfl_xor_sync(0xffffffffu, n_inf, o);
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
     }
-    if (n_inf == 0 && m != -INFINITY)
-      for (int r = static_cast<int>(threadIdx.x); r < R; r += 32)
-        if (mine[r].max > -INFINITY) z += mine[r].z * exp(static_cast<double>(mine[r].max) - static_cast<double>(m));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    if (threadIdx.x == 0) {
-      s_mx = m;
-      s_inf = n_inf;
-      s_z = z;
+    if (best == 0ull) break;  // warp-uniform
+    if (lane == 0) out[r] = best;
+    if (mine == best) {
+      pool[mine_at] = 0ull;
+      refresh();
     }
   }
+  if (lane == 0)
+    for (; r < width; ++r) out[r] = 0ull;
+}
+
+constexpr int kRawKeysPerThread = static_cast<int>(kRawSlice / kRawSliceThreads);
+struct TopKeysShared {
+  unsigned long long thread_max[kRawSliceThreads];
+  unsigned long long bound[kSliceTopMax];
+  unsigned long long cand[kRawSliceThreads * kRawKeysPerThread];
+  int count;
+};
+
+// The n (<= kSliceTopMax) largest of the block's keys (kRawSliceThreads threads, kRawKeysPerThread
+// each, 0: none), written largest first to out[0, n), 0 past the nonzero keys. The n-th largest of
+// the threads' maxima bounds the n-th largest key from below (n threads hold a key at least that
+// large), so only the keys at or above it (about n on a gaussian slice) are gathered and ranked.
+__device__ void block_top_keys(const unsigned long long (&key)[kRawKeysPerThread], int n, unsigned long long* out,
+                               TopKeysShared& s) {
+  unsigned long long mx = 0ull;
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k) mx = key[k] > mx ? key[k] : mx;
+  s.thread_max[threadIdx.x] = mx;
+  if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
-  const float mx = s_mx;
-  const long long inf = s_inf;
-  const double lse = static_cast<double>(mx) + log(s_z);
-  auto logprob = [=](float x) -> float {
-    if (inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(inf))) : -INFINITY;
-    return x > -INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
-  };
-  if (p.logprobs)
-    for (int j = threadIdx.x; j < S; j += blockDim.x) {
-      const int32_t t = p.tokens[b * S + j];
-      if (t >= 0) p.logprobs[b * S + j] = logprob(softcap_logit(row[t], p.softcap));
+  if (threadIdx.x < 32) warp_top_keys(s.thread_max, kRawSliceThreads / 32, n, s.bound, n);
+  __syncthreads();
+  const unsigned long long bound = s.bound[n - 1];  // 0 when fewer than n threads hold a key
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k)
+    if (key[k] != 0ull && key[k] >= bound) s.cand[atomicAdd(&s.count, 1)] = key[k];
+  __syncthreads();
+  const int m = s.count;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) {
+    const unsigned long long c = s.cand[i];
+    int rank = 0;
+    for (int j = 0; j < m && rank < n; ++j) rank += s.cand[j] > c ? 1 : 0;
+    if (rank < n) out[rank] = c;
+  }
+  for (int i = m + static_cast<int>(threadIdx.x); i < n; i += blockDim.x) out[i] = 0ull;
+}
+
+template <bool kTopKeys>
+__global__ void __launch_bounds__(kRawSliceThreads)
+    raw_slice_stats_kernel(const float* __restrict__ raw, SampleParams p, RawSlice* __restrict__ slices,
+                           unsigned long long* __restrict__ top_keys) {
+  const int64_t b = blockIdx.y, V = p.vocab;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kRawSlice;
+  const int count = static_cast<int>(lo + kRawSlice < V ? kRawSlice : V - lo);
+  const float* const slice = raw + b * V + lo;
+  // the thread's values at threadIdx.x + 256 k, every load issued before any is used
+  float x[kRawKeysPerThread];
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k) {
+    const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
+    x[k] = at < count ? slice[at] : NAN;
+  }
+  float mx = -INFINITY;
+  uint32_t inf = 0, finite = 0;
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k) {
+    x[k] = softcap_logit(x[k], p.softcap);
+    if (x[k] == INFINITY) ++inf;
+    else if (x[k] > -INFINITY) {  // (NaN: neither)
+      ++finite;
+      mx = fmaxf(mx, x[k]);
     }
+  }
+  mx = block_reduce(mx, Max(), -INFINITY);
+  // both counts in one reduction: each at most kRawSlice
+  const uint32_t counts = block_reduce((inf << 16) | finite, Sum(), 0u);
+  inf = counts >> 16;
+  finite = counts & 0xffffu;
+  double z = 0.0;
+  if (inf == 0 && mx != -INFINITY) {
+#pragma unroll
+    for (int k = 0; k < kRawKeysPerThread; ++k)
+      if (x[k] > -INFINITY) z += static_cast<double>(expf(x[k] - mx));
+  }
+  z = block_reduce(z, Sum(), 0.0);
+  const int64_t at_slice = b * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) slices[at_slice] = RawSlice{mx, inf, finite, z};
+  if constexpr (kTopKeys) {
+    __shared__ TopKeysShared s;
+    unsigned long long key[kRawKeysPerThread];
+#pragma unroll
+    for (int k = 0; k < kRawKeysPerThread; ++k) {
+      const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
+      key[k] = x[k] == x[k] && x[k] > -INFINITY ? order_key(x[k], static_cast<uint32_t>(lo + at)) : 0ull;
+    }
+    block_top_keys(key, p.top_logprobs, top_keys + at_slice * p.top_logprobs, s);
+  }
+}
+
+// The row's top tokens from the row itself (topLogprobs above kSliceTopMax): the copy turned in
+// place into the distribution's values, bucketed by distance to the max mx, the cut bucket ranked.
+template <class LogProb>
+__device__ void raw_top_from_row(const SampleParams& p, float* row, int64_t b, float mx, long long inf,
+                                 LogProb logprob) {
+  __shared__ uint32_t s_hist[kRawBuckets];
+  __shared__ int s_cut;
+  const int64_t V = p.vocab;
   const int n = p.top_logprobs;
-  if (n <= 0) return;
   for (int i = threadIdx.x; i < kRawBuckets; i += blockDim.x) s_hist[i] = 0u;
   __syncthreads();  // (also: the drawn tokens' values are read before the row is rewritten)
   // +Inf mode: every +Inf value in bucket 0; else bucket (mx - x) * kRawBuckets / kRawSpan
@@ -696,19 +775,106 @@ __global__ void __launch_bounds__(kRawThreads) raw_logprobs_kernel(float* raw, c
                  logprob);
 }
 
+// kSliceKeys: top_keys [B, R, n] holds each slice's n largest keys (n <= kSliceTopMax, R n <=
+// kRawSlice), launched with kRawSliceThreads; otherwise the top tokens come from the row itself.
+template <bool kSliceKeys>
+__global__ void __launch_bounds__(kSliceKeys ? kRawSliceThreads : kRawThreads)
+    raw_logprobs_kernel(float* raw, const RawSlice* slices, const unsigned long long* top_keys, SampleParams p) {
+  __shared__ float s_mx;
+  __shared__ long long s_inf, s_finite;
+  __shared__ double s_z;
+  detail::griddep_wait();  // launched programmatically after raw_slice_stats_kernel
+  const int64_t b = blockIdx.x, V = p.vocab;
+  const int S = p.num_samples;
+  const int R = static_cast<int>(raw_slices(V));
+  float* const row = raw + b * V;
+  if (threadIdx.x < 32) {  // warp 0: the row's slices, in a fixed order (lane r, r + 32, ...; one tree)
+    const RawSlice* const mine = slices + b * R;
+    float m = -INFINITY;
+    long long n_inf = 0, n_finite = 0;
+    for (int r = static_cast<int>(threadIdx.x); r < R; r += 32) {
+      m = fmaxf(m, mine[r].max);
+      n_inf += mine[r].inf;
+      n_finite += mine[r].finite;
+    }
+    double z = 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      n_inf += __shfl_xor_sync(0xffffffffu, n_inf, o);
+      n_finite += __shfl_xor_sync(0xffffffffu, n_finite, o);
+    }
+    if (n_inf == 0 && m != -INFINITY)
+      for (int r = static_cast<int>(threadIdx.x); r < R; r += 32)
+        if (mine[r].max > -INFINITY) z += mine[r].z * exp(static_cast<double>(mine[r].max) - static_cast<double>(m));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if (threadIdx.x == 0) {
+      s_mx = m;
+      s_inf = n_inf;
+      s_finite = n_finite;
+      s_z = z;
+    }
+  }
+  __syncthreads();
+  const float mx = s_mx;
+  const long long inf = s_inf;
+  const double lse = static_cast<double>(mx) + log(s_z);
+  auto logprob = [=](float x) -> float {
+    if (inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(inf))) : -INFINITY;
+    return x > -INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
+  };
+  if (p.logprobs)
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t >= 0) p.logprobs[b * S + j] = logprob(softcap_logit(row[t], p.softcap));
+    }
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  if constexpr (kSliceKeys) {  // the row's n largest of its slices' keys
+    __shared__ TopKeysShared s;
+    __shared__ unsigned long long s_top[kSliceTopMax];
+    const long long valid = inf > 0 ? inf : s_finite;  // +Inf keys are the largest: the first `inf`
+    const int take = static_cast<int>(valid < n ? valid : n);
+    unsigned long long key[kRawKeysPerThread];
+#pragma unroll
+    for (int k = 0; k < kRawKeysPerThread; ++k) {
+      const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
+      key[k] = at < R * n ? top_keys[b * R * n + at] : 0ull;
+    }
+    block_top_keys(key, n, s_top, s);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      p.top_tokens[b * n + i] = i < take ? static_cast<int32_t>(key_index(s_top[i])) : -1;
+      p.top_token_logprobs[b * n + i] = i < take ? logprob(key_value(s_top[i])) : -INFINITY;
+    }
+  } else {
+    raw_top_from_row(p, row, b, mx, inf, logprob);
+  }
+}
+
 cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scratch, cudaStream_t stream) {
-  RawSlice* slices = nullptr;
-  cudaError_t err = scratch.take(raw_slices_bytes(p), &slices);
+  const RawLayout l = raw_layout(p);
+  uint8_t* ws = nullptr;
+  cudaError_t err = scratch.take(l.bytes, &ws);
   if (err != cudaSuccess) return err;
-  raw_slice_stats_kernel<<<dim3(static_cast<unsigned>(raw_slices(p.vocab)), static_cast<unsigned>(p.batch)),
-                           kRawSliceThreads, 0, stream>>>(raw, p, slices);
+  RawSlice* const slices = reinterpret_cast<RawSlice*>(ws + l.stats);
+  unsigned long long* const keys = raw_top_from_slices(p) ? reinterpret_cast<unsigned long long*>(ws + l.keys) : nullptr;
+  const dim3 grid(static_cast<unsigned>(raw_slices(p.vocab)), static_cast<unsigned>(p.batch));
+  if (keys != nullptr) raw_slice_stats_kernel<true><<<grid, kRawSliceThreads, 0, stream>>>(raw, p, slices, keys);
+  else raw_slice_stats_kernel<false><<<grid, kRawSliceThreads, 0, stream>>>(raw, p, slices, nullptr);
   err = cudaGetLastError();
-  // without top tokens a row's block only merges its slices and reads its drawn tokens' values
-  const unsigned threads = p.top_logprobs > 0 ? kRawThreads : 32u;
-  if (err == cudaSuccess)
-    err = detail::launch_kernel(raw_logprobs_kernel, dim3(static_cast<unsigned>(p.batch)), dim3(threads), 0, stream,
-                                detail::programmatic_launch_supported(), raw, static_cast<const RawSlice*>(slices), p);
-  const cudaError_t freed = scratch.give_back(slices);
+  // a row's block merges its slices, reads its drawn tokens' values and ranks its top tokens
+  const bool programmatic = detail::programmatic_launch_supported();
+  const dim3 rows(static_cast<unsigned>(p.batch));
+  const RawSlice* const merged = slices;
+  if (err == cudaSuccess && keys != nullptr)
+    err = detail::launch_kernel(raw_logprobs_kernel<true>, rows, dim3(kRawSliceThreads), 0, stream, programmatic, raw,
+                                merged, static_cast<const unsigned long long*>(keys), p);
+  else if (err == cudaSuccess)  // without top tokens a row only merges its slices and reads its drawn tokens
+    err = detail::launch_kernel(raw_logprobs_kernel<false>, rows, dim3(p.top_logprobs > 0 ? kRawThreads : 32), 0, stream,
+                                programmatic, raw, merged, static_cast<const unsigned long long*>(nullptr), p);
+  const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }
 

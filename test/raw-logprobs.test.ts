@@ -123,14 +123,15 @@ describeDevices((devName, dev) => {
 
   // The GPU sums a row in slices of 4096 values, one block each, and merges them: a row's max, its
   // +Inf values or all its finite values may sit in any slice, the last one partial (V = 12289).
-  test('rows over several slices (V = 12289): max, +Inf and -Inf in later slices, one-pass, chunked and reference', async () => {
+  test('rows over several slices (V = 12289): max, ties, +Inf and -Inf in later slices, one-pass, chunked and reference', async () => {
     const V = 12289;
     const peaked = Float64Array.from(flatLogits(V, 6, 3), (x, v) => (v === 12288 ? 14 : v === 5000 ? 12 : x));
-    const logits = [peaked, zipfLogits(V, 1.1, 4), peaked];
+    // the third row: values in [0, 0.05) rounded to bf16, so ties between slices break by index
+    const logits = [peaked, zipfLogits(V, 1.1, 4), flatLogits(V, 7, 0.05)];
     for (const dtype of ['bf16', 'f32'] as const) {  // bf16: the one-pass path on Hopper; f32: the chunked path
       const p = plantLogits(dev(), dtype, logits, { D: 8 });
       try {
-        for (const n of [0, 5]) {
+        for (const n of [0, 5, 40]) {  // 5: from each slice's top keys; 40: the row's bucketing pass
           const o: SampleOptions = { seed: 9n, temperature: 0.7, topK: 40, logprobs: true, topLogprobs: n, logprobsMode: 'raw' };
           expectRaw(await sampleFused(p.H, p.W, o), p.logits, 0, 1, n);
           expectRaw(await sampleFused(p.H, p.W, { seed: 9n, logprobs: true, topLogprobs: n, logprobsMode: 'raw' }), p.logits, 0, 1, n);
