@@ -323,13 +323,15 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   }
 }
 
-// After a consumer's item (kSampleOne): its running winners `win` go to the grid's when its next
-// item (local j + kItemStep) is another chunk, or there is none (flush, then reset); otherwise the
-// thread's column publishes its winner so far, for the other CTAs' thresholds.
-template <class Cfg, int64_t kItemStep>
-__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB], int cw,
-                                                    int ctid, int64_t j, int64_t my_items, int64_t item,
-                                                    int64_t chunk, int64_t b0, int64_t B,
+// After an item (a ping-pong consumer's kSampleOne item, or any split-kernel item): the running
+// winners `win` go to the grid's when the next local item (j + kItemStep) is another chunk, or there
+// is none (flush, then reset); otherwise the thread's column publishes its winner so far, for the
+// other CTAs' thresholds. The kThreads threads that share `win` (a consumer warpgroup, or the split
+// kernel's epilogue) call it together, ctid their index, `barrier` their named barrier.
+template <class Cfg, int64_t kItemStep, int kThreads>
+__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB],
+                                                    int barrier, int ctid, int64_t j, int64_t my_items,
+                                                    int64_t item, int64_t chunk, int64_t b0, int64_t B,
                                                     unsigned long long grid_best) {
   constexpr int kNB = Cfg::kNB;
   bool flush = j + kItemStep >= my_items;
@@ -338,14 +340,14 @@ __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned 
     ws_item_coords<Cfg>(item + kItemStep * static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
     flush = nchunk != chunk;
   }
-  if (flush) {  // uniform over the consumer warpgroup
-    named_bar_sync(kParamsBarrier + cw, 128);  // every warp's raises of this chunk done
-    for (int n = ctid; n < kNB; n += 128) {
+  if (flush) {  // uniform over the kThreads threads
+    named_bar_sync(barrier, kThreads);  // every warp's raises of this chunk done
+    for (int n = ctid; n < kNB; n += kThreads) {
       const unsigned long long c = win[n];
       win[n] = 0ull;
       if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
     }
-    named_bar_sync(kParamsBarrier + cw, 128);  // reset before the next chunk's reads
+    named_bar_sync(barrier, kThreads);  // reset before the next chunk's reads
   } else if (ctid < kNB && b0 + ctid < B) {
     // a warp still in its trips may raise the column later: that reaches the grid with a later
     // publish or the flush, which waits for every warp
@@ -499,21 +501,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     if constexpr (kEpi != Epi::kStore) {
       if (chunk != params_chunk) {  // uniform over the consumer warpgroup
         named_bar_sync(kParamsBarrier + cw, 128);  // nobody still reads the previous chunk's
-        for (int n = ctid; n < kNB; n += 128) {
-          const int64_t b = b0 + n;
-          RowParams r;
-          if (b < B) {
-            r = load_row_params(a.temperature, a.seed, a.offset, a.per_row_seed, b);
-          } else {
-            r.greedy = true;  // padding column: no noise, never written
-            r.inv_temperature = 0.0f;
-            r.seed = r.offset = 0;
-          }
-          row_inv_t[cw][n] = r.inv_temperature;
-          row_greedy[cw][n] = r.greedy ? 1 : 0;
-          row_seed[cw][n] = r.seed;
-          row_offset[cw][n] = r.offset;
-        }
+        stage_row_params(a, b0, ctid, 128, kNB, row_inv_t[cw], row_greedy[cw], row_seed[cw], row_offset[cw]);
         named_bar_sync(kParamsBarrier + cw, 128);
         params_chunk = chunk;
       }
@@ -630,7 +618,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
 
     if constexpr (kEpi == Epi::kSampleOne)
-      ws_flush_or_publish<Cfg, kItemStep>(a, win_packed_s[cw], cw, ctid, j, my_items, item, chunk, b0, B, grid_best);
+      ws_flush_or_publish<Cfg, kItemStep, 128>(a, win_packed_s[cw], kParamsBarrier + cw, ctid, j, my_items, item,
+                                               chunk, b0, B, grid_best);
   }
 #else
   __trap();  // sm_90a only

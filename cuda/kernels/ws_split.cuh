@@ -433,27 +433,8 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
     }
 
-    // Flush when the next local item is another chunk, or there is none; otherwise publish.
-    bool flush = j + 1 >= my_items;
-    if (!flush) {
-      int64_t nchunk, nvtile;
-      ws_item_coords<Cfg>(item + static_cast<int64_t>(gridDim.x), a, nchunk, nvtile);
-      flush = nchunk != chunk;
-    }
-    if (flush) {  // uniform over the epilogue threads
-      named_bar_sync(kSplitEpilogueBarrier, 256);  // every warp's raises of this chunk done
-      for (int n = et; n < kNB; n += 256) {
-        const unsigned long long c = win_packed_s[n];
-        win_packed_s[n] = 0ull;
-        if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
-      }
-      named_bar_sync(kSplitEpilogueBarrier, 256);  // reset before the next chunk's reads
-    } else if (et < kNB && b0 + et < B) {
-      // publish the column's winner so far for the other CTAs' thresholds (a warp still in its
-      // trips may raise it later: that reaches the grid with a later publish or the flush)
-      const unsigned long long c = ld_relaxed_shared_u64(&win_packed_s[et]);
-      if (c > grid_best) atomicMax(a.winners + b0 + et, c);
-    }
+    ws_flush_or_publish<Cfg, 1, 256>(a, win_packed_s, kSplitEpilogueBarrier, et, j, my_items, item, chunk, b0, B,
+                                     grid_best);
   }
 #else
   __trap();  // sm_90a only
