@@ -39,6 +39,8 @@ export interface OptionSet {
   readonly filterOrder?: 'vllm';
   /** logprobs / topLogprobs of the raw distribution (logprobsMode 'raw'). */
   readonly logprobsMode?: 'raw';
+  /** Draws per row (numSamples). */
+  readonly numSamples?: number;
 }
 
 /** The sampling defaults of model cards, usable as `--options` items (alone or joined by '+'). */
@@ -128,7 +130,8 @@ Run
                             + topp0.95, T 1); combine with '+', e.g. topk50+topp0.9,
                             llama3+logprobs; vllm: vLLM's filter order (min-p first), e.g.
                             llama3+minp0.05+vllm; raw: logprobsMode 'raw', e.g.
-                            llama3+logprobs+raw
+                            llama3+logprobs+raw; samples<n>: n draws a row (numSamples),
+                            e.g. samples4, topk50+samples4
   --no-baselines            skip the PyTorch baselines (the matrix-rate ceiling is still measured)
   --python PATH             interpreter for bench/baselines/torch_baselines.py (default python3)
   --logits gaussian|model   gaussian (default): every logit ~ uniform-product sum of std
@@ -300,6 +303,7 @@ export function parseOptionSet(text: string): OptionSet {
     const arg = m ? m[2] : '';
     const example: Record<string, string> = {
       topk: '50', topp: '0.9', minp: '0.05', toplogprobs: '5', softcap: '30', temp: '0.7', listed: '512', listedshared: '512',
+      samples: '4',
     };
     const need = (what: string): void => {
       if (arg === '') throw new ArgError(`${flag}: ${show(part)} needs a value (${what}), e.g. ${name}${example[name]}`);
@@ -362,17 +366,22 @@ export function parseOptionSet(text: string): OptionSet {
         twice('softcap');
         set.softcap = parseNumber(flag, arg, `a softcap > 0 in ${show(part)}`, (x) => x > 0);
         break;
+      case 'samples':
+        need('an integer n >= 1 of draws per row');
+        twice('numSamples');
+        set.numSamples = parseInteger(flag, arg, 1, 1024);
+        break;
       case 'temp':
         need('a temperature T >= 0');
         twice('temperature');
         set.temperature = parseNumber(flag, arg, `a temperature >= 0 in ${show(part)}`, (x) => x >= 0);
         break;
       default: {
-        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'vllm', 'raw', 'listed', 'listedshared', 'softcap', 'temp'];
+        const names = ['plain', 'topk', 'topp', 'minp', 'logprobs', 'toplogprobs', 'mask', 'vllm', 'raw', 'listed', 'listedshared', 'softcap', 'temp', 'samples'];
         const hint = suggest(part.toLowerCase(), OPTION_PRESET_NAMES) || suggest(name, names);
         throw new ArgError(
           `${flag}: unknown option ${show(part)}${hint}; expected plain, topk<k>, topp<p>, minp<m>, ` +
-            `logprobs, toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
+            `logprobs, toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T>, samples<n> or a preset (${OPTION_PRESET_NAMES.join(', ')}), joined by '+'`,
         );
       }
     }

@@ -161,6 +161,7 @@ export function torchOptionSet(set: OptionSet): Record<string, string | number |
   if (set.softcap !== undefined) o.softcap = set.softcap;
   if (set.mask) o.mask = true;
   if (set.filterOrder) o.filter_order = set.filterOrder;
+  if (set.numSamples !== undefined) o.num_samples = set.numSamples;
   return o;
 }
 
@@ -255,6 +256,7 @@ function sampleOptionsFor(
   if (set.softcap !== undefined) o.softcap = set.softcap;
   if (set.filterOrder) o.filterOrder = set.filterOrder;
   if (set.logprobsMode) o.logprobsMode = set.logprobsMode;
+  if (set.numSamples !== undefined) o.numSamples = set.numSamples;
   if (set.listed !== undefined) Object.assign(o, listedLists(batch, vocab, set.listed, set.listedShared ?? false, 98));
   if (set.mask) {
     const mask = halfMask(batch, vocab, 99);

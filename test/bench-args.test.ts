@@ -55,7 +55,7 @@ describe('--options', () => {
   test('unknown names: an ArgError with a suggestion and the list of names', () => {
     expect(argError(() => parseOptionSet('llama'))).toBe(
       `--options: unknown option "llama" (did you mean llama3?); expected plain, topk<k>, topp<p>, minp<m>, logprobs, ` +
-        `toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T> or a preset (llama3, qwen3, gemma3), joined by '+'`,
+        `toplogprobs<n>, mask, vllm, raw, listed<n>, listedshared<n>, softcap<c>, temp<T>, samples<n> or a preset (llama3, qwen3, gemma3), joined by '+'`,
     );
     expect(argError(() => parseOptionSet('llama3.1'))).toMatch(/unknown option "llama3.1" \(did you mean llama3\?\)/);
     expect(argError(() => parseOptionSet('qwen2'))).toMatch(/unknown option "qwen2" \(did you mean qwen3\?\)/);
@@ -91,6 +91,11 @@ describe('--options', () => {
     expect(parseOptionSet('llama3+logprobs+raw')).toEqual({ label: 'llama3+logprobs+raw', temperature: 0.6, topP: 0.9, logprobs: true, logprobsMode: 'raw' });
     expect(argError(() => parseOptionSet('logprobs+raw2'))).toBe(`--options: 'raw' takes no value, got "raw2"`);
     expect(argError(() => parseOptionSet('topp1.5'))).toMatch(/top-p in \(0, 1\]/);
+    // numSamples draws a row
+    expect(parseOptionSet('topk50+samples4')).toEqual({ label: 'topk50+samples4', topK: 50, numSamples: 4 });
+    expect(argError(() => parseOptionSet('samples'))).toMatch(/"samples" needs a value \(an integer n >= 1 of draws per row\), e.g\. samples4/);
+    expect(argError(() => parseOptionSet('samples0'))).toMatch(/^--options: /);
+    expect(argError(() => parseOptionSet('samples2+samples3'))).toMatch(/sets samples twice/);
   });
 });
 

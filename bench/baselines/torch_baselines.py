@@ -60,6 +60,7 @@ OPTION_KEYS = {
     "softcap": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0,
     "mask": lambda x: isinstance(x, bool),
     "filter_order": lambda x: x in ("hf", "vllm"),
+    "num_samples": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
 }
 
 # The model-like logits mode; the same constants as MODEL_LOGITS in bench/logits.ts.
@@ -297,6 +298,7 @@ def option_pipeline(torch, o, logits_of):
     top_k, top_p, min_p = o.get("top_k"), o.get("top_p"), o.get("min_p") or 0.0
     min_p_first = o.get("filter_order") == "vllm" and min_p > 0
     want_lp, n_top, cap = bool(o.get("logprobs")), o.get("top_logprobs"), o.get("softcap")
+    n_samples = int(o.get("num_samples", 1))
 
     def fn(h, w, allowed):
         x = logits_of(h, w)
@@ -305,7 +307,7 @@ def option_pipeline(torch, o, logits_of):
         if allowed is not None:
             x = x.masked_fill(~allowed, float("-inf"))
         if t == 0:
-            return torch.argmax(x, dim=-1, keepdim=True)
+            return torch.argmax(x, dim=-1, keepdim=True).expand(-1, n_samples)
         if t != 1:
             x = x / t
         if min_p_first:
@@ -331,7 +333,7 @@ def option_pipeline(torch, o, logits_of):
             probs = lp.exp()
         else:
             probs = torch.softmax(x, dim=-1)
-        s = torch.multinomial(probs, 1)
+        s = torch.multinomial(probs, n_samples, replacement=True)
         tokens = s if idx is None else idx.gather(-1, s)
         if n_top:
             top_lp, top_idx = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1)
@@ -579,7 +581,7 @@ def main(argv):
             probs = torch.softmax(vals, dim=-1)
             drop = (probs.cumsum(dim=-1) - probs) > p
             probs = torch.softmax(vals.masked_fill(drop, float("-inf")), dim=-1)
-            s = torch.multinomial(probs, 1)
+            s = torch.multinomial(probs, n_samples, replacement=True)
             return idx.gather(-1, s)
 
         fns = {"matmul": b_matmul, "multinomial": b_multinomial, "gumbel": b_gumbel, "exp-race": b_exp_race,
