@@ -581,7 +581,7 @@ def main(argv):
             probs = torch.softmax(vals, dim=-1)
             drop = (probs.cumsum(dim=-1) - probs) > p
             probs = torch.softmax(vals.masked_fill(drop, float("-inf")), dim=-1)
-            s = torch.multinomial(probs, n_samples, replacement=True)
+            s = torch.multinomial(probs, 1)
             return idx.gather(-1, s)
 
         fns = {"matmul": b_matmul, "multinomial": b_multinomial, "gumbel": b_gumbel, "exp-race": b_exp_race,
