@@ -488,11 +488,12 @@ __device__ __forceinline__ double from_fixed(unsigned long long x, int shift) {
 }
 
 __device__ void write_no_candidate(const SampleParams& p, int64_t b) {
-  if (threadIdx.x == 0) {
-    p.tokens[b] = -1;
-    if (p.logprobs) p.logprobs[b] = -INFINITY;
-    if (p.row_status) p.row_status[b] = kRowNoCandidate;
+  const int S = p.num_samples;
+  for (int j = threadIdx.x; j < S; j += blockDim.x) {
+    p.tokens[b * S + j] = -1;
+    if (p.logprobs) p.logprobs[b * S + j] = -INFINITY;
   }
+  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
   for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
     p.top_tokens[b * p.top_logprobs + i] = -1;
     p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
@@ -784,11 +785,11 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     return;
   }
   if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowOk;
-  if (c.temperature == 0.0f) {  // greedy: the largest key, logprob 0
+  if (c.temperature == 0.0f) {  // greedy: the largest key, every sample's, logprob 0
     const int32_t token = key_index(s.best_key);
-    if (threadIdx.x == 0) {
-      p.tokens[b] = token;
-      if (p.logprobs) p.logprobs[b] = 0.0f;
+    for (int j = threadIdx.x; j < p.num_samples; j += blockDim.x) {
+      p.tokens[b * p.num_samples + j] = token;
+      if (p.logprobs) p.logprobs[b * p.num_samples + j] = 0.0f;
     }
     for (int i = threadIdx.x; i < n_top; i += blockDim.x) {
       p.top_tokens[b * n_top + i] = i == 0 ? token : -1;
@@ -976,7 +977,8 @@ __global__ void __launch_bounds__(kDecideThreads)
 // ---- 3. the draw ----------------------------------------------------------------------------------
 // grid (kRowBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
 // quad with a kept value), with its kept count and float64 mass; the row's last block merges the
-// blocks in block order and writes the row.
+// blocks in block order and writes the row. Samples 1 .. S-1 scan the slice again (from L1/L2),
+// each with its own noise stream.
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
@@ -1002,43 +1004,52 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int64_t quads = (V + 3) / 4;
     const int64_t per = (quads + gridDim.x - 1) / gridDim.x;
     const int64_t q_lo = blockIdx.x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
-    double z = 0.0;
-    unsigned long long kept = 0ull, best = 0ull;
-    for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
-      float l[4];
-      bool keep[4];
-      bool any = false;
+    const int S = p.num_samples;
+    const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
+    for (int j = 0; j < S; ++j) {
+      double z = 0.0;
+      unsigned long long kept = 0ull, best = 0ull;
+      for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
+        float l[4];
+        bool keep[4];
+        bool any = false;
 #pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        const int64_t v = 4 * q + o;
-        l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
-        const double x = kept_weight(l[o], v);
-        keep[o] = x >= 0.0;
-        if (keep[o]) {
-          z += x;
-          ++kept;
-          any = true;
+        for (int o = 0; o < 4; ++o) {
+          const int64_t v = 4 * q + o;
+          l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
+          const double x = kept_weight(l[o], v);
+          keep[o] = x >= 0.0;
+          if (keep[o]) {
+            z += x;
+            ++kept;
+            any = true;
+          }
+        }
+        if (!any) continue;
+        const Philox4 r = noise_block(seed, offset, stream, static_cast<uint32_t>(j), static_cast<uint32_t>(q));
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+          if (!keep[o]) continue;
+          const Candidate cand =
+              make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
+          const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+          best = packed > best ? packed : best;
         }
       }
-      if (!any) continue;
-      const Philox4 r = noise_block(seed, offset, stream, 0u, static_cast<uint32_t>(q));
-#pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        if (!keep[o]) continue;
-        const Candidate cand =
-            make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
-        const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
-        best = packed > best ? packed : best;
+      if (j == 0) {  // (block-uniform) the kept mass and count are the samples' common ones
+        z = block_all_reduce(z, Sum());
+        kept = block_all_reduce(kept, Sum());
+      }
+      best = block_all_reduce(best, Max());
+      if (threadIdx.x == 0) {
+        if (j == 0) {
+          w.part_z[at] = z;
+          w.part_kept[at] = kept;
+        }
+        w.part_best[at * S + j] = best;
       }
     }
-    z = block_all_reduce(z, Sum());
-    kept = block_all_reduce(kept, Sum());
-    best = block_all_reduce(best, Max());
-    const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
     if (threadIdx.x == 0) {
-      w.part_z[at] = z;
-      w.part_kept[at] = kept;
-      w.part_best[at] = best;
       __threadfence();
       s_last = atomicAdd(w.draw_done + slot, 1u) == gridDim.x - 1;
     }
@@ -1048,26 +1059,32 @@ __global__ void __launch_bounds__(kSampleThreads)
     __shared__ double s_log_z;
     __shared__ unsigned long long s_kept;
     if (threadIdx.x < 32) {  // kRowBlocks == 32 partials, merged by a fixed butterfly
-      const int64_t j = static_cast<int64_t>(slot) * kRowBlocks + threadIdx.x;
-      double zr = __ldcg(w.part_z + j);
-      unsigned long long kr = __ldcg(w.part_kept + j), br = __ldcg(w.part_best + j);
+      const int64_t part = static_cast<int64_t>(slot) * kRowBlocks + threadIdx.x;
+      double zr = __ldcg(w.part_z + part);
+      unsigned long long kr = __ldcg(w.part_kept + part);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         zr += __shfl_xor_sync(0xffffffffu, zr, o);
         kr += __shfl_xor_sync(0xffffffffu, kr, o);
-        const unsigned long long bo = __shfl_xor_sync(0xffffffffu, br, o);
-        br = bo > br ? bo : br;
       }
       const double log_z = log(zr);
-      const int32_t token = detail::packed_token(br);
-      if (threadIdx.x == 0) p.tokens[b] = token;
-      if (threadIdx.x == 0 && p.logprobs) {
-        float lp = -INFINITY;
-        if (token >= 0) {
-          const float l = candidate_value(p, b, token, row[token]);
-          lp = static_cast<float>(plan.inf_mode ? -log_z : (static_cast<double>(l) - plan.md) * plan.inv_t - log_z);
+      for (int j = 0; j < S; ++j) {
+        unsigned long long br = __ldcg(w.part_best + part * S + j);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const unsigned long long bo = __shfl_xor_sync(0xffffffffu, br, o);
+          br = bo > br ? bo : br;
         }
-        p.logprobs[b] = lp;
+        const int32_t token = detail::packed_token(br);
+        if (threadIdx.x == 0) p.tokens[b * S + j] = token;
+        if (threadIdx.x == 0 && p.logprobs) {
+          float lp = -INFINITY;
+          if (token >= 0) {
+            const float l = candidate_value(p, b, token, row[token]);
+            lp = static_cast<float>(plan.inf_mode ? -log_z : (static_cast<double>(l) - plan.md) * plan.inv_t - log_z);
+          }
+          p.logprobs[b * S + j] = lp;
+        }
       }
       if (threadIdx.x == 0) {
         s_log_z = log_z;
@@ -1144,7 +1161,7 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   l.dd = layout.take(B * sizeof(uint32_t));
   l.pz = layout.take(B * kRowBlocks * sizeof(double));
   l.pk = layout.take(B * kRowBlocks * sizeof(unsigned long long));
-  l.pb = layout.take(B * kRowBlocks * sizeof(unsigned long long));
+  l.pb = layout.take(B * kRowBlocks * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
   l.top = layout.take(B * n_top * sizeof(unsigned long long));
   l.bytes = layout.bytes;
   return l;
@@ -1169,7 +1186,7 @@ cudaError_t extra_pass_workspace_bytes(const SampleParams& p, size_t* bytes) {
 
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
                               float* row_logits, cudaStream_t stream) {
-  if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr || p.num_samples != 1 ||
+  if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr || p.num_samples < 1 ||
       p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
     return cudaErrorInvalidValue;
   const size_t B = static_cast<size_t>(p.batch);

@@ -1314,16 +1314,57 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
   return true;
 }
 
-// Adds a kept key of weight w (exp((l - m) / T)) to the draw: w to the kept mass zk, its Gumbel
-// candidate (noise stream 0) to best.
-__device__ __forceinline__ void add_to_draw(const RowControl& c, uint64_t key, double w, float inv_tf, Pick& best,
-                                            double& zk) {
+// Offers a kept key to sample j's draw: its Gumbel candidate (noise stream j) raised into best.
+__device__ __forceinline__ void offer_to_draw(const RowControl& c, uint64_t key, float inv_tf, uint32_t sample,
+                                              Pick& best) {
   const float l = key_value(key);
   const uint32_t v = key_index(key);
-  zk += w;
-  const float g = gumbel_noise(c.seed, c.offset, c.stream, 0u, v);
+  const float g = gumbel_noise(c.seed, c.offset, c.stream, sample, v);
   const Candidate cand = make_candidate(l, inv_tf, false, g, v);
   if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+}
+
+// Adds a kept key of weight w (exp((l - m) / T)) to sample 0's draw: w to the kept mass zk, its
+// candidate to best.
+__device__ __forceinline__ void add_to_draw(const RowControl& c, uint64_t key, double w, float inv_tf, Pick& best,
+                                            double& zk) {
+  zk += w;
+  offer_to_draw(c, key, inv_tf, 0u, best);
+}
+
+// Writes sample j of row c.b: its token, and its logprob against the kept set's log-mass log_z.
+__device__ __forceinline__ void write_sample(const SampleParams& p, const RowControl& c, int j, const Pick& best,
+                                             double md, double inv_t, double log_z) {
+  const int64_t at = c.b * p.num_samples + j;
+  p.tokens[at] = best.key == kNoToken ? -1 : static_cast<int32_t>(best.key & 0x7fffffffu);
+  if (p.logprobs) p.logprobs[at] = static_cast<float>((static_cast<double>(best.logit) - md) * inv_t - log_z);
+}
+
+// Samples 1 .. S-1 of a row whose kept keys are key[0, n) in shared memory (sample 0 is drawn with
+// the kept mass): each is the Gumbel argmax of the same keys under its own noise stream. Few keys:
+// a warp a sample, its lanes striding the keys (a block's reductions would cost more than the
+// keys' Philox); many: the block a sample.
+constexpr int kWarpDrawKeys = 256;
+__device__ void draw_more_samples(const SampleParams& p, const RowControl& c, const uint64_t* key, int n, double md,
+                                  double inv_t, double log_z) {
+  const int S = p.num_samples;
+  const float inv_tf = 1.0f / c.temperature;
+  if (n <= kWarpDrawKeys) {
+    const int lane = threadIdx.x & 31, warps = static_cast<int>(blockDim.x >> 5);
+    for (int j = 1 + static_cast<int>(threadIdx.x >> 5); j < S; j += warps) {  // warp-uniform
+      Pick best{-INFINITY, kNoToken, 0.0f};
+      for (int i = lane; i < n; i += 32) offer_to_draw(c, key[i], inv_tf, static_cast<uint32_t>(j), best);
+      best = warp_best(best);
+      if (lane == 0) write_sample(p, c, j, best, md, inv_t, log_z);
+    }
+    return;
+  }
+  for (int j = 1; j < S; ++j) {
+    Pick best{-INFINITY, kNoToken, 0.0f};
+    for (int i = threadIdx.x; i < n; i += blockDim.x) offer_to_draw(c, key[i], inv_tf, static_cast<uint32_t>(j), best);
+    best = block_best(best);
+    if (threadIdx.x == 0) write_sample(p, c, j, best, md, inv_t, log_z);
+  }
 }
 
 // A complete prefix of at most this many keys (top-k, min-p and peaked rows) is decided by warp 0.
@@ -1419,6 +1460,7 @@ __device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowCo
   Pick best{-INFINITY, kNoToken, 0.0f};
   double zk = 0.0;
   int kept = 0;
+  uint32_t kept_mask = 0u;  // which of key[0], key[1] are kept
   const float inv_tf = 1.0f / c.temperature;
   if (filtered) {
 #pragma unroll
@@ -1427,6 +1469,7 @@ __device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowCo
       const double w = weight(key_value(key[j]));
       if (min_w != 0.0 && w < min_w) continue;
       ++kept;
+      kept_mask |= 1u << j;
       add_to_draw(c, key[j], w, inv_tf, best, zk);
     }
     best = warp_best(best);
@@ -1440,9 +1483,20 @@ __device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowCo
   if (lane == 0) {
     const uint32_t tk = filtered ? best.key : (r.winner_token < 0 ? kNoToken : static_cast<uint32_t>(r.winner_token));
     const float logit = filtered ? best.logit : r.winner_logit;
-    p.tokens[b] = tk == kNoToken ? -1 : static_cast<int32_t>(tk & 0x7fffffffu);
-    if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
+    p.tokens[b * p.num_samples] = tk == kNoToken ? -1 : static_cast<int32_t>(tk & 0x7fffffffu);
+    if (p.logprobs)
+      p.logprobs[b * p.num_samples] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
     if (p.row_status) p.row_status[b] = kRowOk;
+  }
+  // samples 1 .. S-1, in turn (a row with several is filtered: decide_one_pass_kernel sends the
+  // others to the extra pass)
+  for (int j = 1; j < p.num_samples; ++j) {
+    Pick more{-INFINITY, kNoToken, 0.0f};
+#pragma unroll
+    for (int o = 0; o < 2; ++o)
+      if ((kept_mask >> o) & 1u) offer_to_draw(c, key[o], inv_tf, static_cast<uint32_t>(j), more);
+    more = warp_best(more);
+    if (lane == 0) write_sample(p, c, j, more, md, inv_t, log_z);
   }
   // topLogprobs: the head of the kept set is the head of the sorted prefix
   const int take = static_cast<int>(kept_count < n_top ? kept_count : n_top);
@@ -1664,10 +1718,13 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   if (threadIdx.x == 0) {
     const uint32_t key = filtered ? best.key : (r.winner_token < 0 ? kNoToken : static_cast<uint32_t>(r.winner_token));
     const float logit = filtered ? best.logit : r.winner_logit;
-    p.tokens[b] = key == kNoToken ? -1 : static_cast<int32_t>(key & 0x7fffffffu);
-    if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
+    p.tokens[b * p.num_samples] = key == kNoToken ? -1 : static_cast<int32_t>(key & 0x7fffffffu);
+    if (p.logprobs)
+      p.logprobs[b * p.num_samples] = static_cast<float>((static_cast<double>(logit) - md) * inv_t - log_z);
     if (p.row_status) p.row_status[b] = kRowOk;
   }
+  // samples 1 .. S-1 from the kept keys at the front of s.key (a row with several is filtered)
+  if (p.num_samples > 1) draw_more_samples(p, c, s.key, kept_n, md, inv_t, log_z);
   for (int i = threadIdx.x; i < n_top; i += blockDim.x) {
     const bool in = i < take;
     const uint64_t key = in ? s.cut_key[i] : 0ull;
@@ -1773,12 +1830,18 @@ __global__ void __launch_bounds__(kThreads)
       atomicAdd(p.fallback_rows, 1);
     }
   };
+  const int S = p.num_samples;
   if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, p.logprobs != nullptr, p.top_logprobs)) {
-    // the epilogue wrote no summaries: the winner (its +Inf tier included) is the token
+    // the epilogue wrote no summaries: the winner (its +Inf tier included) is the token. It draws
+    // sample 0 only: a sampled row of several is drawn by the extra pass (a greedy row's are equal).
+    if (S > 1 && !greedy) {
+      flag();
+      return;
+    }
     if (threadIdx.x == 0) {
       fallback[b] = 0;
       const unsigned long long w = winners[b];
-      p.tokens[b] = w == 0ull ? -1 : detail::packed_token(w);
+      for (int j = 0; j < S; ++j) p.tokens[b * S + j] = w == 0ull ? -1 : detail::packed_token(w);
       if (p.row_status) p.row_status[b] = w == 0ull ? kRowNoCandidate : kRowOk;
     }
     return;
@@ -1815,7 +1878,7 @@ __global__ void __launch_bounds__(kThreads)
   if (posinf > 0) {
     // +Inf logits share the mass uniformly and no filter applies: the winner (drawn among them by
     // the noise alone) is the token. topLogprobs lists them: the materialized row does that.
-    if (p.top_logprobs > 0) {
+    if (p.top_logprobs > 0 || S > 1) {
       flag();
       return;
     }
@@ -1831,12 +1894,12 @@ __global__ void __launch_bounds__(kThreads)
     const detail::TileSummary& t = ts[token / 128];
     if ((t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token)) winner_logit = t.best_logit;
   }
-  if (greedy) {  // the winner is the argmax (ties to the smaller index); logprob 0
-    if (threadIdx.x == 0) {
-      p.tokens[b] = token;
-      if (p.logprobs) p.logprobs[b] = 0.0f;
-      if (p.row_status) p.row_status[b] = kRowOk;
+  if (greedy) {  // the winner is the argmax (ties to the smaller index), every sample's; logprob 0
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+      p.tokens[b * S + j] = token;
+      if (p.logprobs) p.logprobs[b * S + j] = 0.0f;
     }
+    if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowOk;
     for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
       p.top_tokens[b * p.top_logprobs + i] = i == 0 ? token : -1;
       p.top_token_logprobs[b * p.top_logprobs + i] = i == 0 ? 0.0f : -INFINITY;
@@ -1844,6 +1907,10 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const bool filtered = c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f;
+  if (!filtered && S > 1) {  // the whole row is kept: its samples need the row (the epilogue drew one)
+    flag();
+    return;
+  }
   if (!filtered && p.top_logprobs == 0) {  // logprobs alone: the winner over the whole row
     if (threadIdx.x == 0) {
       p.tokens[b] = token;
@@ -2104,7 +2171,7 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
   size_t chunked = chunked_layout(p).bytes + raw_logits_bytes(p) + raw_slices_bytes(p);
   if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
   size_t one_pass = 0;
-  if (p.num_samples == 1) {
+  if (filtered_gemm_supported(p)) {
     one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;

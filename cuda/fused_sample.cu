@@ -158,8 +158,12 @@ cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes) {
   return cudaSuccess;
 }
 
+// Several samples a row take the one-pass path where the call has filters: a filtered row's are
+// drawn by the decision from its kept prefix, and a row that keeps every token takes the extra pass
+// (its samples need the whole row). Without filters every row would: the chunked path is cheaper.
 bool filtered_gemm_supported(const SampleParams& p) {
-  return p.num_samples == 1 && detail::filtered_gemm_usable(p);
+  const bool filters = p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr;
+  return (p.num_samples == 1 || filters) && detail::filtered_gemm_usable(p);
 }
 
 cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
@@ -167,6 +171,7 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
   cudaError_t err = detail::check_params(p);
   if (err != cudaSuccess) return err;
   detail::GemmArgs a = detail::gemm_args(p);
+  a.num_samples = 1;  // the epilogue draws sample 0 (winners[b]); the decision draws the others
   a.winners = winners;
   a.programmatic_launch = programmatic;
   return detail::launch_filtered_gemm(p, a, f, stream);

@@ -70,8 +70,8 @@ cudaError_t extra_pass_workspace_bytes(const SampleParams& p, size_t* bytes);
 cudaError_t launch_logits_store(const SampleParams& p, int64_t v_begin, int64_t v_count,
                                 float* logits, cudaStream_t stream);
 
-// Whether launch_filtered_gemm runs for `p`: one sample per row on compute capability 9.0 with
-// tensor-core operands (dispatch.cuh's filtered row).
+// Whether launch_filtered_gemm runs for `p`: compute capability 9.0 with tensor-core operands
+// (dispatch.cuh's filtered row), for one sample per row or for a call with filters.
 bool filtered_gemm_supported(const SampleParams& p);
 
 // The one-pass filtered GEMM: the split kernel with the filtered epilogue (filter_epilogue.cuh),
@@ -89,7 +89,7 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream);
 // The extra pass of the one-pass path (extra_pass.cu): the rows flagged in `flags` ([batch],
 // nonzero = flagged; *flagged_count of them, on the device) decided exactly from their whole rows,
 // with the decision and the noise of whole_rows_kernel, logits written for those rows only into
-// `row_logits` ([batch, vocab] fp32). One sample per row. Fixed grids from B, V and D; the kernels
+// `row_logits` ([batch, vocab] fp32), every sample of a row. Fixed grids from B, V and D; the kernels
 // return at once when no row is flagged, so the call can be captured in a CUDA graph.
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
                               float* row_logits, cudaStream_t stream);
