@@ -51,6 +51,7 @@ constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the
 constexpr int kSampleThreads = 256;
 constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
 constexpr int kMaxTopLogprobs = 1024;
+constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
 static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
 static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
@@ -682,8 +683,25 @@ struct CutSearch {
   bool k_on, p_on;
   Found top, kcut, pcut;
   __device__ bool any() const { return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets); }
+  // A row that keeps every valid value (needs_cut false): no histogram was counted for it.
+  __device__ void no_cut() {
+    for (int i = 0; i < kBucketsPerThread; ++i) {
+      cnt[i] = 0u;
+      mass[i] = 0ull;
+    }
+    cnt_excl = mass_excl = total_mass = 0ull;
+    want_top = 0;
+    k_on = p_on = false;
+    top = kcut = pcut = Found{-1, 0ull};
+  }
   __device__ bool take(int k) const { return k <= top.bucket || k == kcut.bucket || k == pcut.bucket; }
 };
+
+// Whether a row's kept set or its topLogprobs need the histogram's cuts (top-k, top-p, topLogprobs);
+// min-p alone is a weight test in the draw.
+__device__ __forceinline__ bool needs_cut(const SampleParams& p, const RowControl& c) {
+  return c.top_k > 0 || c.top_p < 1.0f || p.top_logprobs > 0;
+}
 
 __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const RowControl& c, const RowShape& s,
                           CutSearch& q) {
@@ -910,7 +928,7 @@ __global__ void __launch_bounds__(kDecideThreads)
     const RowShape s = row_shape(w, slot, c, V);
     if (blockIdx.x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
     const float* row = row_logits + b * V;
-    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {
+    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0 && needs_cut(p, c)) {
       uint32_t* hc = w.hist_count + static_cast<int64_t>(slot) * kBuckets;
       unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
       const int64_t per = (V + gridDim.x - 1) / gridDim.x;
@@ -959,8 +977,12 @@ __global__ void __launch_bounds__(kDecideThreads)
     CutSearch q;
     q.top = q.kcut = q.pcut = Found{-1, 0ull};
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
-      find_cuts(p, w, slot, c, s, q);
-      if (q.any()) gather_slice(p, w, slot, b, row, s, q);
+      if (needs_cut(p, c)) {
+        find_cuts(p, w, slot, c, s, q);
+        if (q.any()) gather_slice(p, w, slot, b, row, s, q);
+      } else {
+        q.no_cut();
+      }
     }
     __threadfence();
     __syncthreads();
@@ -1006,9 +1028,11 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int64_t q_lo = blockIdx.x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
     const int S = p.num_samples;
     const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
-    for (int j = 0; j < S; ++j) {
+    for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
       double z = 0.0;
-      unsigned long long kept = 0ull, best = 0ull;
+      unsigned long long kept = 0ull, best[kSamplesPerScan];
+#pragma unroll
+      for (int jj = 0; jj < kSamplesPerScan; ++jj) best[jj] = 0ull;
       for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
         float l[4];
         bool keep[4];
@@ -1026,27 +1050,34 @@ __global__ void __launch_bounds__(kSampleThreads)
           }
         }
         if (!any) continue;
-        const Philox4 r = noise_block(seed, offset, stream, static_cast<uint32_t>(j), static_cast<uint32_t>(q));
 #pragma unroll
-        for (int o = 0; o < 4; ++o) {
-          if (!keep[o]) continue;
-          const Candidate cand =
-              make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
-          const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
-          best = packed > best ? packed : best;
+        for (int jj = 0; jj < kSamplesPerScan; ++jj) {
+          if (j0 + jj >= S) break;
+          const Philox4 r =
+              noise_block(seed, offset, stream, static_cast<uint32_t>(j0 + jj), static_cast<uint32_t>(q));
+#pragma unroll
+          for (int o = 0; o < 4; ++o) {
+            if (!keep[o]) continue;
+            const Candidate cand =
+                make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
+            const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+            best[jj] = packed > best[jj] ? packed : best[jj];
+          }
         }
       }
-      if (j == 0) {  // (block-uniform) the kept mass and count are the samples' common ones
+      if (j0 == 0) {  // the kept mass and count: the first scan's
         z = block_all_reduce(z, Sum());
         kept = block_all_reduce(kept, Sum());
-      }
-      best = block_all_reduce(best, Max());
-      if (threadIdx.x == 0) {
-        if (j == 0) {
+        if (threadIdx.x == 0) {
           w.part_z[at] = z;
           w.part_kept[at] = kept;
         }
-        w.part_best[at * S + j] = best;
+      }
+#pragma unroll
+      for (int jj = 0; jj < kSamplesPerScan; ++jj) {
+        if (j0 + jj >= S) break;
+        best[jj] = block_all_reduce(best[jj], Max());
+        if (threadIdx.x == 0) w.part_best[at * S + j0 + jj] = best[jj];
       }
     }
     if (threadIdx.x == 0) {

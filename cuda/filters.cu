@@ -2151,7 +2151,12 @@ ChunkedLayout chunked_layout(const SampleParams& p) {
 bool chunked_may_fall_back(const SampleParams& p) {
   return p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
 }
-bool one_pass_may_fall_back(const SampleParams& p) { return chunked_may_fall_back(p) || p.top_logprobs > 0; }
+// Several samples of a row that keeps every token need the whole row (the epilogue draws one): in a
+// call without filters every sampled row, so every row stores its logits for the extra pass.
+bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 && !chunked_may_fall_back(p); }
+bool one_pass_may_fall_back(const SampleParams& p) {
+  return chunked_may_fall_back(p) || p.top_logprobs > 0 || p.num_samples > 1;
+}
 // The one-pass path's [B, V] logits region: for the extra pass, and in raw mode for every row's
 // stored logits.
 bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || reports_raw_logprobs(p); }
@@ -2171,7 +2176,7 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
   size_t chunked = chunked_layout(p).bytes + raw_logits_bytes(p) + raw_slices_bytes(p);
   if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
   size_t one_pass = 0;
-  if (filtered_gemm_supported(p)) {
+  if (filtered_gemm_possible(p)) {
     one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;
@@ -2235,8 +2240,9 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
       scratch.give_back(ws);
       return err;
     }
-    if (p.top_p != nullptr || raw_mode) f.row_logits = row_logits;
-    f.store_all = raw_mode ? 1 : 0;
+    const bool store_all = raw_mode || every_row_to_extra_pass(p);
+    if (p.top_p != nullptr || store_all) f.row_logits = row_logits;
+    f.store_all = store_all ? 1 : 0;
   }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);

@@ -71,8 +71,11 @@ cudaError_t launch_logits_store(const SampleParams& p, int64_t v_begin, int64_t 
                                 float* logits, cudaStream_t stream);
 
 // Whether launch_filtered_gemm runs for `p`: compute capability 9.0 with tensor-core operands
-// (dispatch.cuh's filtered row), for one sample per row or for a call with filters.
+// (dispatch.cuh's filtered row), except for a few shapes where the chunked path is faster.
 bool filtered_gemm_supported(const SampleParams& p);
+// Whether it may run for `p` at some batch size up to p.batch (a workspace sized for p.batch must
+// then hold the one-pass path's too).
+bool filtered_gemm_possible(const SampleParams& p);
 
 // The one-pass filtered GEMM: the split kernel with the filtered epilogue (filter_epilogue.cuh),
 // winners into `winners` ([batch], zeroed), summaries and candidates into `f`. `programmatic`:

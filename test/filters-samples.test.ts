@@ -17,6 +17,7 @@ import {
   flatLogits,
   goodnessOfFit,
   keptDistribution,
+  makeMask,
   plantLogits,
   rowCounts,
   rowOptions,
@@ -67,10 +68,17 @@ function firstSamples(r: SampleResult, B: number, S: number): Int32Array {
 
 describeDevices((devName, dev) => {
   describe('numSamples > 1 with filters: each sample is reference(gumbel)\'s', () => {
-    async function compare(p: { H: Tensor; W: Tensor }, B: number, S: number, calls: number, extra: SampleOptions) {
+    async function compare(
+      p: { H: Tensor; W: Tensor },
+      B: number,
+      S: number,
+      calls: number,
+      extra: SampleOptions,
+      options: (B: number, offset: number, S: number, extra: SampleOptions) => SampleOptions = mixOptions,
+    ) {
       let fallbackRows = 0;
       for (let c = 0; c < calls; c++) {
-        const o = mixOptions(B, c, S, extra);
+        const o = options(B, c, S, extra);
         const f = await sampleFused(p.H, p.W, o);
         const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
         const one = await sampleFused(p.H, p.W, { ...o, numSamples: 1 });
@@ -128,6 +136,34 @@ describeDevices((devName, dev) => {
         p.dispose();
       }
     });
+
+    // No filter in the call: every sampled row's samples need its whole row (the extra pass, from the
+    // logits every row stores), or the chunked path (topLogprobs at B > 128).
+    const unfiltered = (B: number, offset: number, S: number, extra: SampleOptions): SampleOptions => ({
+      seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(3000 + b)),
+      offset,
+      temperature: Float32Array.from({ length: B }, (_, b) => (b % 5 === 2 ? 0 : 0.6 + 0.2 * (b % 3))),
+      numSamples: S,
+      ...extra,
+    });
+    for (const [B, V, S, extra] of [
+      [3, 1000, 4, { logprobs: true }],
+      [40, 1000, 3, { logprobs: true, topLogprobs: 4 }],
+      [130, 1000, 2, { logprobs: true, topLogprobs: 2 }],
+      [20, 128256, 2, { logprobs: true, logprobsMode: 'raw' }],
+    ] as const) {
+      test(`no filters, V = ${V}, B = ${B}, numSamples ${S}: ${Object.keys(extra).join(', ')}, a mask`, async () => {
+        const shapes = [zipfLogits(V, 1.1, 7), flatLogits(V, 3, 5), dominantLogits(V, 4, 12)];
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => shapes[b % 3]), { D: 64 });
+        try {
+          const allowedTokens = makeMask(B, V, (b, v) => b % 4 !== 1 || v % 3 !== 0);
+          const fallbackRows = await compare(p, B, S, 2, { ...extra, allowedTokens }, unfiltered);
+          if (devName === 'cuda' && !('topLogprobs' in extra && B > 128)) expect(fallbackRows).toBeGreaterThan(0);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
 
     test('V = 111 (f16), B = 3, numSamples 5, raw logprobs: logprobs of the raw distribution', async () => {
       const rows = [zipfLogits(111, 1.2, 1), flatLogits(111, 2, 1), dominantLogits(111, 3, 6)];
