@@ -712,7 +712,7 @@ __global__ void __launch_bounds__(kRawSliceThreads)
 #pragma unroll
     for (int k = 0; k < kRawKeysPerThread; ++k) {
       const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
-      key[k] = x[k] == x[k] && x[k] > -INFINITY ? order_key(x[k], static_cast<uint32_t>(lo + at)) : 0ull;
+      key[k] = x[k] > -INFINITY ? order_key(x[k], static_cast<uint32_t>(lo + at)) : 0ull;  // (NaN: none)
     }
     block_top_keys(key, p.top_logprobs, top_keys + at_slice * p.top_logprobs, s);
   }
@@ -867,13 +867,13 @@ cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scra
   // a row's block merges its slices, reads its drawn tokens' values and ranks its top tokens
   const bool programmatic = detail::programmatic_launch_supported();
   const dim3 rows(static_cast<unsigned>(p.batch));
-  const RawSlice* const merged = slices;
   if (err == cudaSuccess && keys != nullptr)
     err = detail::launch_kernel(raw_logprobs_kernel<true>, rows, dim3(kRawSliceThreads), 0, stream, programmatic, raw,
-                                merged, static_cast<const unsigned long long*>(keys), p);
+                                static_cast<const RawSlice*>(slices), static_cast<const unsigned long long*>(keys), p);
   else if (err == cudaSuccess)  // without top tokens a row only merges its slices and reads its drawn tokens
     err = detail::launch_kernel(raw_logprobs_kernel<false>, rows, dim3(p.top_logprobs > 0 ? kRawThreads : 32), 0, stream,
-                                programmatic, raw, merged, static_cast<const unsigned long long*>(nullptr), p);
+                                programmatic, raw, static_cast<const RawSlice*>(slices),
+                                static_cast<const unsigned long long*>(nullptr), p);
   const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }
