@@ -1,6 +1,7 @@
 // Which kernel and tile run an LM-head GEMM, by architecture, operands, batch and epilogue. The
 // epilogue is the caller's: kSampleOne (one Gumbel-max sample per row, launch_fused_sample),
-// kSampleMany (several samples per row), kStore (fp32 logits, the reference and the filtered path).
+// kSampleFew / kSampleMany (2 .. 4 / more samples per row), kStore (fp32 logits, the reference and
+// the filtered path).
 //
 // | arch              | operands                 | B            | epilogue     | kernel (file)                         | tile           |
 // |-------------------|--------------------------|--------------|--------------|---------------------------------------|----------------|
@@ -101,11 +102,13 @@ cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
     if (prefer_96_column_chunks(a.batch)) return launch_ws<WsSplitTile96, kF16, kEpi>(a, stream);
     return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
-  if (a.batch <= 8) return launch_mma_sync<Tile8, kF16, kEpi, true>(a, stream);
-  if (a.batch <= 16) return launch_mma_sync<Tile16, kF16, kEpi, true>(a, stream);
-  if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kEpi>(a, stream);
-  if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kEpi>(a, stream);
-  return launch_mma_sync<Tile128, kF16, kEpi>(a, stream);
+  // mma.sync draws several samples unpruned
+  constexpr Epi kMmaEpi = kEpi == Epi::kSampleFew ? Epi::kSampleMany : kEpi;
+  if (a.batch <= 8) return launch_mma_sync<Tile8, kF16, kMmaEpi, true>(a, stream);
+  if (a.batch <= 16) return launch_mma_sync<Tile16, kF16, kMmaEpi, true>(a, stream);
+  if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kMmaEpi>(a, stream);
+  if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kMmaEpi>(a, stream);
+  return launch_mma_sync<Tile128, kF16, kMmaEpi>(a, stream);
 }
 
 // The table's filtered row (filters.cu runs its chunked path where this is not usable).
@@ -153,7 +156,8 @@ cudaError_t launch_simt_gemm(const GemmArgs& a, cudaStream_t stream) {
   return launch_simt<SimtLarge, T, kEpi>(a, stream);
 }
 
-// The GEMM with epilogue kEpi (kSampleOne is promoted to kSampleMany when num_samples > 1).
+// The GEMM with epilogue kEpi (kSampleOne is promoted to kSampleFew for 2 .. kPrunedSamples samples
+// a row, to kSampleMany for more).
 template <Epi kEpi>
 cudaError_t launch_gemm(const SampleParams& p, GemmArgs a, cudaStream_t stream) {
   if (tensor_core_path_ok(p)) {
@@ -164,6 +168,9 @@ cudaError_t launch_gemm(const SampleParams& p, GemmArgs a, cudaStream_t stream) 
     } else if (a.num_samples == 1) {
       return f16 ? launch_tensor_core_gemm<true, Epi::kSampleOne>(a, stream)
                  : launch_tensor_core_gemm<false, Epi::kSampleOne>(a, stream);
+    } else if (a.num_samples <= kPrunedSamples) {
+      return f16 ? launch_tensor_core_gemm<true, Epi::kSampleFew>(a, stream)
+                 : launch_tensor_core_gemm<false, Epi::kSampleFew>(a, stream);
     } else {
       return f16 ? launch_tensor_core_gemm<true, Epi::kSampleMany>(a, stream)
                  : launch_tensor_core_gemm<false, Epi::kSampleMany>(a, stream);

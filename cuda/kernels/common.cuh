@@ -135,8 +135,10 @@ constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(
 // columns.
 // Every lane of the warp must call this (it uses __any_sync).
 // kPastEndIsNan: the caller has made every value at or past vend[k] NaN already (the filtered
-// epilogue), so l is used as it is.
-template <int K, bool kPastEndIsNan = false>
+// epilogue), so l is used as it is. kColumnLaneStride: lanes l and l ^ d hold the same K columns
+// for every power of two d >= it (1: the whole warp, the split layout; 4: lanes of one lane % 4,
+// the ping-pong layout, whose other lanes hold other columns).
+template <int K, bool kPastEndIsNan = false, int kColumnLaneStride = 1>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
                                                     uint32_t sample, int64_t vq,
                                                     const int64_t (&vend)[K], const float (&thr)[K],
@@ -225,12 +227,12 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       any_m |= m[k];
-      // Every lane's running best is a real candidate of row k, so the warp's largest is a valid
-      // threshold for the values still masked: a CTA's first tile, with no threshold from earlier
-      // tiles, then evaluates about one value a lane instead of four.
+      // Every lane's running best is a real candidate of its column's row, so the largest over the
+      // lanes of that column is a valid threshold for the values still masked: a CTA's first tile,
+      // with no threshold from earlier tiles, then evaluates about one value a lane instead of four.
       float w = bs[k];
 #pragma unroll
-      for (int d = 16; d >= 1; d >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, d));
+      for (int d = 16; d >= kColumnLaneStride; d >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, d));
       tw[k] = fmaxf(tw[k], w);
     }
   }
@@ -238,7 +240,8 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
 // kSampleFiltered: kSampleOne plus the filtered path's summaries and candidates (ws_split.cuh).
-enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2, kSampleFiltered = 3 };
+// kSampleFew: 2 .. kPrunedSamples samples a row, each draw pruned as kSampleOne's (ws_pingpong.cuh).
+enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2, kSampleFiltered = 3, kSampleFew = 4 };
 
 struct GemmArgs {
   const void* hidden;

@@ -21,11 +21,12 @@
 //     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
 //     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
 //     consumer runs the K loop of item j + 1. Each consumer keeps one running winner per column
-//     (S = 1) in shared memory as a packed candidate (pack_candidate), raised with a shared
-//     atomicMax by any lane that beats it; before an item's epilogue it is merged with the grid's
-//     winners word of the column (the best any CTA has published), after the epilogue published to
-//     it with the same 64-bit atomicMax as the other kernels. Exact: every threshold is the score
-//     of a candidate that exists, and the max of packed candidates does not depend on the order.
+//     (S = 1; per sample and column for S <= kPrunedSamples) in shared memory as a packed candidate
+//     (pack_candidate), raised with a shared atomicMax by any lane that beats it; before an item's
+//     epilogue it is merged with the grid's winners word of the column (the best any CTA has
+//     published), after the epilogue published to it with the same 64-bit atomicMax as the other
+//     kernels. Exact: every threshold is the score of a candidate that exists (of the same row and
+//     sample), and the max of packed candidates does not depend on the order.
 //
 // Synchronization (all in shared memory of the CTA; no __syncthreads after the set-up):
 //   full[s]  (mbarrier, count 128; kTma: count 1): stage slot s holds its k-slice. Each producer
@@ -100,6 +101,11 @@ namespace detail {
 // four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
 // (transpose_quad_lanes). Needs WsTensorMaps (D % 8 == 0 and 16-byte aligned W, H: tensor_core_path_ok;
 // V, B below 2^31: int32 coordinates). Without: 128 producer threads with cp.async.
+// kSampleFew prunes each sample's draw against its running winner, for up to this many samples a
+// row (a shared word per consumer, sample and column: 8 KB at N = 128); kSampleMany, for more,
+// draws every value.
+constexpr int kPrunedSamples = 4;
+
 template <int N, int STAGES, bool TMA>
 struct WsTile {
   static constexpr bool kTma = TMA;
@@ -119,8 +125,8 @@ struct WsTile {
   // ring (1024-byte aligned) + full[] and empty[] mbarriers + 1024 for aligning the dynamic base
   static constexpr int kSmemBytes = kRingBytes + 2 * STAGES * 8 + 1024;
   // static shared memory: row parameters of each consumer's current chunk, and the running
-  // winners of each (consumer, column), one packed word
-  static constexpr int kStaticSmemBytes = kConsumers * kNB * (4 + 8 + 8 + 1) + kConsumers * kNB * 8;
+  // winners of each (consumer, column), one packed word (kPrunedSamples for kSampleFew)
+  static constexpr int kStaticSmemBytes = kConsumers * kNB * (4 + 8 + 8 + 1) + kConsumers * kNB * 8 * kPrunedSamples;
   // Launch: 384 threads x 168 registers = 64512 (__launch_bounds__(384, 1)); setmaxnreg moves them
   // to 40 per producer thread and 232 per consumer thread (CUTLASS's ping-pong split):
   // 40·128 + 232·256 = 64512. ptxas allocates each role's code within its new limit; 0 spills at
@@ -323,16 +329,18 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   }
 }
 
-// After an item (a ping-pong consumer's kSampleOne item, or any split-kernel item): the running
-// winners `win` go to the grid's when the next local item (j + kItemStep) is another chunk, or there
-// is none (flush, then reset); otherwise the thread's column publishes its winner so far, for the
-// other CTAs' thresholds. The kThreads threads that share `win` (a consumer warpgroup, or the split
-// kernel's epilogue) call it together, ctid their index, `barrier` their named barrier.
-template <class Cfg, int64_t kItemStep, int kThreads>
-__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB],
-                                                    int barrier, int ctid, int64_t j, int64_t my_items,
+// After an item (a ping-pong consumer's kSampleOne or kSampleFew item, or any split-kernel
+// item): the running winners `win` (kSlots samples a column; the call draws `samples` <= kSlots of
+// them, so the slots past it stay 0) go to the grid's when the next local item (j + kItemStep) is
+// another chunk, or there is none (flush, then reset); otherwise the thread's column publishes its
+// winners so far, for the other CTAs' thresholds. The kThreads threads that share `win` (a consumer
+// warpgroup, or the split kernel's epilogue) call it together, ctid their index, `barrier` their
+// named barrier.
+template <class Cfg, int64_t kItemStep, int kThreads, int kSlots>
+__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[kSlots][Cfg::kNB],
+                                                    int samples, int barrier, int ctid, int64_t j, int64_t my_items,
                                                     int64_t item, int64_t chunk, int64_t b0, int64_t B,
-                                                    unsigned long long grid_best) {
+                                                    const unsigned long long (&grid_best)[kSlots]) {
   constexpr int kNB = Cfg::kNB;
   bool flush = j + kItemStep >= my_items;
   if (!flush) {
@@ -342,18 +350,35 @@ __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned 
   }
   if (flush) {  // uniform over the kThreads threads
     named_bar_sync(barrier, kThreads);  // every warp's raises of this chunk done
-    for (int n = ctid; n < kNB; n += kThreads) {
-      const unsigned long long c = win[n];
-      win[n] = 0ull;
-      if (b0 + n < B && c != 0ull) atomicMax(a.winners + b0 + n, c);
+    for (int i = ctid; i < kSlots * kNB; i += kThreads) {
+      const int s = kSlots == 1 ? 0 : i / kNB, n = kSlots == 1 ? i : i % kNB;
+      const unsigned long long c = win[s][n];
+      win[s][n] = 0ull;
+      if (b0 + n < B && c != 0ull) atomicMax(a.winners + (b0 + n) * samples + s, c);
     }
     named_bar_sync(barrier, kThreads);  // reset before the next chunk's reads
   } else if (ctid < kNB && b0 + ctid < B) {
     // a warp still in its trips may raise the column later: that reaches the grid with a later
     // publish or the flush, which waits for every warp
-    const unsigned long long c = ld_relaxed_shared_u64(&win[ctid]);
-    if (c > grid_best) atomicMax(a.winners + b0 + ctid, c);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (s >= samples) break;
+      const unsigned long long c = ld_relaxed_shared_u64(&win[s][ctid]);
+      if (c > grid_best[s]) atomicMax(a.winners + (b0 + ctid) * samples + s, c);
+    }
   }
+}
+
+// One sample a column (kSampleOne).
+template <class Cfg, int64_t kItemStep, int kThreads>
+__device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB],
+                                                    int barrier, int ctid, int64_t j, int64_t my_items,
+                                                    int64_t item, int64_t chunk, int64_t b0, int64_t B,
+                                                    unsigned long long grid_best) {
+  const unsigned long long best[1] = {grid_best};
+  ws_flush_or_publish<Cfg, kItemStep, kThreads, 1>(
+      a, reinterpret_cast<unsigned long long(&)[1][Cfg::kNB]>(win), 1, barrier, ctid, j, my_items, item, chunk, b0, B,
+      best);
 }
 
 // The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
@@ -378,6 +403,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   // candidates does not depend on the order), merged with the grid's winners before each item's
   // epilogue, published to them after it.
   __shared__ unsigned long long win_packed_s[2][kNB];
+  // kSampleFew: the same, a word per (consumer, sample, column), so that each sample's draw is
+  // pruned as kSampleOne's is.
+  __shared__ unsigned long long win_few_s[2][kEpi == Epi::kSampleFew ? kPrunedSamples : 1][kNB];
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 producer, 1 and 2 consumers (uniform per warp)
@@ -435,6 +463,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // (ordered before the first epilogue's reads by the params barrier there: the first item
     // always loads its chunk's parameters)
   }
+  if constexpr (kEpi == Epi::kSampleFew) {
+    for (int i = ctid; i < kPrunedSamples * kNB; i += 128) win_few_s[cw][i / kNB][i % kNB] = 0ull;
+  }
   int64_t params_chunk = -1;
 
   float acc0[kAcc], acc1[kAcc];  // m64 blocks p = 0 and p = 1
@@ -460,6 +491,19 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       ws_item_coords<Cfg>(item, a, chunk0, vtile0);
       const int64_t b = chunk0 * kNB + ctid;
       if (ctid < kNB && b < B) grid_best = ld_relaxed_u64(a.winners + b);
+    }
+    unsigned long long grid_few[kEpi == Epi::kSampleFew ? kPrunedSamples : 1];
+#pragma unroll
+    for (int s = 0; s < (kEpi == Epi::kSampleFew ? kPrunedSamples : 1); ++s) grid_few[s] = 0ull;
+    if constexpr (kEpi == Epi::kSampleFew) {
+      int64_t chunk0, vtile0;
+      ws_item_coords<Cfg>(item, a, chunk0, vtile0);
+      const int64_t b = chunk0 * kNB + ctid;
+      if (ctid < kNB && b < B) {
+#pragma unroll
+        for (int s = 0; s < kPrunedSamples; ++s)
+          if (s < a.num_samples) grid_few[s] = ld_relaxed_u64(a.winners + b * a.num_samples + s);
+      }
     }
     if (j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
 
@@ -497,6 +541,11 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
     if constexpr (kEpi == Epi::kSampleOne) {
       if (grid_best != 0ull) atomicMax(&win_packed_s[cw][ctid], grid_best);
+    }
+    if constexpr (kEpi == Epi::kSampleFew) {
+#pragma unroll
+      for (int s = 0; s < kPrunedSamples; ++s)
+        if (grid_few[s] != 0ull) atomicMax(&win_few_s[cw][s][ctid], grid_few[s]);
     }
     if constexpr (kEpi != Epi::kStore) {
       if (chunk != params_chunk) {  // uniform over the consumer warpgroup
@@ -551,7 +600,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
             acc0[e] = acc0[e + 4];
             acc1[e] = acc1[e + 4];
           }
-          quads_update_pruned<2>(l, rp, 0u, vq + a.vocab_base, vend, thr, bs, bk);
+          quads_update_pruned<2, false, 4>(l, rp, 0u, vq + a.vocab_base, vend, thr, bs, bk);
           // A lane whose best beats the winner it read raises it: no cross-lane reduction per
           // trip.
 #pragma unroll
@@ -563,9 +612,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
         }
       }
     } else {
-      // kStore, kSampleMany: kSampleMany rolled like kSampleOne (kStore's code is small; its
-      // unrolled stores stay).
-      constexpr bool kRoll = kEpi == Epi::kSampleMany;
+      // kStore, kSampleFew, kSampleMany: the sampling ones rolled like kSampleOne (kStore's code is
+      // small; its unrolled stores stay).
+      constexpr bool kRoll = kEpi == Epi::kSampleMany || kEpi == Epi::kSampleFew;
 #pragma unroll
       for (int nt0 = 0; nt0 < (kRoll ? 1 : kNT); ++nt0) {
 #pragma unroll 1
@@ -582,6 +631,43 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               acc0[e] = acc0[e + 4];
               acc1[e] = acc1[e + 4];
             }
+          }
+          if constexpr (kEpi == Epi::kSampleFew) {  // both columns of the group, each sample pruned as kSampleOne's
+            RowParams rp[2];
+            int64_t vend[2];
+            int nn[2];
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              const int n = nt * 8 + t4 * 2 + jj;
+              const int64_t b = b0 + n;
+              nn[jj] = n;
+              vend[jj] = b < B ? V + a.vocab_base : 0;
+              rp[jj].inv_temperature = row_inv_t[cw][n];
+              rp[jj].greedy = row_greedy[cw][n] != 0;
+              rp[jj].seed = row_seed[cw][n];
+              rp[jj].offset = row_offset[cw][n];
+              rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+            }
+            for (int s = 0; s < a.num_samples; ++s) {
+              float thr[2], bs[2];
+              uint32_t bk[2];
+              unsigned long long thr_packed[2];
+#pragma unroll
+              for (int jj = 0; jj < 2; ++jj) {
+                thr_packed[jj] = ld_relaxed_shared_u64(&win_few_s[cw][s][nn[jj]]);
+                thr[jj] = packed_score(thr_packed[jj]);
+                bs[jj] = -INFINITY;
+                bk[jj] = kNoToken;
+              }
+              quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, thr, bs, bk);
+#pragma unroll
+              for (int jj = 0; jj < 2; ++jj)
+                if (bk[jj] != kNoToken) {
+                  const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
+                  if (c > thr_packed[jj]) atomicMax(&win_few_s[cw][s][nn[jj]], c);
+                }
+            }
+            continue;
           }
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
@@ -620,6 +706,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     if constexpr (kEpi == Epi::kSampleOne)
       ws_flush_or_publish<Cfg, kItemStep, 128>(a, win_packed_s[cw], kParamsBarrier + cw, ctid, j, my_items, item,
                                                chunk, b0, B, grid_best);
+    if constexpr (kEpi == Epi::kSampleFew)
+      ws_flush_or_publish<Cfg, kItemStep, 128, kPrunedSamples>(a, win_few_s[cw], a.num_samples, kParamsBarrier + cw,
+                                                               ctid, j, my_items, item, chunk, b0, B, grid_few);
   }
 #else
   __trap();  // sm_90a only
