@@ -342,9 +342,9 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
     }
   });
 
-  // Small numSamples (the kSampleMany epilogue; the other tests draw S >= 5) against the Gumbel
-  // reference and against a larger S, whose first samples must be the same draws. Batches 1 ... 130
-  // cover the 16-, 32-, 64- and 128-column tiles.
+  // numSamples 2-4 (the kSampleFew epilogue: each sample's draw pruned against its running winner)
+  // against the Gumbel reference and against numSamples 5 (kSampleMany, unpruned), whose first
+  // samples must be the same draws. Batches 1 ... 130 cover the 16-, 32-, 64- and 128-column tiles.
   for (const B of [1, 3, 20, 40, 99, 130]) {
     test(`numSamples 2, 3, 4 at B=${B}: fused = reference(gumbel) and = samples 0..S-1 of numSamples 5`, async () => {
       const prob = randomProblem(B, 1000, 64, 'bf16', 500 + B);
