@@ -50,6 +50,7 @@ constexpr double kMaxSpan = 128.0;    // (max - l) / T beyond this shares the la
 constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the draw
 constexpr int kSampleThreads = 256;
 constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
+constexpr int kDrawSlotsInFlight = 32; // the same for the draw, whose blocks are half as large
 constexpr int kMaxTopLogprobs = 1024;
 constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
@@ -299,8 +300,14 @@ __global__ void __launch_bounds__(kLogitThreads)
         find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
     const int hrow = s_stored[g] ? -1 : s_rows[g];
     const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
-    const int64_t k_chunks = all_stored ? 0 : chunks;  // no read of W for a group the epilogue stored
     PartAcc acc;
+    if (all_stored) {  // (block-uniform) no read of W: the group's rows are read back, no barrier a task
+      for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x)
+        store_task(p, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
+      if (first + warp < F) write_part(w, first + warp, acc);
+      __syncthreads();  // s_rows is rewritten by the next group
+      continue;
+    }
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
       const int64_t v0 = task * kTileRows;
       const T* w_row[2][2];
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(kLogitThreads)
         }
       float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll 2
-      for (int64_t chunk = warp; chunk < k_chunks; chunk += kLogitWarps) {
+      for (int64_t chunk = warp; chunk < chunks; chunk += kLogitWarps) {
         uint4 a[2][2][2], hb[2];  // [tile][half (row g / g + 8)][offset], [offset]
 #pragma unroll
         for (int off = 0; off < 2; ++off) {
@@ -925,6 +932,7 @@ __global__ void __launch_bounds__(kDecideThreads)
   for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
+    if (!needs_cut(p, c) && blockIdx.x != 0) continue;  // (block-uniform) no histogram: block 0 writes the shape
     const RowShape s = row_shape(w, slot, c, V);
     if (blockIdx.x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
     const float* row = row_logits + b * V;
@@ -1271,7 +1279,8 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                                 flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(sample_kernel, rows_grid, dim3(kSampleThreads), 0, stream, programmatic, p,
+    const dim3 draw_grid(kRowBlocks, static_cast<unsigned>(B < kDrawSlotsInFlight ? B : kDrawSlotsInFlight));
+    err = detail::launch_kernel(sample_kernel, draw_grid, dim3(kSampleThreads), 0, stream, programmatic, p,
                                 flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, flagged_count, stream);

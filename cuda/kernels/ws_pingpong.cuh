@@ -667,33 +667,34 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
                   if (c > thr_packed[jj]) atomicMax(&win_few_s[cw][s][nn[jj]], c);
                 }
             }
-            continue;
-          }
+          } else {
 #pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const int n = nt * 8 + t4 * 2 + jj;
-            const int64_t b = b0 + n;
-            const bool col_ok = b < B;
-            if constexpr (kEpi == Epi::kStore) {
-              if (col_ok) {
+            for (int jj = 0; jj < 2; ++jj) {
+              const int n = nt * 8 + t4 * 2 + jj;
+              const int64_t b = b0 + n;
+              const bool col_ok = b < B;
+              if constexpr (kEpi == Epi::kStore) {
+                if (col_ok) {
 #pragma unroll
-                for (int o = 0; o < 4; ++o)
-                  if (vq + o < V) a.logits[b * V + vq + o] = l[jj][o];
-              }
-            } else {
-              RowParams rp;
-              rp.inv_temperature = row_inv_t[cw][n];
-              rp.greedy = row_greedy[cw][n] != 0;
-              rp.seed = row_seed[cw][n];
-              rp.offset = row_offset[cw][n];
-              rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-              for (int s = 0; s < a.num_samples; ++s) {
-                float best_s;
-                uint32_t best_k;
-                best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? V + a.vocab_base : 0, best_s, best_k);
-                warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
-                if (g == 0 && col_ok && best_k != kNoToken)
-                  atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+                  for (int o = 0; o < 4; ++o)
+                    if (vq + o < V) a.logits[b * V + vq + o] = l[jj][o];
+                }
+              } else {
+                RowParams rp;
+                rp.inv_temperature = row_inv_t[cw][n];
+                rp.greedy = row_greedy[cw][n] != 0;
+                rp.seed = row_seed[cw][n];
+                rp.offset = row_offset[cw][n];
+                rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+                for (int s = 0; s < a.num_samples; ++s) {
+                  float best_s;
+                  uint32_t best_k;
+                  best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? V + a.vocab_base : 0,
+                               best_s, best_k);
+                  warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
+                  if (g == 0 && col_ok && best_k != kNoToken)
+                    atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+                }
               }
             }
           }
