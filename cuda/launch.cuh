@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -180,11 +181,17 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
 
 // The two tensor maps of a kTma ws tile (WsTensorMaps): natural row order, SW128, zeros outside.
 // False when the shape cannot be described (int32 coordinates, 16-byte row pitch) or the driver
-// refuses; the caller then runs the cp.async twin of the tile.
+// refuses, and always under FLASHSAMPLE_NO_TENSOR_MAPS (the tests' way into that row of the
+// dispatch table, and an escape hatch like FLASHSAMPLE_NO_WGMMA); the caller then runs the cp.async
+// twin of the ping-pong tile.
 template <class Cfg>
 bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promotion, WsTensorMaps* maps) {
+  static const bool disabled = [] {
+    const char* e = std::getenv("FLASHSAMPLE_NO_TENSOR_MAPS");
+    return e != nullptr && e[0] != '\0' && e[0] != '0';
+  }();
   const TensorMapEncodeTiled encode = tensor_map_encoder();
-  if (encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
+  if (disabled || encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
       a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
     return false;
   const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

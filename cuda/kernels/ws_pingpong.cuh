@@ -92,7 +92,7 @@ namespace detail {
 // Items are vtile-major (item -> vtile = item / num_chunks, chunk = item % num_chunks): the
 // num_chunks items of one vocabulary tile run on neighbouring CTAs at about the same time, so the W
 // tile is read from HBM once, then from L2.
-// The kSampleOne and kSampleMany epilogues are rolled loops over the n8 column groups (the
+// The sampling epilogues are rolled loops over the n8 column groups (the
 // accumulators rotated down by one group per trip): unrolled, the kernel's code was 170 KB at N = 64
 // and 316 KB at N = 128, far beyond the instruction caches, and the epilogue ran ~25x slower than
 // its instruction count.
@@ -398,14 +398,14 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   __shared__ float row_inv_t[2][kNB];
   __shared__ unsigned long long row_seed[2][kNB], row_offset[2][kNB];
   __shared__ uint8_t row_greedy[2][kNB];
-  // Running winner (S = 1) of each (consumer, column), packed (pack_candidate): raised with a
-  // shared-memory atomicMax by any lane whose candidate beats the value it read (the max of packed
-  // candidates does not depend on the order), merged with the grid's winners before each item's
-  // epilogue, published to them after it.
-  __shared__ unsigned long long win_packed_s[2][kNB];
-  // kSampleFew: the same, a word per (consumer, sample, column), so that each sample's draw is
-  // pruned as kSampleOne's is.
-  __shared__ unsigned long long win_few_s[2][kEpi == Epi::kSampleFew ? kPrunedSamples : 1][kNB];
+  // kSampleOne and kSampleFew (kPruned): the running winner of each (consumer, sample, column),
+  // packed (pack_candidate): the threshold of the sample's pruned draw in that column, raised with
+  // a shared-memory atomicMax by any lane whose candidate beats the value it read (the max of
+  // packed candidates does not depend on the order), merged with the grid's winners before each
+  // item's epilogue, published to them after it.
+  constexpr bool kPruned = kEpi == Epi::kSampleOne || kEpi == Epi::kSampleFew;
+  constexpr int kSlots = kEpi == Epi::kSampleFew ? kPrunedSamples : 1;
+  __shared__ unsigned long long win_s[2][kSlots][kNB];
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;  // warpgroup: 0 producer, 1 and 2 consumers (uniform per warp)
@@ -458,13 +458,10 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   const int lane = tid & 31, wi = (tid >> 5) & 3;
   const int g = lane >> 2, t4 = lane & 3;
 
-  if constexpr (kEpi == Epi::kSampleOne) {
-    for (int n = ctid; n < kNB; n += 128) win_packed_s[cw][n] = 0ull;
+  if constexpr (kPruned) {
+    for (int i = ctid; i < kSlots * kNB; i += 128) win_s[cw][i / kNB][i % kNB] = 0ull;
     // (ordered before the first epilogue's reads by the params barrier there: the first item
     // always loads its chunk's parameters)
-  }
-  if constexpr (kEpi == Epi::kSampleFew) {
-    for (int i = ctid; i < kPrunedSamples * kNB; i += 128) win_few_s[cw][i / kNB][i % kNB] = 0ull;
   }
   int64_t params_chunk = -1;
 
@@ -485,24 +482,18 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // now, merged after the K loop, so the load's latency is hidden. A candidate that exists is a
     // valid pruning threshold wherever it was found, and with ~4 items per consumer at B = 128 the
     // consumer's own winners alone stay weak (B = 128 -5 %, B = 256 -12 % with this read).
-    unsigned long long grid_best = 0ull;
-    if constexpr (kEpi == Epi::kSampleOne) {
-      int64_t chunk0, vtile0;
-      ws_item_coords<Cfg>(item, a, chunk0, vtile0);
-      const int64_t b = chunk0 * kNB + ctid;
-      if (ctid < kNB && b < B) grid_best = ld_relaxed_u64(a.winners + b);
-    }
-    unsigned long long grid_few[kEpi == Epi::kSampleFew ? kPrunedSamples : 1];
+    unsigned long long grid_best[kSlots];
 #pragma unroll
-    for (int s = 0; s < (kEpi == Epi::kSampleFew ? kPrunedSamples : 1); ++s) grid_few[s] = 0ull;
-    if constexpr (kEpi == Epi::kSampleFew) {
+    for (int s = 0; s < kSlots; ++s) grid_best[s] = 0ull;
+    if constexpr (kPruned) {
       int64_t chunk0, vtile0;
       ws_item_coords<Cfg>(item, a, chunk0, vtile0);
       const int64_t b = chunk0 * kNB + ctid;
+      const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
       if (ctid < kNB && b < B) {
 #pragma unroll
-        for (int s = 0; s < kPrunedSamples; ++s)
-          if (s < a.num_samples) grid_few[s] = ld_relaxed_u64(a.winners + b * a.num_samples + s);
+        for (int s = 0; s < kSlots; ++s)
+          if (s < samples) grid_best[s] = ld_relaxed_u64(a.winners + b * samples + s);
       }
     }
     if (j >= 1) named_bar_sync(kTurnBarrier + cw, 256);  // item j - 1's wgmmas are all issued
@@ -539,13 +530,10 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     const int64_t vq = Cfg::kTma ? v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2)
                                  : v0 + wi * 32 + 4 * g;
 
-    if constexpr (kEpi == Epi::kSampleOne) {
-      if (grid_best != 0ull) atomicMax(&win_packed_s[cw][ctid], grid_best);
-    }
-    if constexpr (kEpi == Epi::kSampleFew) {
+    if constexpr (kPruned) {
 #pragma unroll
-      for (int s = 0; s < kPrunedSamples; ++s)
-        if (grid_few[s] != 0ull) atomicMax(&win_few_s[cw][s][ctid], grid_few[s]);
+      for (int s = 0; s < kSlots; ++s)
+        if (grid_best[s] != 0ull) atomicMax(&win_s[cw][s][ctid], grid_best[s]);
     }
     if constexpr (kEpi != Epi::kStore) {
       if (chunk != params_chunk) {  // uniform over the consumer warpgroup
@@ -561,60 +549,12 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
     // vocabulary vq + o with o = 2p + h: block p, accumulator row half h; column c = 2 nt + jj
     // of this thread is batch column n = 8 nt + 2 t4 + jj.
-    if constexpr (kEpi == Epi::kSampleOne) {
-      // Per n8 group: its two columns (jj = 0, 1) together (quads_update_pruned<2>: one branch for
-      // both Philox calls). Rolled: group nt's accumulators are always at the front of acc0 /
+    {
+      // The sampling epilogues rolled: group nt's accumulators are always at the front of acc0 /
       // acc1, the rest rotated down by 4 after each trip (compile-time register indices; the
-      // rotation is 2 (kAcc - 4) register moves per trip).
-      {
-#pragma unroll 1
-        for (int nt = 0; nt < kNT; ++nt) {
-          constexpr int e0 = 0;  // this group's accumulators are at the front
-          float l[2][4], thr[2], bs[2];
-          uint32_t bk[2];
-          unsigned long long thr_packed[2];
-          RowParams rp[2];
-          int64_t vend[2];
-          int nn[2];
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const int n = nt * 8 + t4 * 2 + jj;
-            const int64_t b = b0 + n;
-            nn[jj] = n;
-            vend[jj] = b < B ? V + a.vocab_base : 0;  // global ids: a shard's noise and tokens
-            quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
-            rp[jj].inv_temperature = row_inv_t[cw][n];
-            rp[jj].greedy = row_greedy[cw][n] != 0;
-            rp[jj].seed = row_seed[cw][n];
-            rp[jj].offset = row_offset[cw][n];
-            rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-            // Threshold: the score of the column's running winner (a real candidate of the row,
-            // or -Inf), so the pruning is exact.
-            thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[cw][n]);
-            thr[jj] = packed_score(thr_packed[jj]);
-            bs[jj] = -INFINITY;
-            bk[jj] = kNoToken;
-          }
-#pragma unroll
-          for (int e = 0; e + 4 < kAcc; ++e) {
-            acc0[e] = acc0[e + 4];
-            acc1[e] = acc1[e + 4];
-          }
-          quads_update_pruned<2, false, 4>(l, rp, 0u, vq + a.vocab_base, vend, thr, bs, bk);
-          // A lane whose best beats the winner it read raises it: no cross-lane reduction per
-          // trip.
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj)
-            if (bk[jj] != kNoToken) {
-              const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
-              if (c > thr_packed[jj]) atomicMax(&win_packed_s[cw][nn[jj]], c);
-            }
-        }
-      }
-    } else {
-      // kStore, kSampleFew, kSampleMany: the sampling ones rolled like kSampleOne (kStore's code is
-      // small; its unrolled stores stay).
-      constexpr bool kRoll = kEpi == Epi::kSampleMany || kEpi == Epi::kSampleFew;
+      // rotation is 2 (kAcc - 4) register moves per trip). kStore's code is small: its unrolled
+      // stores stay.
+      constexpr bool kRoll = kEpi != Epi::kStore;
 #pragma unroll
       for (int nt0 = 0; nt0 < (kRoll ? 1 : kNT); ++nt0) {
 #pragma unroll 1
@@ -632,7 +572,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               acc1[e] = acc1[e + 4];
             }
           }
-          if constexpr (kEpi == Epi::kSampleFew) {  // both columns of the group, each sample pruned as kSampleOne's
+          if constexpr (kPruned) {
+            // Per n8 group: its two columns (jj = 0, 1) together (quads_update_pruned<2>: one branch
+            // for both Philox calls), each sample's draw pruned against its column's running winner
             RowParams rp[2];
             int64_t vend[2];
             int nn[2];
@@ -641,30 +583,33 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               const int n = nt * 8 + t4 * 2 + jj;
               const int64_t b = b0 + n;
               nn[jj] = n;
-              vend[jj] = b < B ? V + a.vocab_base : 0;
+              vend[jj] = b < B ? V + a.vocab_base : 0;  // global ids: a shard's noise and tokens
               rp[jj].inv_temperature = row_inv_t[cw][n];
               rp[jj].greedy = row_greedy[cw][n] != 0;
               rp[jj].seed = row_seed[cw][n];
               rp[jj].offset = row_offset[cw][n];
               rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
             }
-            for (int s = 0; s < a.num_samples; ++s) {
+            const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
+            for (int s = 0; s < samples; ++s) {
               float thr[2], bs[2];
               uint32_t bk[2];
               unsigned long long thr_packed[2];
 #pragma unroll
               for (int jj = 0; jj < 2; ++jj) {
-                thr_packed[jj] = ld_relaxed_shared_u64(&win_few_s[cw][s][nn[jj]]);
+                // the score of the column's running winner (a real candidate of the row, or -Inf)
+                thr_packed[jj] = ld_relaxed_shared_u64(&win_s[cw][s][nn[jj]]);
                 thr[jj] = packed_score(thr_packed[jj]);
                 bs[jj] = -INFINITY;
                 bk[jj] = kNoToken;
               }
               quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, thr, bs, bk);
+              // A lane whose best beats the winner it read raises it: no cross-lane reduction per trip.
 #pragma unroll
               for (int jj = 0; jj < 2; ++jj)
                 if (bk[jj] != kNoToken) {
                   const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
-                  if (c > thr_packed[jj]) atomicMax(&win_few_s[cw][s][nn[jj]], c);
+                  if (c > thr_packed[jj]) atomicMax(&win_s[cw][s][nn[jj]], c);
                 }
             }
           } else {
@@ -704,12 +649,10 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
     // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
 
-    if constexpr (kEpi == Epi::kSampleOne)
-      ws_flush_or_publish<Cfg, kItemStep, 128>(a, win_packed_s[cw], kParamsBarrier + cw, ctid, j, my_items, item,
-                                               chunk, b0, B, grid_best);
-    if constexpr (kEpi == Epi::kSampleFew)
-      ws_flush_or_publish<Cfg, kItemStep, 128, kPrunedSamples>(a, win_few_s[cw], a.num_samples, kParamsBarrier + cw,
-                                                               ctid, j, my_items, item, chunk, b0, B, grid_few);
+    if constexpr (kPruned)
+      ws_flush_or_publish<Cfg, kItemStep, 128, kSlots>(a, win_s[cw], kEpi == Epi::kSampleOne ? 1 : a.num_samples,
+                                                       kParamsBarrier + cw, ctid, j, my_items, item, chunk, b0, B,
+                                                       grid_best);
   }
 #else
   __trap();  // sm_90a only
