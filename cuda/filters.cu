@@ -7,10 +7,18 @@
 // (logit desc, index asc), found by radix selection on a 64-bit order key with count weights
 // (top-k) or probability-mass weights (top-p) in float64.
 //
-// Fused pass: the vocabulary goes through in chunks of kChunkVocab entries. Each chunk's [B, chunk]
-// fp32 logits (4 MB at B = 64) are produced by the fused kernel's own GEMM main loop and consumed
-// right away while they are still in L2; what survives per row is O(kCandidateCap): the online
-// max / sum of exponentials, counts, the running Gumbel winner per sample and the candidates.
+// One pass (compute capability 9.0, bf16 / f16 16-byte rows; launch_one_pass_filtered): the split
+// kernel's filtered epilogue (kernels/filter_epilogue.cuh) writes per-tile summaries and each row's
+// candidates; decide_one_pass_kernel decides a row from them (decide_prefix in shared memory, or
+// decide_row over the compacted prefix) and draws every sample of a filtered row from its kept
+// keys; the rows it cannot decide, and with several samples the rows that keep every token, are
+// finished by the extra pass (extra_pass.cu).
+//
+// Chunked pass (every other call): the vocabulary goes through in chunks of kChunkVocab entries.
+// Each chunk's [B, chunk] fp32 logits (4 MB at B = 64) are produced by the fused kernel's own GEMM
+// main loop and consumed right away while they are still in L2; what survives per row is
+// O(kCandidateCap): the online max / sum of exponentials, counts, the running Gumbel winner per
+// sample and the candidates.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>

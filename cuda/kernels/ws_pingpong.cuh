@@ -1,8 +1,9 @@
 // wgmma_ws_tma_kernel / wgmma_ws_kernel: the warp-specialized ping-pong kernel (sm_90a). The fused
 // sampling epilogue of one work item runs while the other consumer warpgroup's wgmmas run. On
 // compute capability 9.0 it serves the reference's logits (kStore), several samples per row
-// (kSampleMany), and one sample per row where the split tile's tensor maps cannot be encoded
-// (dispatch.cuh); ws_split.cuh reuses its producer and its k-slice MMAs.
+// (kSampleFew, each draw pruned, up to kPrunedSamples; kSampleMany beyond), and one sample per row
+// where the split tile's tensor maps cannot be encoded (kSampleOne, kSampleFew's code with one slot;
+// dispatch.cuh); ws_split.cuh reuses its producer and its k-slice MMAs.
 // Two producers of the same ring: wgmma_ws_tma_kernel (kTma tiles) has one thread issue bulk tensor
 // copies of W in natural row order; wgmma_ws_kernel, its cp.async twin, runs where tensor maps
 // cannot be encoded (same tile, same results).
