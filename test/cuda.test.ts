@@ -9,6 +9,7 @@ import {
   MAX_S,
   addInto,
   agreement,
+  differences,
   cudaStatus,
   draw,
   goodnessOfFit,
@@ -351,8 +352,6 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
       try {
         const temperature = Float32Array.from({ length: B }, (_, b) => (b % 7 === 3 ? 0 : 0.6 + 0.1 * (b % 5)));
         const seed = BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b));
-        const differences = (x: Int32Array, y: Int32Array) =>
-          Array.from(x.keys()).filter((i) => x[i] !== y[i]).slice(0, 4).map((i) => `[${i}] ${x[i]} != ${y[i]}`);
         for (const S of [2, 3, 4]) {
           for (let offset = 0; offset < 6; offset++) {
             const o: SampleOptions = { seed: offset % 2 === 0 ? 17n : seed, offset: BigInt(offset), numSamples: S, temperature };

@@ -20,6 +20,7 @@ import {
   keptDistribution,
   makeMask,
   makeTensor,
+  mixedRowOptions,
   plantLogits,
   rowOptions,
   safeTopP,
@@ -197,19 +198,7 @@ describeDevices((devName, dev) => {
       { temperature: 0.9 },
     ];
     function mixOptions(B: number, offset: number): SampleOptions {
-      const temperature = new Float32Array(B);
-      const topK = new Int32Array(B);
-      const topP = new Float32Array(B).fill(1);
-      const minP = new Float32Array(B);
-      for (let b = 0; b < B; b++) {
-        const s = specs[b % specs.length];
-        temperature[b] = s.temperature ?? 1;
-        topK[b] = s.topK ?? 0;
-        topP[b] = s.topP ?? 1;
-        minP[b] = s.minP ?? 0;
-      }
-      const seed = BigUint64Array.from({ length: B }, (_, b) => BigInt(1000 + b));
-      return { seed, offset, temperature, topK, topP, minP, logprobs: true, topLogprobs: 5 };
+      return { ...mixedRowOptions(specs, B, offset, 1000), logprobs: true, topLogprobs: 5 };
     }
     /** Tokens, logprobs and topLogprobs of fused against reference(gumbel); the rows the extra pass took. */
     async function compare(p: { H: import('../lib/index').Tensor; W: import('../lib/index').Tensor }, B: number, calls: number) {

@@ -13,11 +13,13 @@ import {
   addInto,
   agreement,
   describeDevices,
+  differences,
   dominantLogits,
   flatLogits,
   goodnessOfFit,
   keptDistribution,
   makeMask,
+  mixedRowOptions,
   plantLogits,
   rowCounts,
   rowOptions,
@@ -38,27 +40,7 @@ const SPECS: FilterSpec[] = [
 ];
 
 function mixOptions(B: number, offset: number, S: number, extra: SampleOptions = {}): SampleOptions {
-  const temperature = new Float32Array(B);
-  const topK = new Int32Array(B);
-  const topP = new Float32Array(B).fill(1);
-  const minP = new Float32Array(B);
-  for (let b = 0; b < B; b++) {
-    const s = SPECS[b % SPECS.length];
-    temperature[b] = s.temperature ?? 1;
-    topK[b] = s.topK ?? 0;
-    topP[b] = s.topP ?? 1;
-    minP[b] = s.minP ?? 0;
-  }
-  const seed = BigUint64Array.from({ length: B }, (_, b) => BigInt(2000 + b));
-  return { seed, offset, temperature, topK, topP, minP, numSamples: S, ...extra };
-}
-
-/** Indices (first four) where two token arrays differ. */
-function differences(x: Int32Array, y: Int32Array): string[] {
-  return Array.from(x.keys())
-    .filter((i) => x[i] !== y[i])
-    .slice(0, 4)
-    .map((i) => `[${i}] ${x[i]} != ${y[i]}`);
+  return { ...mixedRowOptions(SPECS, B, offset, 2000), numSamples: S, ...extra };
 }
 
 /** Sample 0 of each row. */

@@ -483,6 +483,26 @@ export function rowOptions(B: number, spec: FilterSpec, offset: number): SampleO
   return o;
 }
 
+/**
+ * Per-row options cycling through `specs` (row b takes specs[b % specs.length]): temperature,
+ * topK, topP and minP as arrays, and per-row seeds seedBase + b.
+ */
+export function mixedRowOptions(specs: FilterSpec[], B: number, offset: number, seedBase: number): SampleOptions {
+  const temperature = new Float32Array(B);
+  const topK = new Int32Array(B);
+  const topP = new Float32Array(B).fill(1);
+  const minP = new Float32Array(B);
+  for (let b = 0; b < B; b++) {
+    const s = specs[b % specs.length];
+    temperature[b] = s.temperature ?? 1;
+    topK[b] = s.topK ?? 0;
+    topP[b] = s.topP ?? 1;
+    minP[b] = s.minP ?? 0;
+  }
+  const seed = BigUint64Array.from({ length: B }, (_, b) => BigInt(seedBase + b));
+  return { seed, offset, temperature, topK, topP, minP };
+}
+
 export interface Kept {
   probs: Float64Array;          // normalized, 0 outside the kept set
   logprob: Float64Array;        // log p (−Infinity outside)
@@ -738,6 +758,13 @@ export function agreement(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let same = 0;
   for (let i = 0; i < a.length; i++) if (a[i] === b[i]) same++;
   return same / a.length;
+}
+
+/** The first four indices where two token arrays differ, as "[i] x != y". */
+export function differences(x: ArrayLike<number>, y: ArrayLike<number>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < x.length && out.length < 4; i++) if (x[i] !== y[i]) out.push(`[${i}] ${x[i]} != ${y[i]}`);
+  return out;
 }
 
 export interface DeviceCase {
