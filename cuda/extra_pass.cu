@@ -1007,8 +1007,8 @@ __global__ void __launch_bounds__(kDecideThreads)
 // ---- 3. the draw ----------------------------------------------------------------------------------
 // grid (kRowBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
 // quad with a kept value), with its kept count and float64 mass; the row's last block merges the
-// blocks in block order and writes the row. Samples 1 .. S-1 scan the slice again (from L1/L2),
-// each with its own noise stream.
+// blocks in block order and writes the row. A scan draws kSamplesPerScan samples, each with its
+// own noise stream; more samples scan the slice again (from L1/L2).
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
