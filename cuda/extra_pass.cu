@@ -97,6 +97,8 @@ struct Work {
   unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
   uint32_t* gather_count;        // [B]
   uint32_t* cut_done;            // [B]: blocks done gathering
+  const uint8_t* stored_tiles;   // [B, num_vtiles] or nullptr (launch_extra_pass)
+  int64_t num_vtiles;
 };
 
 // ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
@@ -193,6 +195,18 @@ __device__ void clear_row_state(const Work& w, int F, int64_t B) {
   }
 }
 
+// Whether the one-pass epilogue stored group row n's logits of vocabulary v's tile of 128: the row
+// is flagged 2 (stored[n]), wholly stored or, with stored_tiles, stored on that tile.
+__device__ __forceinline__ bool tile_stored(const Work& w, const int* rows, const int* stored, int n, int64_t v) {
+  return stored[n] && (w.stored_tiles == nullptr || w.stored_tiles[rows[n] * w.num_vtiles + (v >> 7)] != 0);
+}
+// Whether every row of the group was stored on the tile of the task at v0 (block-uniform).
+__device__ __forceinline__ bool task_stored(const Work& w, const int* rows, const int* stored, int64_t v0) {
+  bool all = true;
+  for (int n = 0; n < kGroup; ++n) all = all && (rows[n] < 0 || tile_stored(w, rows, stored, n, v0));
+  return all;
+}
+
 struct PartAcc {
   float mx = -INFINITY, mn = INFINITY;
   uint32_t valid = 0, posinf = 0;
@@ -201,8 +215,8 @@ struct PartAcc {
 
 // Sums of the task (s_sum[vrow][slot]) -> raw logits of the flagged rows, plus the statistics of
 // their candidate values: thread (warp n, lane r) takes row n of the group, vocabulary row r. A
-// row the one-pass epilogue stored (stored[n]) is read back instead.
-__device__ __forceinline__ void store_task(const SampleParams& p, const float (*s_sum)[kGroup + 1],
+// row the one-pass epilogue stored on this tile (tile_stored) is read back instead.
+__device__ __forceinline__ void store_task(const SampleParams& p, const Work& w, const float (*s_sum)[kGroup + 1],
                                            const int* rows, const int* stored, int64_t v0, float* row_logits,
                                            PartAcc& acc) {
   const int n = threadIdx.x >> 5, r = threadIdx.x & 31;
@@ -211,7 +225,7 @@ __device__ __forceinline__ void store_task(const SampleParams& p, const float (*
   if (b < 0 || v >= p.vocab) return;
   float* const at = row_logits + static_cast<int64_t>(b) * p.vocab + v;
   float raw;
-  if (stored[n]) {
+  if (tile_stored(w, rows, stored, n, v0)) {
     raw = *at;
   } else {
     raw = s_sum[r][n];
@@ -297,19 +311,24 @@ __global__ void __launch_bounds__(kLogitThreads)
   const int64_t chunks = (D + 63) / 64;
   for (int first = 0; first < F; first += kGroup) {
     const bool all_stored =
-        find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
-    const int hrow = s_stored[g] ? -1 : s_rows[g];
+        find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr) &&
+        w.stored_tiles == nullptr;
+    const int hrow = s_stored[g] && w.stored_tiles == nullptr ? -1 : s_rows[g];
     const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
     PartAcc acc;
     if (all_stored) {  // (block-uniform) no read of W: the group's rows are read back, no barrier a task
       for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x)
-        store_task(p, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
+        store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
       if (first + warp < F) write_part(w, first + warp, acc);
       __syncthreads();  // s_rows is rewritten by the next group
       continue;
     }
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
       const int64_t v0 = task * kTileRows;
+      if (task_stored(w, s_rows, s_stored, v0)) {  // (block-uniform) no read of W for this task
+        store_task(p, w, s_sum, s_rows, s_stored, v0, row_logits, acc);
+        continue;
+      }
       const T* w_row[2][2];
 #pragma unroll
       for (int tile = 0; tile < 2; ++tile)
@@ -360,7 +379,7 @@ __global__ void __launch_bounds__(kLogitThreads)
         s_sum[lane][warp] = s;
       }
       __syncthreads();
-      store_task(p, s_sum, s_rows, s_stored, v0, row_logits, acc);
+      store_task(p, w, s_sum, s_rows, s_stored, v0, row_logits, acc);
     }
     if (first + warp < F) write_part(w, first + warp, acc);
     __syncthreads();  // s_rows is rewritten by the next group
@@ -393,6 +412,10 @@ __global__ void __launch_bounds__(kLogitThreads)
     find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
     PartAcc acc;
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
+      if (task_stored(w, s_rows, s_stored, task * kTileRows)) {  // (block-uniform) no read of W
+        store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
+        continue;
+      }
       const int64_t v0 = task * kTileRows + warp * kRowsPerWarp;
       float sum[kRowsPerWarp][kGroup];
 #pragma unroll
@@ -422,7 +445,7 @@ __global__ void __launch_bounds__(kLogitThreads)
           if (lane == 0) s_sum[warp * kRowsPerWarp + i][n] = s;
         }
       __syncthreads();
-      store_task(p, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
+      store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
       __syncthreads();
     }
     if (first + warp < F) write_part(w, first + warp, acc);
@@ -1224,7 +1247,7 @@ cudaError_t extra_pass_workspace_bytes(const SampleParams& p, size_t* bytes) {
 }
 
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
-                              float* row_logits, cudaStream_t stream) {
+                              float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream) {
   if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr || p.num_samples < 1 ||
       p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
     return cudaErrorInvalidValue;
@@ -1254,6 +1277,8 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
   w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
   w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
+  w.stored_tiles = stored_tiles;
+  w.num_vtiles = (p.vocab + 127) / 128;
 
   // Five kernels that return at once when no row was flagged (the common case): each is launched
   // programmatically, and the four after the logits kernel read the final flagged count before

@@ -1829,7 +1829,8 @@ __global__ void __launch_bounds__(kThreads)
   const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
   const bool greedy = c.temperature == 0.0f;
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
-  // 2: the epilogue stored the row's logits (the extra pass reads them, not W)
+  // 2: the epilogue stored the row's logits, or with stored_tiles the tiles marked there (the extra
+  // pass reads those, not W)
   const int32_t flag_value =
       f.row_logits != nullptr && (f.store_all || detail::row_stores_logits(c.top_k, c.top_p, greedy)) ? 2 : 1;
   auto flag = [&]() {
@@ -2108,8 +2109,12 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, top, theta, drop, hist, zeroed, tiles, val, idx, fb, bytes;
+  size_t win, count, top, theta, drop, hist, marks, zeroed, tiles, val, idx, fb, bytes;
 };
+
+// Top-p rows store only the tiles they choose (row_looks_wide), except in raw mode, where every row
+// stores every tile.
+bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr && !reports_raw_logprobs(p); }
 
 OnePassLayout one_pass_layout(const SampleParams& p) {
   const size_t B = static_cast<size_t>(p.batch);
@@ -2123,6 +2128,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.theta = layout.take(B * sizeof(uint32_t));
   l.drop = layout.take(B * sizeof(uint32_t));
   l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
+  l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
   l.val = layout.take(B * cap * sizeof(float));
@@ -2252,6 +2258,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     if (p.top_p != nullptr || store_all) f.row_logits = row_logits;
     f.store_all = store_all ? 1 : 0;
   }
+  f.stored_tiles = f.row_logits != nullptr && !f.store_all ? ws + l.marks : nullptr;
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
@@ -2288,7 +2295,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess && raw_copy != nullptr)
     err = cudaMemcpyAsync(raw_copy, row_logits, row_bytes, cudaMemcpyDeviceToDevice, stream);
   if (err == cudaSuccess && one_pass_may_fall_back(p))
-    err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, stream);
+    err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, f.stored_tiles, stream);
   if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
   for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
     const cudaError_t freed = scratch.give_back(region);

@@ -92,10 +92,12 @@ cudaError_t launch_fused_filtered(const SampleParams& p, cudaStream_t stream);
 // The extra pass of the one-pass path (extra_pass.cu): the rows flagged in `flags` ([batch],
 // nonzero = flagged; *flagged_count of them, on the device) decided exactly from their whole rows,
 // with the decision and the noise of whole_rows_kernel, logits written for those rows only into
-// `row_logits` ([batch, vocab] fp32), every sample of a row. Fixed grids from B, V and D; the kernels
-// return at once when no row is flagged, so the call can be captured in a CUDA graph.
+// `row_logits` ([batch, vocab] fp32), every sample of a row. A row flagged 2 was stored there by the
+// one-pass epilogue: wholly, or with `stored_tiles` ([batch, ceil(vocab / 128)]) the tiles marked 1,
+// and only the others are computed. Fixed grids from B, V and D; the kernels return at once when
+// no row is flagged, so the call can be captured in a CUDA graph.
 cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
-                              float* row_logits, cudaStream_t stream);
+                              float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream);
 
 // whole_rows_kernel (filters.cu) over the rows set in `only_rows` ([batch]): raw logits (bias
 // included) in `logits` ([batch, vocab]), decided in place, one block per row, Gumbel draws; every

@@ -14,6 +14,7 @@ import {
   addInto,
   agreement,
   describeDevices,
+  differences,
   dominantLogits,
   flatLogits,
   goodnessOfFit,
@@ -22,6 +23,7 @@ import {
   makeTensor,
   mixedRowOptions,
   plantLogits,
+  rng,
   rowOptions,
   safeTopP,
   scaled,
@@ -279,6 +281,42 @@ describeDevices((devName, dev) => {
         } finally {
           p.dispose();
         }
+      }
+    });
+
+    // A top-p row stores its logits on each CTA's first item of the call, later only while it looks
+    // wide (the grid's top within 8 temperatures of its θ); the extra pass computes the tiles it did
+    // not store. Gaussian rows of std 4 at top-p 0.999 (a nucleus of ~23000 tokens, yet ~9
+    // temperatures between the top and the 2048th value) store only their first items; uniform rows
+    // (wide) nearly every tile; both end in one extra pass with rows decided from their candidates.
+    test('V = 128256: top-p rows stored in part, nearly whole and not at all, in one extra pass', async () => {
+      const V = 128256;
+      const gaussian = (seed: number, std: number) => {
+        const r = rng(seed);
+        return Float64Array.from({ length: V }, () => std * Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r()));
+      };
+      const kinds = [gaussian(21, 4), flatLogits(V, 22, 4), dominantLogits(V, 23, 14)];
+      const B = 30;
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 3]), { D: 16 });
+      try {
+        let fallbackRows = 0;
+        for (let c = 0; c < 3; c++) {
+          const o: SampleOptions = {
+            seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(900 + b)),
+            offset: c,
+            topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.999 : 0.9)),
+            topK: Int32Array.from({ length: B }, (_, b) => (b % 6 === 1 ? 4000 : 0)),
+            logprobs: true,
+          };
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          fallbackRows += f.fallbackRows;
+          expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
+          for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+        }
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 20);  // the gaussian and uniform rows
+      } finally {
+        p.dispose();
       }
     });
 

@@ -79,6 +79,8 @@ struct FilterArgs {
   float* row_logits;       // [batch, vocab]: the raw logits of the rows that store them
                            // (row_stores_logits), for the extra pass; nullptr when none may fall back
   int32_t store_all;       // every row stores them (logprobsMode 'raw': the raw log-probabilities)
+  uint8_t* stored_tiles;   // [batch, num_vtiles], zeroed: 1 where a row that stores only some tiles
+                           // (not store_all) stored that tile's logits; the extra pass recomputes the rest
 };
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
@@ -100,7 +102,7 @@ struct FilterRow {
   // for top-p (its target) and for logprobs over an unfiltered row; top-k and min-p rows take their
   // kept masses from the prefix.
   int32_t mass;
-  // The epilogue stores the row's raw logits (row_stores_logits): the extra pass then reads them
+  // The epilogue may store the row's raw logits (row_stores_logits): the extra pass then reads them
   // instead of reading W again.
   int32_t dense;
 };
@@ -117,15 +119,30 @@ __device__ __forceinline__ bool row_needs_stats(int32_t top_k, float top_p, floa
 // candidates when it lies within them, like a top-k of this size (the extra pass otherwise).
 constexpr int32_t kTopPRank = 2048;
 
-// Rows whose raw logits the filtered epilogue stores for the extra pass: the top-p rows without a
+// Rows whose raw logits the filtered epilogue may store for the extra pass: the top-p rows without a
 // top-k inside the gathered rank, whose nucleus can reach past the candidates (a flat row's, at the
 // model cards' top-p): one 512-byte store a tile instead of a second read of W when they do.
 __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bool greedy) {
   return !greedy && top_p < 1.0f && (top_k <= 0 || top_k > kTopPRank);
 }
-// A top-p row's first tile in a CTA appends its 32 largest values (a heuristic like every θ: a
-// nucleus with more than 32 tokens in one tile of 128 sends the row to the extra pass, still exact).
-constexpr int kTopPFirstRank = 32;
+
+// Such a row stores a tile on a CTA's first item of its batch chunk, and later only while it looks
+// wide: the grid's top histogram bucket (its upper edge) less than kWideGap temperatures above the
+// grid's θ. Past the first wave θ is near the rank-2048 value, and a Gaussian bulk of std s·T puts
+// it ~2.3 s below the max: rows with s below ~3.5, whose nucleus at top-p 0.9 outgrows rank 2048,
+// read as wide; rows with hot tokens or a wider spread do not, and skip the stores they would
+// almost never read back. A heuristic: stored_tiles says what was stored, the extra pass computes
+// the rest from W.
+constexpr float kWideGap = 8.0f;
+__device__ __forceinline__ bool row_looks_wide(uint32_t theta_bits, uint32_t top, float inv_t) {
+  if (theta_bits == 0u || top == 0u) return false;  // nothing appended yet
+  const float gap = hist_lower_edge(static_cast<int>(top) - 1) + 0.25f - from_ordered_bits(theta_bits);
+  return gap * inv_t < kWideGap;
+}
+// A top-p row's first tile in a CTA appends its 16 largest values (a heuristic like every θ: a
+// nucleus with more than 16 tokens in one tile of 128 sends the row to the extra pass, still exact;
+// a tile holds ~2 of a 2048-token prefix. 16 instead of 32: top-p 0.9 B = 64 +30 -> +28 %).
+constexpr int kTopPFirstRank = 16;
 
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.

@@ -287,8 +287,8 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
-  // kFiltered: bit i set when this warp's column ew + 8 i stores its raw logits (FilterRow::dense),
-  // a register test in the trips
+  // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
+  // (FilterRow::dense, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
@@ -311,7 +311,8 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     }
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
-    if (chunk != params_chunk) {  // uniform over the epilogue threads
+    const bool chunk_start = chunk != params_chunk;
+    if (chunk_start) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
       stage_row_params(a, b0, et, 256, kNB, row_inv_t, row_greedy, row_seed, row_offset);
       if constexpr (kFiltered) {
@@ -323,11 +324,13 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
       named_bar_sync(kSplitEpilogueBarrier, 256);
       params_chunk = chunk;
-      if constexpr (kFiltered) {
-        if (f.row_logits != nullptr) {
-          const bool dense = lane < kNB / 8 && filt->row[ew + 8 * lane].dense;
-          dense_columns = __ballot_sync(0xffffffffu, dense);
-        }
+    }
+    if constexpr (kFiltered) {
+      if (f.row_logits != nullptr) {
+        const int n = ew + 8 * lane;
+        const bool dense = lane < kNB / 8 && filt->row[n].dense &&
+                           (f.store_all || chunk_start || row_looks_wide(theta_pref, top_pref, row_inv_t[n]));
+        dense_columns = __ballot_sync(0xffffffffu, dense);
       }
     }
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
@@ -356,9 +359,11 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
         if constexpr (kFiltered) {
-          if ((dense_columns >> (kK * trip + jj)) & 1u)
+          if ((dense_columns >> (kK * trip + jj)) & 1u) {
             store_row_logits(f.row_logits, b, vq, V, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
                              f.store_all != 0);
+            if (lane == 0 && f.stored_tiles != nullptr) f.stored_tiles[b * f.num_vtiles + vtile] = 1u;
+          }
           // the values that can be drawn: softcap, the listed tokens' steps, then NaN for masked,
           // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
           const bool in_row = vq < V && b < B;
