@@ -3,9 +3,9 @@
 // decision whole_rows_kernel(logits, p, flags, false) makes (filters.cu: decide_row) and the same
 // noise, but spread over many blocks per row.
 //
-//   1. flagged_logits_*: the flagged rows' logits only, kGroup rows per read of W (tensor-core
-//      mma.sync for 16-byte aligned f16/bf16 operands, scalar SIMT otherwise), raw (bias included)
-//      into the [B, V] reservation, plus per-block statistics of each row's candidate values.
+//   1. flagged_logits_*: the flagged rows' logits only, kGroup rows per read of W (mma.sync for
+//      16-byte aligned f16/bf16, SIMT otherwise; tiles the one-pass epilogue stored are read back),
+//      raw (bias included) into the [B, V] reservation, plus per-block statistics of the rows.
 //   2. histogram_kernel: per row, a histogram of counts and fixed-point masses over kBuckets
 //      buckets of (max - l) / T; the last block of a row finds the buckets where top-k, top-p and
 //      topLogprobs cut, gathers only those buckets' values (sorted by order key) and resolves each

@@ -2239,8 +2239,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.row_logits = nullptr;
   f.store_all = 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
-  // The extra pass's [B, V] fp32 logits, written by the epilogue for the rows that store theirs
-  // (row_stores_logits) and by the extra pass for the other flagged rows only.
+  // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
+  // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
   float* row_logits = nullptr;
   // raw mode: every row's stored logits, copied where the extra pass may rewrite them
   const bool raw_mode = reports_raw_logprobs(p);
