@@ -22,8 +22,8 @@ const st = cudaStatus();
 const suite = st.usable ? describe : describe.skip;
 
 // The child's CUDA context can fail to be created while the suite's other workers hold the GPU's
-// memory (seen once, 2026-12-03: "cudaSetDevice failed: cudaErrorMemoryAllocation"): that one
-// error, before any case ran, is retried after a pause; every other result stands.
+// memory ("cudaSetDevice failed: cudaErrorMemoryAllocation"): that one error, before any case
+// ran, is retried after a pause; every other result stands.
 const CONTEXT_OOM = /cudaSetDevice failed: cudaErrorMemoryAllocation/;
 
 function runChild(env: Record<string, string>, attempts = 3): CaseResult[] {

@@ -17,13 +17,13 @@ import {
   differences,
   dominantLogits,
   flatLogits,
+  gaussianLogits,
   goodnessOfFit,
   keptDistribution,
   makeMask,
   makeTensor,
   mixedRowOptions,
   plantLogits,
-  rng,
   rowOptions,
   safeTopP,
   scaled,
@@ -291,11 +291,7 @@ describeDevices((devName, dev) => {
     // (wide) nearly every tile; both end in one extra pass with rows decided from their candidates.
     test('V = 128256: top-p rows stored in part, nearly whole and not at all, in one extra pass', async () => {
       const V = 128256;
-      const gaussian = (seed: number, std: number) => {
-        const r = rng(seed);
-        return Float64Array.from({ length: V }, () => std * Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r()));
-      };
-      const kinds = [gaussian(21, 4), flatLogits(V, 22, 4), dominantLogits(V, 23, 14)];
+      const kinds = [gaussianLogits(V, 21, 4), flatLogits(V, 22, 4), dominantLogits(V, 23, 14)];
       const B = 30;
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 3]), { D: 16 });
       try {

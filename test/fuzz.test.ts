@@ -23,7 +23,7 @@ import {
   type SampleResult,
   type Tensor,
 } from '../lib/index';
-import { FLOAT_DTYPES, type FDType, cudaStatus, makeTensor, maskAllows, rng } from './helpers';
+import { FLOAT_DTYPES, type FDType, cudaStatus, makeTensor, maskAllows, normal, rng } from './helpers';
 
 const FUZZ_SEED = Number(process.env.FLASHSAMPLE_FUZZ_SEED ?? '20250606');
 const CPU_RUNS = Number(process.env.FLASHSAMPLE_FUZZ_CPU_RUNS ?? '500');
@@ -97,11 +97,7 @@ function build(dev: Device, c: FuzzCase): Built {
   const { B, V, D, dtype } = c;
   const rd = rng(c.dataSeed);
   const ro = rng(c.optSeed);
-  const gauss = () => {
-    // Box-Muller from the seeded generator
-    const u = Math.max(rd(), 1e-12);
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * rd());
-  };
+  const gauss = () => normal(rd);
   const h = Float32Array.from({ length: B * D }, () => gauss() * Math.sqrt(c.scale));
   const w = Float32Array.from({ length: V * D }, () => gauss() * Math.sqrt(c.scale));
   const H = makeTensor(dev, dtype, h, [B, D]);

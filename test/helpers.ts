@@ -443,6 +443,16 @@ export function zipfLogits(V: number, s: number, seed: number): Float64Array {
   for (let r = 0; r < V; r++) l[perm[r]] = -s * Math.log(r + 1);
   return l;
 }
+/** A standard normal from a seeded generator (Box-Muller). */
+export function normal(r: () => number): number {
+  const u = Math.max(r(), 1e-12);
+  return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * r());
+}
+/** Gaussian logits with standard deviation `std`. */
+export function gaussianLogits(V: number, seed: number, std: number): Float64Array {
+  const r = rng(seed);
+  return Float64Array.from({ length: V }, () => std * normal(r));
+}
 /** Nearly flat logits: uniform in [0, spread). */
 export function flatLogits(V: number, seed: number, spread = 0.5): Float64Array {
   const r = rng(seed);
