@@ -111,6 +111,7 @@ using detail::Min;
 using detail::order_key;
 using detail::scan_row;
 using detail::Sum;
+using detail::write_no_candidate;
 
 using detail::candidate_value;
 
@@ -150,10 +151,9 @@ __device__ __forceinline__ void block_compact_advance(const int* warp_count, int
 }
 
 // The batch rows of slots [first, first + kGroup) into rows[] (-1 past the last flagged row), and
-// whether the one-pass epilogue stored each one's logits (flag 2) into stored[]; returns whether
-// every row of the group did (block-uniform: the group then needs no read of W).
+// whether the one-pass epilogue stored each one's logits (flag 2) into stored[].
 // Slots number the flagged rows in batch order; with `list`, every slot's row goes there too.
-__device__ bool find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int* stored, int32_t* list) {
+__device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* rows, int* stored, int32_t* list) {
   __shared__ int warp_count[32];
   __shared__ int base;
   if (threadIdx.x < kGroup) rows[threadIdx.x] = -1;
@@ -173,9 +173,6 @@ __device__ bool find_flagged(const int32_t* flags, int64_t B, int first, int* ro
   __syncthreads();
   if (threadIdx.x < kGroup) stored[threadIdx.x] = rows[threadIdx.x] >= 0 && flags[rows[threadIdx.x]] == 2;
   __syncthreads();
-  bool all = true;
-  for (int n = 0; n < kGroup; ++n) all = all && (rows[n] < 0 || stored[n]);
-  return all;
 }
 
 // ---- 1. the flagged rows' logits ----------------------------------------------------------------
@@ -310,22 +307,13 @@ __global__ void __launch_bounds__(kLogitThreads)
   const int64_t tasks = (V + kTileRows - 1) / kTileRows;
   const int64_t chunks = (D + 63) / 64;
   for (int first = 0; first < F; first += kGroup) {
-    const bool all_stored =
-        find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr) &&
-        w.stored_tiles == nullptr;
+    find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
     const int hrow = s_stored[g] && w.stored_tiles == nullptr ? -1 : s_rows[g];
     const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
     PartAcc acc;
-    if (all_stored) {  // (block-uniform) no read of W: the group's rows are read back, no barrier a task
-      for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x)
-        store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
-      if (first + warp < F) write_part(w, first + warp, acc);
-      __syncthreads();  // s_rows is rewritten by the next group
-      continue;
-    }
     for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
       const int64_t v0 = task * kTileRows;
-      if (task_stored(w, s_rows, s_stored, v0)) {  // (block-uniform) no read of W for this task
+      if (task_stored(w, s_rows, s_stored, v0)) {  // (block-uniform) no read of W, no barrier
         store_task(p, w, s_sum, s_rows, s_stored, v0, row_logits, acc);
         continue;
       }
@@ -516,19 +504,6 @@ __device__ __forceinline__ int bucket_of(double d /* (l - max) / T <= 0 */, cons
 
 __device__ __forceinline__ double from_fixed(unsigned long long x, int shift) {
   return ldexp(static_cast<double>(x), -shift);
-}
-
-__device__ void write_no_candidate(const SampleParams& p, int64_t b) {
-  const int S = p.num_samples;
-  for (int j = threadIdx.x; j < S; j += blockDim.x) {
-    p.tokens[b * S + j] = -1;
-    if (p.logprobs) p.logprobs[b * S + j] = -INFINITY;
-  }
-  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
-  for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
-    p.top_tokens[b * p.top_logprobs + i] = -1;
-    p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
-  }
 }
 
 // Descending bitonic sort of keys[0, n) (n <= kGatherCap; padded with 0, below every key).

@@ -56,6 +56,7 @@ using detail::Pick;
 using detail::scan_row;
 using detail::Sum;
 using detail::warp_best;
+using detail::write_no_candidate;
 
 using detail::candidate_value;
 
@@ -227,19 +228,6 @@ struct RowWinners {
   const uint32_t* key;
   const float* logit;
 };
-
-__device__ void write_no_candidate(const SampleParams& p, int64_t b) {
-  const int S = p.num_samples;
-  for (int j = threadIdx.x; j < S; j += blockDim.x) {
-    p.tokens[b * S + j] = -1;
-    if (p.logprobs) p.logprobs[b * S + j] = -INFINITY;
-  }
-  for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
-    p.top_tokens[b * p.top_logprobs + i] = -1;
-    p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
-  }
-  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
-}
 
 // The kept elements whose order keys reach `threshold` (at most kMaxTopLogprobs of them), ranked,
 // the first `take` in order into row b's topTokens / topLogprobs (initialized by the caller). With
@@ -2162,9 +2150,7 @@ ChunkedLayout chunked_layout(const SampleParams& p) {
 }
 
 // Only filters (and, on the one-pass path, topLogprobs) can send a row to the materialized pass.
-bool chunked_may_fall_back(const SampleParams& p) {
-  return p.top_p != nullptr || p.min_p != nullptr || p.top_k != nullptr;
-}
+bool chunked_may_fall_back(const SampleParams& p) { return has_truncation(p); }
 // Several samples of a row that keeps every token need the whole row (the epilogue draws one): in a
 // call without filters every sampled row, so every row stores its logits for the extra pass.
 bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 && !chunked_may_fall_back(p); }
@@ -2258,7 +2244,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     if (p.top_p != nullptr || store_all) f.row_logits = row_logits;
     f.store_all = store_all ? 1 : 0;
   }
-  f.stored_tiles = f.row_logits != nullptr && !f.store_all ? ws + l.marks : nullptr;
+  f.stored_tiles = rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 

@@ -163,8 +163,7 @@ cudaError_t fused_workspace_bytes(const SampleParams& p, size_t* bytes) {
 // with topLogprobs, the extra pass's cuts for more than 128 rows cost more than the chunked path
 // (llama3-8b, toplogprobs5+samples4 at B = 256: +553 against +487 %).
 bool filtered_gemm_supported(const SampleParams& p) {
-  const bool filters = p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr;
-  if (p.num_samples > 1 && !filters && p.top_logprobs > 0 && p.batch > 128) return false;
+  if (p.num_samples > 1 && !has_truncation(p) && p.top_logprobs > 0 && p.batch > 128) return false;
   return filtered_gemm_possible(p);
 }
 

@@ -144,9 +144,15 @@ inline FS_PARAMS_HD bool has_penalties(const SampleParams& p) {
   return p.bias_offsets != nullptr || p.banned_offsets != nullptr || p.penalty_offsets != nullptr;
 }
 
+// Whether a call truncates rows: top-k, top-p or min-p (the filters that keep a part of the row
+// decided from its order or mass, and so may send a row past the candidates).
+inline FS_PARAMS_HD bool has_truncation(const SampleParams& p) {
+  return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr;
+}
+
 // Whether a call takes the filtered path: filters, masks, softcap, logprobs or listed tokens.
 inline FS_PARAMS_HD bool has_filters(const SampleParams& p) {
-  return p.top_k != nullptr || p.top_p != nullptr || p.min_p != nullptr || p.allowed != nullptr ||
+  return has_truncation(p) || p.allowed != nullptr ||
          p.softcap > 0.0f || p.logprobs != nullptr || p.top_logprobs > 0 || has_penalties(p);
 }
 

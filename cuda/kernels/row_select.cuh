@@ -1,12 +1,13 @@
 // What the per-row decisions share (filters.cu's decide kernels, extra_pass.cu's and partial.cu's):
 // the 64-bit order keys of a row's values, block reductions (with their operators), the block scan,
-// the block-wide Gumbel-max pick and the block's pass over a row.
+// the block-wide Gumbel-max pick, the block's pass over a row and a row with nothing to draw.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
 
 #include "../include/noise.h"
+#include "../include/params.h"
 
 namespace flashsample {
 namespace cuda {
@@ -137,6 +138,21 @@ __device__ __forceinline__ void scan_row(const float* row, int64_t lo, int64_t h
 #pragma unroll
     for (int j = 0; j < kScanUnroll; ++j) visit(base + j * blockDim.x + threadIdx.x, raw[j]);
   }
+}
+
+// Row b has no token to draw (every value NaN, -Inf or masked): -1 and -Inf everywhere, status
+// kRowNoCandidate. Called by the whole block.
+__device__ __forceinline__ void write_no_candidate(const SampleParams& p, int64_t b) {
+  const int S = p.num_samples;
+  for (int j = threadIdx.x; j < S; j += blockDim.x) {
+    p.tokens[b * S + j] = -1;
+    if (p.logprobs) p.logprobs[b * S + j] = -INFINITY;
+  }
+  for (int i = threadIdx.x; i < p.top_logprobs; i += blockDim.x) {
+    p.top_tokens[b * p.top_logprobs + i] = -1;
+    p.top_token_logprobs[b * p.top_logprobs + i] = -INFINITY;
+  }
+  if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
 }
 
 }  // namespace detail
