@@ -1135,11 +1135,71 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kOnePassCap = 32768;  // candidates per row: the first wave's appends (132 CTAs x k for
                                     // a top-k, up to half a tile for a flat top-p row) and the
                                     // streaming ones after the histogram bound takes over
+// Three quarters of them are split into a slice per CTA that serves the row (184 on 132 SMs for
+// B <= 128, 372 for two chunks: a top-k's first tile of 128 and what follows, a top-p row's ~70 a
+// chunk); the rest is the spill, for the CTAs whose slice overflows (a flat min-p row: 200-270
+// appends a CTA, ~27 K in all, CPU model of θ).
 
-// Moves the candidates at or above `level` and above `dropped` (ordered bits) to the front, in
-// chunks of one value per thread (every chunk read before any of it is overwritten); returns how
+// A row's candidates lie in slices, one a CTA of the split kernel, then the spill
+// (FilterArgs::cand_val). The decision reads them in one order: slice by slice (the spill last),
+// each slice's values (capped at its capacity) in quads. start[c] packs where slice c starts in
+// that order, in quads (high word) and in values; slice c lies at at(c).
+struct CandidateSlices {
+  unsigned long long start[kThreads + 1];
+  int num;        // slices, the spill included
+  int slice_cap;  // values a CTA slice holds
+  int spill_at;   // where the spill lies
+  int64_t quads;  // quads over all slices
+  int64_t n;      // values over all slices
+};
+
+// Every thread: the row's slices from their fills (slices < kThreads: candidate_slices).
+__device__ void load_candidate_slices(const detail::FilterArgs& f, int64_t b, CandidateSlices& cs) {
+  const int t = threadIdx.x;
+  unsigned long long mine = 0ull;
+  const uint32_t slice_cap = __ldcg(f.slice_cap);
+  if (t <= f.slices) {
+    const uint32_t fill = __ldcg(f.cand_count + b * (f.slices + 1) + t);
+    const uint32_t room = t < f.slices ? slice_cap : static_cast<uint32_t>(f.cap - f.spill_at);
+    const uint32_t held = fill < room ? fill : room;
+    mine = (static_cast<unsigned long long>((held + 3u) >> 2) << 32) | held;
+  }
+  unsigned long long total;
+  const unsigned long long before = block_exclusive_scan(mine, total);
+  if (t <= f.slices) cs.start[t] = before;
+  if (t == 0) {
+    cs.start[f.slices + 1] = total;
+    cs.num = f.slices + 1;
+    cs.slice_cap = static_cast<int>(slice_cap);
+    cs.spill_at = f.spill_at;
+    cs.quads = static_cast<int64_t>(total >> 32);
+    cs.n = static_cast<int64_t>(total & 0xffffffffu);
+  }
+  __syncthreads();
+}
+
+// Where slice c lies in the row's buffer.
+__device__ __forceinline__ int64_t slice_at(const CandidateSlices& cs, int c) {
+  return c == cs.num - 1 ? cs.spill_at : static_cast<int64_t>(c) * cs.slice_cap;
+}
+
+// The slice that holds position i of the read order (shift 32: in quads; 0: in values).
+__device__ __forceinline__ int slice_of(const CandidateSlices& cs, int64_t i, int shift) {
+  int lo = 0, hi = cs.num;  // start[lo] <= i < start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (static_cast<int64_t>(shift ? cs.start[mid] >> 32 : cs.start[mid] & 0xffffffffu) <= i) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Moves the candidates (in the slices' read order) at or above `level` and above `dropped`
+// (ordered bits) to the front of the row's buffer, in chunks of one value per thread (every chunk read before any of it is overwritten); returns how
 // many there are.
-__device__ int64_t compact_prefix(float* val, uint32_t* idx, int64_t n, float level, uint32_t dropped) {
+__device__ int64_t compact_prefix(float* val, uint32_t* idx, const CandidateSlices& cs, float level,
+                                  uint32_t dropped) {
+  const int64_t n = cs.n;
   __shared__ int s_warp[kThreads / 32];
   __shared__ int64_t s_base;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1150,9 +1210,11 @@ __device__ int64_t compact_prefix(float* val, uint32_t* idx, int64_t n, float le
     float x = 0.0f;
     uint32_t v = 0;
     bool keep = false;
-    if (i < n) {
-      x = val[i];
-      v = idx[i];
+    if (i < n) {  // (read at or after where it is written: the front of the row's buffer)
+      const int c = slice_of(cs, i, 0);
+      const int64_t at = slice_at(cs, c) + (i - static_cast<int64_t>(cs.start[c] & 0xffffffffu));
+      x = val[at];
+      v = idx[at];
       keep = x >= level && detail::ordered_bits(x) > dropped;
     }
     const unsigned ballot = __ballot_sync(0xffffffffu, keep);
@@ -1781,23 +1843,31 @@ __device__ RowSummary block_summary(const detail::TileSummary* ts, int64_t num_v
 // in flight at once, so that ~11 K appended values (a top-p row at llama3-8b) take two round trips.
 constexpr int kPrefixRounds = 4;
 
-// The candidates [base, base + kPrefixRounds * 4 * blockDim.x) of a row, each thread's quads at
-// 4 * threadIdx.x in each round of 4 * blockDim.x; NaN past n (which no level keeps).
-__device__ __forceinline__ void load_prefix_batch(const float* val, const uint32_t* idx, int64_t n, int64_t base,
-                                                  float (&x)[kPrefixRounds][4], uint32_t (&v)[kPrefixRounds][4]) {
+// The candidates' quads [base, base + kPrefixRounds * blockDim.x) of the read order, each thread's
+// at threadIdx.x in each round of blockDim.x; NaN past a slice's fill (which no level keeps).
+__device__ __forceinline__ void load_prefix_batch(const float* val, const uint32_t* idx, const CandidateSlices& cs,
+                                                  int64_t base, float (&x)[kPrefixRounds][4],
+                                                  uint32_t (&v)[kPrefixRounds][4]) {
 #pragma unroll
   for (int r = 0; r < kPrefixRounds; ++r) {
-    const int64_t i0 = base + (static_cast<int64_t>(r) * blockDim.x + threadIdx.x) * 4;
-    if (i0 + 3 < n) {  // rows start 16-byte aligned
-      const float4 q = *reinterpret_cast<const float4*>(val + i0);
-      const uint4 w = *reinterpret_cast<const uint4*>(idx + i0);
-      x[r][0] = q.x, x[r][1] = q.y, x[r][2] = q.z, x[r][3] = q.w;
+    const int64_t q = base + static_cast<int64_t>(r) * blockDim.x + threadIdx.x;
+    int64_t at = 0, held = 0;
+    if (q < cs.quads) {
+      const int c = slice_of(cs, q, 32);
+      const int64_t off = 4 * (q - static_cast<int64_t>(cs.start[c] >> 32));
+      at = slice_at(cs, c) + off;
+      held = static_cast<int64_t>((cs.start[c + 1] & 0xffffffffu) - (cs.start[c] & 0xffffffffu)) - off;
+    }
+    if (held >= 4) {  // slices start 16-byte aligned
+      const float4 qv = *reinterpret_cast<const float4*>(val + at);
+      const uint4 w = *reinterpret_cast<const uint4*>(idx + at);
+      x[r][0] = qv.x, x[r][1] = qv.y, x[r][2] = qv.z, x[r][3] = qv.w;
       v[r][0] = w.x, v[r][1] = w.y, v[r][2] = w.z, v[r][3] = w.w;
     } else {
 #pragma unroll
       for (int o = 0; o < 4; ++o) {
-        x[r][o] = i0 + o < n ? val[i0 + o] : __int_as_float(0x7fffffff);
-        v[r][o] = i0 + o < n ? idx[i0 + o] : 0u;
+        x[r][o] = o < held ? val[at + o] : __int_as_float(0x7fffffff);
+        v[r][o] = o < held ? idx[at + o] : 0u;
       }
     }
   }
@@ -1846,15 +1916,14 @@ __global__ void __launch_bounds__(kThreads)
 
   // The candidates' first batch is loaded before the summaries merge, so that its latency hides
   // under that phase (a top-k row's appends fit one batch).
-  const uint32_t cap = static_cast<uint32_t>(f.cap);
-  const uint32_t appended = f.cand_count[b];
-  const int64_t n = appended < cap ? appended : cap;
-  float* val = f.cand_val + b * cap;
-  uint32_t* idx = f.cand_idx + b * cap;
+  float* val = f.cand_val + b * static_cast<int64_t>(f.cap);
+  uint32_t* idx = f.cand_idx + b * static_cast<int64_t>(f.cap);
   const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
+  __shared__ CandidateSlices cs;
+  load_candidate_slices(f, b, cs);
   float x[kPrefixRounds][4];
   uint32_t xv[kPrefixRounds][4];
-  load_prefix_batch(val, idx, n, 0, x, xv);
+  load_prefix_batch(val, idx, cs, 0, x, xv);
   // a top-p row's histogram of appended values (filter_row: top-p takes the rank bound without top-k)
   const bool topp_rank = c.top_k <= 0 && c.top_p < 1.0f && c.temperature != 0.0f;
   static_assert(detail::kHistBuckets == kThreads, "one histogram bucket a thread");
@@ -1941,7 +2010,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const int lane = threadIdx.x & 31;
-  const int64_t batch = kPrefixRounds * 4 * static_cast<int64_t>(blockDim.x);
+  const int64_t batch = kPrefixRounds * static_cast<int64_t>(blockDim.x);  // quads
   const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
   float lvl = tight;
   bool incomplete = false;
@@ -1949,8 +2018,8 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) s.n = 0;
     __syncthreads();
     float local_lo = INFINITY;
-    for (int64_t base = 0; base < n; base += batch) {
-      if (base > 0 || lvl != tight) load_prefix_batch(val, idx, n, base, x, xv);  // (a retry reloads)
+    for (int64_t base = 0; base < cs.quads; base += batch) {
+      if (base > 0 || lvl != tight) load_prefix_batch(val, idx, cs, base, x, xv);  // (a retry reloads)
       uint32_t keep[kPrefixRounds];
       uint32_t mine = 0u;
 #pragma unroll
@@ -2007,7 +2076,7 @@ __global__ void __launch_bounds__(kThreads)
     flag();
     return;
   }
-  const int64_t count = compact_prefix(val, idx, n, level, dropped);
+  const int64_t count = compact_prefix(val, idx, cs, level, dropped);
   RowStats stats;
   stats.max_logit = m;
   stats.overflow = (lvl != level ? count < valid : incomplete) ? 1 : 0;  // (the whole prefix here)
@@ -2097,12 +2166,19 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, top, theta, drop, hist, marks, zeroed, tiles, val, idx, fb, bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, val, idx, fb, bytes;
 };
 
 // Top-p rows store only the tiles they choose (row_looks_wide), except in raw mode, where every row
 // stores every tile.
 bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr && !reports_raw_logprobs(p); }
+
+// The candidate slices a row: one per CTA of the split kernel, whose grid is at most a CTA per SM
+// (its shared memory), and one per decision thread with the spill.
+int candidate_slices() {
+  const int sms = detail::multiprocessor_count();
+  return sms < 1 ? 1 : sms > kThreads - 1 ? kThreads - 1 : sms;
+}
 
 OnePassLayout one_pass_layout(const SampleParams& p) {
   const size_t B = static_cast<size_t>(p.batch);
@@ -2111,7 +2187,8 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   RegionLayout layout;
   OnePassLayout l;
   l.win = layout.take(B * sizeof(unsigned long long));
-  l.count = layout.take(B * sizeof(uint32_t));
+  l.count = layout.take(B * static_cast<size_t>(candidate_slices() + 1) * sizeof(uint32_t));
+  l.slice = layout.take(sizeof(uint32_t));
   l.top = layout.take(B * sizeof(uint32_t));
   l.theta = layout.take(B * sizeof(uint32_t));
   l.drop = layout.take(B * sizeof(uint32_t));
@@ -2212,6 +2289,9 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.theta_used = reinterpret_cast<uint32_t*>(ws + l.theta);
   f.max_dropped = reinterpret_cast<uint32_t*>(ws + l.drop);
   f.cap = static_cast<int32_t>(kOnePassCap);
+  f.slices = candidate_slices();
+  f.spill_at = kOnePassCap / 4 * 3;
+  f.slice_cap = reinterpret_cast<uint32_t*>(ws + l.slice);
   f.top_k = p.top_k;
   f.top_p = p.top_p;
   f.min_p = p.min_p;

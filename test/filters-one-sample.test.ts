@@ -316,6 +316,40 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Each CTA of the split kernel appends a row's candidates to its own slice of the row's buffer
+    // (a 132-SM grid: slices of 184, CTA c taking vocabulary tiles c, c + 132, ...); what overflows
+    // a slice goes to the row's spill. Even rows: 8 tiles a CTA apart hold values 10 above a bulk
+    // of std 1, and at top-k 1000 that CTA appends all 1024 of them. Odd rows: a bulk of std 1 at
+    // min-p 0.05, 200-270 appends a CTA (every value within 3 of the CTA's running max).
+    test('V = 128256: rows whose appends overflow CTAs\' slices of the candidates', async () => {
+      const V = 128256;
+      const clustered = (seed: number): Float64Array => {
+        const l = gaussianLogits(V, seed, 1);
+        for (let j = 0; j < 8; j++) for (let v = j * 132 * 128; v < (j * 132 + 1) * 128; v++) l[v] += 10;
+        return l;
+      };
+      const B = 6;
+      const rows = Array.from({ length: B }, (_, b) => (b % 2 === 0 ? clustered(40 + b) : gaussianLogits(V, 40 + b, 1)));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 16 });
+      try {
+        for (let c = 0; c < 3; c++) {
+          const o: SampleOptions = {
+            seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(700 + b)),
+            offset: c,
+            topK: Int32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 1000 : 0)),
+            minP: Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0 : 0.05)),
+            logprobs: true,
+          };
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
+          for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('V = 1000: 40 of 99 rows with +Inf logits and topLogprobs (the +Inf mode), the rest with NaN there', async () => {
       const { H, W } = infRows(dev());
       try {

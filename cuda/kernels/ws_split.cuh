@@ -287,6 +287,12 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   for (int n = et; n < kNB; n += 256) win_packed_s[n] = 0ull;
   // (ordered before the first trip's reads by the parameter barrier: the first item loads them)
   int64_t params_chunk = -1;
+  // kFiltered: this CTA's slice of its rows' candidates (CTA 0 publishes their size for the decision)
+  CtaSlice slice{0, 0u};
+  if constexpr (kFiltered) {
+    slice = cta_slice(f, a.num_chunks);
+    if (blockIdx.x == 0 && et == 0) *f.slice_cap = slice.cap;
+  }
   // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
   // (FilterRow::dense, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
@@ -319,7 +325,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
           filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
-          filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY};
+          // (a CTA that comes back to a chunk goes on filling its slices of the chunk's rows)
+          const uint32_t fill = b < B && slice.cap != 0u ? f.cand_count[b * (f.slices + 1) + slice.index] : 0u;
+          filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY, fill};
         }
       }
       named_bar_sync(kSplitEpilogueBarrier, 256);
@@ -434,7 +442,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         // rows the winner alone decides (no filter, no logprobs) take no summaries: unfiltered rows
         // in a filter-capable sampler then cost what plain sampling does, but for the decision
         if (any_live)
-          filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, st);
+          filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
       }
     }
 
