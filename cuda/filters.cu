@@ -1137,13 +1137,14 @@ constexpr int kOnePassCap = 32768;  // candidates per row: the first wave's appe
                                     // streaming ones after the histogram bound takes over
 // Three quarters of them are split into a slice per CTA that serves the row (184 on 132 SMs for
 // B <= 128, 372 for two chunks: a top-k's first tile of 128 and what follows, a top-p row's ~70 a
-// chunk); the rest is the spill, for the CTAs whose slice overflows (a flat min-p row: 200-270
-// appends a CTA, ~27 K in all, CPU model of θ).
+// chunk); the rest, from kSpillAt, is the spill, for the CTAs whose slice overflows (a flat min-p
+// row: 200-270 appends a CTA, ~27 K in all, CPU model of θ).
+constexpr int kSpillAt = kOnePassCap / 4 * 3;
 
 // A row's candidates lie in slices, one a CTA of the split kernel, then the spill
 // (FilterArgs::cand_val). The decision reads them in one order: slice by slice (the spill last),
 // each slice's values (capped at its capacity) in quads. start[c] packs where slice c starts in
-// that order, in quads (high word) and in values; slice c lies at at(c).
+// that order, in quads (high word) and in values; slice c lies at slice_at(c).
 struct CandidateSlices {
   unsigned long long start[kThreads + 1];
   int num;        // slices, the spill included
@@ -1195,8 +1196,8 @@ __device__ __forceinline__ int slice_of(const CandidateSlices& cs, int64_t i, in
 }
 
 // Moves the candidates (in the slices' read order) at or above `level` and above `dropped`
-// (ordered bits) to the front of the row's buffer, in chunks of one value per thread (every chunk read before any of it is overwritten); returns how
-// many there are.
+// (ordered bits) to the front of the row's buffer, in chunks of one value per thread (every chunk
+// read before any of it is overwritten); returns how many there are.
 __device__ int64_t compact_prefix(float* val, uint32_t* idx, const CandidateSlices& cs, float level,
                                   uint32_t dropped) {
   const int64_t n = cs.n;
@@ -2290,7 +2291,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.max_dropped = reinterpret_cast<uint32_t*>(ws + l.drop);
   f.cap = static_cast<int32_t>(kOnePassCap);
   f.slices = candidate_slices();
-  f.spill_at = kOnePassCap / 4 * 3;
+  f.spill_at = kSpillAt;
   f.slice_cap = reinterpret_cast<uint32_t*>(ws + l.slice);
   f.top_k = p.top_k;
   f.top_p = p.top_p;

@@ -6,11 +6,12 @@
 // exp((l - max) / T) (merged by the finalize in tile order, so the row's log-sum-exp does not depend
 // on scheduling), its counts, and its best surviving Gumbel candidate with its logit (the logprob of
 // an unfiltered draw). Per row it appends every value at or above a running threshold θ to a
-// candidate buffer, in the CTA's own slice of it (no atomic on the append's path). θ is a heuristic (the k-th largest the grid has seen, a mass bound for top-p,
-// the running max plus T ln(minP) for min-p): exactness never rests on it. Every value v with
-// v >= theta_used (the largest θ any warp used for the row) and above max_dropped (the largest value
-// a full buffer dropped) was appended and kept, so those candidates are a complete prefix of the
-// row's order; the finalize decides the row from that prefix or sends it to the extra pass.
+// candidate buffer, in the CTA's own slice of it (no atomic on the append's path). θ is a
+// heuristic (the k-th largest the grid has seen, a mass bound for top-p, the running max plus
+// T ln(minP) for min-p): exactness never rests on it. Every value v with v >= theta_used (the
+// largest θ any warp used for the row) and above max_dropped (the largest value dropped when a
+// slice and the spill were full) was appended and kept, so those candidates are a complete prefix
+// of the row's order; the finalize decides the row from that prefix or sends it to the extra pass.
 #pragma once
 
 #include <stdint.h>
@@ -66,7 +67,7 @@ struct FilterArgs {
   uint32_t* hist;          // [batch, kHistBuckets]: appended values per bucket
   uint32_t* top_bucket;    // [batch]: 1 + the highest bucket with an appended value (0: none)
   uint32_t* theta_used;    // [batch]: ordered_bits of the largest θ used
-  uint32_t* max_dropped;   // [batch]: ordered_bits of the largest value a full buffer dropped
+  uint32_t* max_dropped;   // [batch]: ordered_bits of the largest value a full slice and spill dropped
   int32_t cap;             // candidate buffer entries per row
   int32_t slices;          // CTA slices a row at most (>= the split kernel's grid: a CTA per SM)
   int32_t spill_at;        // where the spill starts (the slices share the entries before it)
@@ -146,7 +147,7 @@ __device__ __forceinline__ bool row_looks_wide(uint32_t theta_bits, uint32_t top
 }
 // A top-p row's first tile in a CTA appends its 16 largest values (a heuristic like every θ: a
 // nucleus with more than 16 tokens in one tile of 128 sends the row to the extra pass, still exact;
-// a tile holds ~2 of a 2048-token prefix. 16 instead of 32: top-p 0.9 B = 64 +30 -> +28 %).
+// a tile holds ~2 of a 2048-token prefix; top-p 0.9 at B = 64: +28 % at 16, +30 % at 32).
 constexpr int kTopPFirstRank = 16;
 
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
