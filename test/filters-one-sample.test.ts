@@ -284,6 +284,21 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Three calls (offsets 0-2) with the options `options(c)`: every token equals reference(gumbel)
+    // and every logprob is within 1e-5; returns the rows the calls sent to the extra pass.
+    async function exactOverCalls(p: { H: Tensor; W: Tensor }, B: number, options: (c: number) => SampleOptions) {
+      let fallbackRows = 0;
+      for (let c = 0; c < 3; c++) {
+        const o = options(c);
+        const f = await sampleFused(p.H, p.W, o);
+        const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+        fallbackRows += f.fallbackRows;
+        expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
+        for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+      }
+      return fallbackRows;
+    }
+
     // A top-p row stores its logits on each CTA's first item of the call, later only while it looks
     // wide (the grid's top within 8 temperatures of its θ); the extra pass computes the tiles it did
     // not store. Gaussian rows of std 4 at top-p 0.999 (a nucleus of ~23000 tokens, yet ~9
@@ -295,21 +310,13 @@ describeDevices((devName, dev) => {
       const B = 30;
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 3]), { D: 16 });
       try {
-        let fallbackRows = 0;
-        for (let c = 0; c < 3; c++) {
-          const o: SampleOptions = {
-            seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(900 + b)),
-            offset: c,
-            topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.999 : 0.9)),
-            topK: Int32Array.from({ length: B }, (_, b) => (b % 6 === 1 ? 4000 : 0)),
-            logprobs: true,
-          };
-          const f = await sampleFused(p.H, p.W, o);
-          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-          fallbackRows += f.fallbackRows;
-          expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
-          for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
-        }
+        const fallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(900 + b)),
+          offset: c,
+          topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.999 : 0.9)),
+          topK: Int32Array.from({ length: B }, (_, b) => (b % 6 === 1 ? 4000 : 0)),
+          logprobs: true,
+        }));
         expect(fallbackRows).toBeGreaterThanOrEqual(3 * 20);  // the gaussian and uniform rows
       } finally {
         p.dispose();
@@ -332,19 +339,13 @@ describeDevices((devName, dev) => {
       const rows = Array.from({ length: B }, (_, b) => (b % 2 === 0 ? clustered(40 + b) : gaussianLogits(V, 40 + b, 1)));
       const p = plantLogits(dev(), 'bf16', rows, { D: 16 });
       try {
-        for (let c = 0; c < 3; c++) {
-          const o: SampleOptions = {
-            seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(700 + b)),
-            offset: c,
-            topK: Int32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 1000 : 0)),
-            minP: Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0 : 0.05)),
-            logprobs: true,
-          };
-          const f = await sampleFused(p.H, p.W, o);
-          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-          expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
-          for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
-        }
+        await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(700 + b)),
+          offset: c,
+          topK: Int32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 1000 : 0)),
+          minP: Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0 : 0.05)),
+          logprobs: true,
+        }));
       } finally {
         p.dispose();
       }
