@@ -13,12 +13,22 @@
 # (KERNEL: a regex of the kernel profiled, default the filtered split kernel; NCU_ARGS: more ncu
 # flags, here the finest PC sampling, which a one-block-per-row decision at B = 1 needs.)
 # The reports (.ncu-rep, open them in the Nsight Compute UI) and CSVs go to $OUT (or ./profile-epilogue).
+# Where cuobjdump and nvdisasm are on the PATH, scripts/ncu-lines.py also prints the samples per CUDA
+# source line (the addon's sm_90a code disassembled with its line info; LINES_NAME: a substring of
+# the profiled kernel's mangled name when KERNEL is a regex that is not one).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-profile-epilogue}
 mkdir -p "$out"
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 batch=${B:-64}
+disasm=""
+if command -v cuobjdump > /dev/null && command -v nvdisasm > /dev/null; then
+  mkdir -p "$out/elf"
+  (cd "$out/elf" && cuobjdump -xelf all "$OLDPWD/build/Release/flashsample.node" > /dev/null 2>&1)
+  disasm="$out/elf/sm_90a.sass"
+  for cubin in "$out"/elf/*sm_90a*.cubin; do nvdisasm -g -c "$cubin" 2> /dev/null; done > "$disasm"
+fi
 for opt in ${OPTIONS:-logprobs topk50}; do
   rep="$out/$opt-b$batch-${KERNEL:-split}"
   # the bench's warm-up launch is skipped; the next filtered launch is profiled
@@ -31,4 +41,5 @@ for opt in ${OPTIONS:-logprobs topk50}; do
   echo "== $opt, B = $batch"
   grep -E "Warp Cycles Per Issued Instruction|Avg. Active Threads" "$rep-warp-state.txt" | head -3
   python3 scripts/ncu-sass-summary.py "$rep-sass.csv"
+  [ -n "$disasm" ] && python3 scripts/ncu-lines.py "$rep-sass.csv" "$disasm" "${LINES_NAME:-${KERNEL:-wgmma_split_filtered}}" 30
 done
