@@ -16,32 +16,16 @@ Used by scripts/profile-epilogue.sh when nvdisasm and cuobjdump are on the PATH.
 Reading it: samples are taken per SM sub-partition at a fixed interval, so a line's share of the
 samples is its share of the warps' resident time. Warps waiting at a barrier count too: a line with
 many samples and few instructions executed is a wait (a barrier, an mbarrier loop) for other code."""
-import collections, csv, re, sys
+import collections
+import re
+import sys
+
+from ncu_source_page import SourcePage, num, opcode
 
 
-def num(x):
-    try:
-        return float(x.replace(",", ""))
-    except ValueError:
-        return 0.0
-
-
-def opcode(text):
-    text = re.sub(r"^@!?U?P\w+\s+", "", text.strip())
-    return text.split()[0].split(".")[0] if text else ""
-
-
-def read_csv(path):
-    rows = list(csv.reader(open(path, newline="")))
-    head = next((i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)), None)
-    if head is None:
-        sys.exit("no source page in " + path)
-    cols = rows[head]
-    src = cols.index("Source")
-    samples = next(i for i, c in enumerate(cols) if c.startswith("Warp Stall Sampling (All"))
-    executed = cols.index("Instructions Executed")
-    body = [r for r in rows[head + 1:] if len(r) > max(samples, executed, src)]
-    return [(opcode(r[src]), num(r[samples]), num(r[executed])) for r in body]
+def read_profile(path):
+    page = SourcePage(path)
+    return [(opcode(r[page.src]), num(r[page.samples]), num(r[page.executed])) for r in page.body]
 
 
 def read_disasm(path):
@@ -65,7 +49,7 @@ def read_disasm(path):
 
 
 def main(csv_path, disasm_path, name, top=40):
-    prof = read_csv(csv_path)
+    prof = read_profile(csv_path)
     funcs = read_disasm(disasm_path)
     same = [f for f, ins in funcs.items() if name in f and len(ins) == len(prof)
             and all(a[1] == b[0] for a, b in zip(ins, prof))]

@@ -6,29 +6,18 @@
     IMAD / LOP3 after a Philox call are the noise, ATOMS.CAST.SPIN is a CAS loop);
   * the instructions that hold the most stall samples, with their reasons.
 Used by scripts/profile-epilogue.sh; also on its own:  python3 scripts/ncu-sass-summary.py R-sass.csv"""
-import collections, csv, re, sys
+import collections
+import sys
 
-
-def num(x):
-    try:
-        return float(x.replace(",", ""))
-    except ValueError:
-        return 0.0
+from ncu_source_page import SourcePage, num, opcode
 
 
 def main(path, top_blocks=12, top_instructions=25):
-    rows = list(csv.reader(open(path, newline="")))
-    head = next((i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)), None)
-    if head is None:
-        sys.exit("no source page in " + path + " (see the .log next to it)")
-    cols = rows[head]
-    src = cols.index("Source")
-    samples = next(i for i, c in enumerate(cols) if c.startswith("Warp Stall Sampling (All"))
-    executed = cols.index("Instructions Executed")
+    page = SourcePage(path)
+    cols, body, src = page.cols, page.body, page.src
     reasons = [i for i, c in enumerate(cols) if c.startswith("stall_") and "Not Issued" not in c]
-    body = [r for r in rows[head + 1:] if len(r) > max(samples, executed)]
-    S = [num(r[samples]) for r in body]
-    E = [num(r[executed]) for r in body]
+    S = [num(r[page.samples]) for r in body]
+    E = [num(r[page.executed]) for r in body]
     total_s, total_e = sum(S) or 1.0, sum(E) or 1.0
 
     stalls = collections.Counter()
@@ -46,8 +35,7 @@ def main(path, top_blocks=12, top_instructions=25):
             start = i
     ranked = []
     for a, b in blocks:
-        ops = collections.Counter(
-            re.sub(r"^@!?U?P\w+\s+", "", body[j][src].strip()).split()[0].split(".")[0] for j in range(a, b))
+        ops = collections.Counter(opcode(body[j][src]) for j in range(a, b))
         ranked.append((sum(E[a:b]), sum(S[a:b]), a, b, E[a], ops))
     ranked.sort(key=lambda x: -x[0])
     print("-- basic blocks by instructions executed (rows are SASS lines of the source page)")
