@@ -1160,7 +1160,7 @@ __device__ void load_candidate_slices(const detail::FilterArgs& f, int64_t b, Ca
   unsigned long long mine = 0ull;
   const uint32_t slice_cap = __ldcg(f.slice_cap);
   if (t <= f.slices) {
-    const uint32_t fill = __ldcg(f.cand_count + b * (f.slices + 1) + t);
+    const uint32_t fill = __ldcg(detail::slice_fills(f, b) + t);
     const uint32_t room = t < f.slices ? slice_cap : static_cast<uint32_t>(f.cap - f.spill_at);
     const uint32_t held = fill < room ? fill : room;
     mine = (static_cast<unsigned long long>((held + 3u) >> 2) << 32) | held;

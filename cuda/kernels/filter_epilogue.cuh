@@ -231,6 +231,11 @@ struct alignas(16) ColumnState {
   uint32_t count;  // the row's appends by this CTA so far (its slice's fill, may exceed slice_cap)
 };
 
+// Row b's slice fills (cand_count): a word a CTA slice, then the spill's counter.
+__device__ __forceinline__ uint32_t* slice_fills(const FilterArgs& f, int64_t b) {
+  return f.cand_count + b * (f.slices + 1);
+}
+
 // A CTA's slice of its rows' candidates. A row is served by the CTAs of its batch chunk: every
 // num_chunks-th CTA when the grid divides evenly (each CTA then stays on one chunk), else by all;
 // those share the entries before spill_at (a multiple of 4 each).
@@ -498,7 +503,6 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
   const int64_t spill = f.spill_at;
   const uint32_t spill_cap = static_cast<uint32_t>(f.cap - spill);
   const uint32_t cap = static_cast<uint32_t>(f.cap);
-  const int64_t fills = f.slices + 1;  // cand_count's stride
 #pragma unroll
   for (int jj = 0; jj < K; ++jj) {
     if (total[jj] == 0u) continue;  // warp-uniform
@@ -509,12 +513,12 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     const uint32_t spill_from = first > slice_cap ? first : slice_cap;  // appends from here spill
     uint32_t spill_base = 0u;
     if (end > slice_cap) {  // warp-uniform
-      if (lane == 0) spill_base = atomicAdd(f.cand_count + b[jj] * fills + f.slices, end - spill_from);
+      if (lane == 0) spill_base = atomicAdd(slice_fills(f, b[jj]) + f.slices, end - spill_from);
       spill_base = __shfl_sync(kAll, spill_base, 0);
     }
     if (lane == 0) {
       state[jj]->count = end;
-      if (own_slice) f.cand_count[b[jj] * fills + cs.index] = end;
+      if (own_slice) slice_fills(f, b[jj])[cs.index] = end;
     }
     const uint32_t excl = incl[jj] - __popc(want[jj]);
     uint32_t dropped = 0u;

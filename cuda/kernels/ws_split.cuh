@@ -326,7 +326,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           const int64_t b = b0 + n;
           filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
           // (a CTA that comes back to a chunk goes on filling its slices of the chunk's rows)
-          const uint32_t fill = b < B && slice.cap != 0u ? f.cand_count[b * (f.slices + 1) + slice.index] : 0u;
+          const uint32_t fill = b < B && slice.cap != 0u ? slice_fills(f, b)[slice.index] : 0u;
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY, fill};
         }
       }
