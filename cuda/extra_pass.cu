@@ -7,13 +7,14 @@
 //      16-byte aligned f16/bf16, SIMT otherwise; tiles the one-pass epilogue stored are read back),
 //      raw (bias included) into the [B, V] reservation, plus per-block statistics of the rows.
 //   2. histogram_kernel: per row, a histogram of counts and fixed-point masses over kBuckets
-//      buckets of (max - l) / T; the last block of a row finds the buckets where top-k, top-p and
-//      topLogprobs cut, gathers only those buckets' values (sorted by order key) and resolves each
-//      cut exactly: the row's plan (a key threshold plus min-p), or its whole output (greedy, no
-//      candidate), or "too many values in a cut bucket" (ties): those rows go to whole_rows_kernel.
+//      buckets of (max - l) / T. cut_kernel: every block of a row finds the buckets where top-k,
+//      top-p and topLogprobs cut and gathers its slice's values in them; the row's last block
+//      sorts them by order key and resolves each cut exactly: the row's plan (a key threshold plus
+//      min-p), or its whole output (greedy, no candidate), or "too many values in a cut bucket"
+//      (ties): those rows go to whole_rows_kernel.
 //   3. sample_kernel: the Gumbel argmax of the kept set, its count and float64 mass, per block
-//      then merged by the row's last block in block order, which writes token, logprob and
-//      topLogprobs.
+//      (kDrawBlocks a row) then merged in a fixed order by the row's last block, which writes
+//      token, logprob and topLogprobs.
 // Fixed grids from B, V, D only; every kernel returns at once when no row is flagged (*count).
 //
 // Masses: the histogram holds round(w 2^shift) per value (w = exp((l - max) / T) in float64 as
@@ -42,21 +43,26 @@ constexpr int kGroup = 8;             // flagged rows per read of W: the n of mm
 constexpr int kTileRows = 32;         // vocabulary rows per block task (two m16 tiles)
 constexpr int kLogitWarps = 8;        // split D; one warp per row of the group in the epilogue
 constexpr int kLogitThreads = kLogitWarps * 32;
-constexpr int kBuckets = 8192;        // histogram buckets per row
-constexpr int kBucketsPerThread = 16;
+// Histogram buckets per row: half of 8192's flush and cut search (ncu, 3 flagged rows: the
+// histogram and cut kernels 18.5 / 19.7 -> 17.1 / 18.6 us); a cut bucket still holds ~V / 1000.
+constexpr int kBuckets = 4096;
+constexpr int kBucketsPerThread = 8;
 constexpr int kDecideThreads = kBuckets / kBucketsPerThread;  // 512
 constexpr int kGatherCap = 8192;      // values of the cut buckets a row's resolution sorts (64 KB)
 constexpr double kMaxSpan = 128.0;    // (max - l) / T beyond this shares the last bucket (w < 1e-55)
-constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the draw
+constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the cuts
+// Blocks per row of the draw, ~4 quads a thread: with 32 a row, each warp runs ~4000 dependent
+// instructions (ncu, B = 64, 3 flagged rows: the draw 19.2 us against 13.5 with 128).
+constexpr int kDrawBlocks = 128;
 constexpr int kSampleThreads = 256;
 constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
-constexpr int kDrawSlotsInFlight = 32; // the same for the draw, whose blocks are half as large
+constexpr int kDrawSlotsInFlight = 8;  // the same for the draw (a no-op grid stays one wave)
 constexpr int kMaxTopLogprobs = 1024;
 constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
 static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
 static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
-static_assert(kRowBlocks == 32, "a row's draw partials are merged by one warp");
+static_assert(kDrawBlocks % 32 == 0, "a row's draw partials are merged by one warp");
 
 enum PlanMode : int32_t { kPlanSample = 0, kPlanDone = 1, kPlanWholeRow = 2 };
 
@@ -89,9 +95,9 @@ struct Work {
   uint32_t* hist_count;          // [B, kBuckets]
   unsigned long long* hist_mass; // [B, kBuckets]
   uint32_t* draw_done;           // [B]: blocks done with the row's draw
-  double* part_z;                // [B, kRowBlocks]
-  unsigned long long* part_kept; // [B, kRowBlocks]
-  unsigned long long* part_best; // [B, kRowBlocks]: packed candidates
+  double* part_z;                // [B, kDrawBlocks]
+  unsigned long long* part_kept; // [B, kDrawBlocks]
+  unsigned long long* part_best; // [B, kDrawBlocks, num_samples]: packed candidates
   unsigned long long* top_keys;  // [B, max(topLogprobs, 1)]
   struct RowShape* shapes;       // [B]: the row's statistics, from the histogram's block 0
   unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
@@ -197,11 +203,26 @@ __device__ void clear_row_state(const Work& w, int F, int64_t B) {
 __device__ __forceinline__ bool tile_stored(const Work& w, const int* rows, const int* stored, int n, int64_t v) {
   return stored[n] && (w.stored_tiles == nullptr || w.stored_tiles[rows[n] * w.num_vtiles + (v >> 7)] != 0);
 }
-// Whether every row of the group was stored on the tile of the task at v0 (block-uniform).
-__device__ __forceinline__ bool task_stored(const Work& w, const int* rows, const int* stored, int64_t v0) {
-  bool all = true;
-  for (int n = 0; n < kGroup; ++n) all = all && (rows[n] < 0 || tile_stored(w, rows, stored, n, v0));
-  return all;
+// Tasks a block looks up at once: one thread per (task, group row).
+constexpr int kTasksPerLookup = kLogitThreads / kGroup;
+static_assert(kTasksPerLookup == 32, "a lookup's tasks fit one 32-bit mask");
+
+// Bit i: the block's task first + i * gridDim.x has a group row the one-pass epilogue did not
+// store on its tile (its logits need W). One parallel round of loads for 32 tasks; a lookup per
+// task and row is a chain of dependent loads (ncu, B = 64, 3 flagged rows: 57 % of the kernel's
+// samples, 15.8 us against 9.6).
+__device__ uint32_t tasks_needing_w(const Work& w, const int* rows, const int* stored, int64_t first, int64_t tasks) {
+  __shared__ uint32_t s_mask;
+  const int n = threadIdx.x % kGroup, i = threadIdx.x / kGroup;
+  if (threadIdx.x == 0) s_mask = 0u;
+  __syncthreads();
+  const int64_t task = first + static_cast<int64_t>(i) * gridDim.x;
+  const bool needs = task < tasks && rows[n] >= 0 && !tile_stored(w, rows, stored, n, task * kTileRows);
+  if (needs) atomicOr(&s_mask, 1u << i);
+  __syncthreads();
+  const uint32_t mask = s_mask;
+  __syncthreads();
+  return mask;
 }
 
 struct PartAcc {
@@ -209,6 +230,63 @@ struct PartAcc {
   uint32_t valid = 0, posinf = 0;
   unsigned long long best = 0ull;
 };
+
+// Adds row b's raw logit of v to the row's statistics.
+__device__ __forceinline__ void add_value(const SampleParams& p, int b, int64_t v, float raw, PartAcc& acc) {
+  const float l = candidate_value(p, b, v, raw);
+  if (l != l) return;
+  ++acc.valid;
+  if (l == INFINITY) ++acc.posinf;
+  else {
+    acc.mx = fmaxf(acc.mx, l);
+    acc.mn = fminf(acc.mn, l);
+  }
+  const unsigned long long key = order_key(l, static_cast<uint32_t>(v));
+  acc.best = key > acc.best ? key : acc.best;
+}
+
+// The statistics of the tasks in `stored_tasks` (bits as tasks_needing_w's), whose rows the
+// one-pass epilogue all stored: read back kStoredBatch tasks at a time, their loads in flight
+// together. Thread (warp n, lane r) takes row n of the group, vocabulary row r of each task.
+constexpr int kStoredBatch = 8;
+__device__ __forceinline__ void add_stored_tasks(const SampleParams& p, const int* rows, int64_t first,
+                                                 uint32_t stored_tasks, const float* row_logits, PartAcc& acc) {
+  const int n = threadIdx.x >> 5, r = threadIdx.x & 31;
+  const int b = rows[n];
+  if (b < 0) return;
+  const float* const row = row_logits + static_cast<int64_t>(b) * p.vocab;
+  for (int i0 = 0; i0 < kTasksPerLookup && (stored_tasks >> i0) != 0u; i0 += kStoredBatch) {
+    float raw[kStoredBatch];
+    int64_t v[kStoredBatch];
+#pragma unroll
+    for (int j = 0; j < kStoredBatch; ++j) {
+      v[j] = (first + static_cast<int64_t>(i0 + j) * gridDim.x) * kTileRows + r;
+      const bool in = ((stored_tasks >> (i0 + j)) & 1u) != 0u && v[j] < p.vocab;
+      raw[j] = in ? row[v[j]] : NAN;
+      if (!in) v[j] = -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kStoredBatch; ++j)
+      if (v[j] >= 0) add_value(p, b, v[j], raw[j], acc);
+  }
+}
+
+// The block's tasks (task blockIdx.x, then every gridDim.x-th): those whose group rows the one-pass
+// epilogue all stored are read back (no read of W, no barrier); compute(v0) takes each other one
+// and calls store_task (block-uniform).
+template <class Compute>
+__device__ __forceinline__ void for_each_task(const SampleParams& p, const Work& w, const int* rows, const int* stored,
+                                              int64_t tasks, const float* row_logits, PartAcc& acc, Compute&& compute) {
+  const int64_t lookup_step = static_cast<int64_t>(kTasksPerLookup) * gridDim.x;
+  for (int64_t first = blockIdx.x; first < tasks; first += lookup_step) {
+    const uint32_t needs_w = tasks_needing_w(w, rows, stored, first, tasks);
+    const int64_t in_lookup = (tasks - first + gridDim.x - 1) / gridDim.x;
+    const uint32_t all = in_lookup >= kTasksPerLookup ? ~0u : (1u << in_lookup) - 1u;
+    add_stored_tasks(p, rows, first, all & ~needs_w, row_logits, acc);
+    for (uint32_t left = needs_w; left != 0u; left &= left - 1u)
+      compute((first + static_cast<int64_t>(__ffs(left) - 1) * gridDim.x) * kTileRows);
+  }
+}
 
 // Sums of the task (s_sum[vrow][slot]) -> raw logits of the flagged rows, plus the statistics of
 // their candidate values: thread (warp n, lane r) takes row n of the group, vocabulary row r. A
@@ -235,16 +313,7 @@ __device__ __forceinline__ void store_task(const SampleParams& p, const Work& w,
     }
     *at = raw;
   }
-  const float l = candidate_value(p, b, v, raw);
-  if (l != l) return;
-  ++acc.valid;
-  if (l == INFINITY) ++acc.posinf;
-  else {
-    acc.mx = fmaxf(acc.mx, l);
-    acc.mn = fminf(acc.mn, l);
-  }
-  const unsigned long long key = order_key(l, static_cast<uint32_t>(v));
-  acc.best = key > acc.best ? key : acc.best;
+  add_value(p, b, v, raw, acc);
 }
 
 __device__ __forceinline__ void write_part(const Work& w, int slot, PartAcc a) {
@@ -311,12 +380,7 @@ __global__ void __launch_bounds__(kLogitThreads)
     const int hrow = s_stored[g] && w.stored_tiles == nullptr ? -1 : s_rows[g];
     const T* h_row = hrow >= 0 ? H + static_cast<int64_t>(hrow) * D : nullptr;
     PartAcc acc;
-    for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-      const int64_t v0 = task * kTileRows;
-      if (task_stored(w, s_rows, s_stored, v0)) {  // (block-uniform) no read of W, no barrier
-        store_task(p, w, s_sum, s_rows, s_stored, v0, row_logits, acc);
-        continue;
-      }
+    for_each_task(p, w, s_rows, s_stored, tasks, row_logits, acc, [&](int64_t v0) {
       const T* w_row[2][2];
 #pragma unroll
       for (int tile = 0; tile < 2; ++tile)
@@ -368,7 +432,7 @@ __global__ void __launch_bounds__(kLogitThreads)
       }
       __syncthreads();
       store_task(p, w, s_sum, s_rows, s_stored, v0, row_logits, acc);
-    }
+    });
     if (first + warp < F) write_part(w, first + warp, acc);
     __syncthreads();  // s_rows is rewritten by the next group
   }
@@ -399,12 +463,8 @@ __global__ void __launch_bounds__(kLogitThreads)
   for (int first = 0; first < F; first += kGroup) {
     find_flagged(flags, p.batch, first, s_rows, s_stored, blockIdx.x == 0 && first == 0 ? w.list : nullptr);
     PartAcc acc;
-    for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-      if (task_stored(w, s_rows, s_stored, task * kTileRows)) {  // (block-uniform) no read of W
-        store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
-        continue;
-      }
-      const int64_t v0 = task * kTileRows + warp * kRowsPerWarp;
+    for_each_task(p, w, s_rows, s_stored, tasks, row_logits, acc, [&](int64_t task_v0) {
+      const int64_t v0 = task_v0 + warp * kRowsPerWarp;
       float sum[kRowsPerWarp][kGroup];
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i)
@@ -433,9 +493,9 @@ __global__ void __launch_bounds__(kLogitThreads)
           if (lane == 0) s_sum[warp * kRowsPerWarp + i][n] = s;
         }
       __syncthreads();
-      store_task(p, w, s_sum, s_rows, s_stored, task * kTileRows, row_logits, acc);
+      store_task(p, w, s_sum, s_rows, s_stored, task_v0, row_logits, acc);
       __syncthreads();
-    }
+    });
     if (first + warp < F) write_part(w, first + warp, acc);
     __syncthreads();
   }
@@ -1003,7 +1063,7 @@ __global__ void __launch_bounds__(kDecideThreads)
 }
 
 // ---- 3. the draw ----------------------------------------------------------------------------------
-// grid (kRowBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
+// grid (kDrawBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
 // quad with a kept value), with its kept count and float64 mass; the row's last block merges the
 // blocks in block order and writes the row. A scan draws kSamplesPerScan samples, each with its
 // own noise stream; more samples scan the slice again (from L1/L2).
@@ -1033,7 +1093,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int64_t per = (quads + gridDim.x - 1) / gridDim.x;
     const int64_t q_lo = blockIdx.x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
     const int S = p.num_samples;
-    const int64_t at = static_cast<int64_t>(slot) * kRowBlocks + blockIdx.x;
+    const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + blockIdx.x;
     for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
       double z = 0.0;
       unsigned long long kept = 0ull, best[kSamplesPerScan];
@@ -1095,10 +1155,15 @@ __global__ void __launch_bounds__(kSampleThreads)
     __threadfence();
     __shared__ double s_log_z;
     __shared__ unsigned long long s_kept;
-    if (threadIdx.x < 32) {  // kRowBlocks == 32 partials, merged by a fixed butterfly
-      const int64_t part = static_cast<int64_t>(slot) * kRowBlocks + threadIdx.x;
-      double zr = __ldcg(w.part_z + part);
-      unsigned long long kr = __ldcg(w.part_kept + part);
+    if (threadIdx.x < 32) {  // lane i adds partials i, i + 32, ... in order, then a fixed butterfly
+      const int64_t part = static_cast<int64_t>(slot) * kDrawBlocks + threadIdx.x;
+      double zr = 0.0;
+      unsigned long long kr = 0ull;
+#pragma unroll
+      for (int i = 0; i < kDrawBlocks; i += 32) {
+        zr += __ldcg(w.part_z + part + i);
+        kr += __ldcg(w.part_kept + part + i);
+      }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         zr += __shfl_xor_sync(0xffffffffu, zr, o);
@@ -1106,7 +1171,12 @@ __global__ void __launch_bounds__(kSampleThreads)
       }
       const double log_z = log(zr);
       for (int j = 0; j < S; ++j) {
-        unsigned long long br = __ldcg(w.part_best + part * S + j);
+        unsigned long long br = 0ull;
+#pragma unroll
+        for (int i = 0; i < kDrawBlocks; i += 32) {
+          const unsigned long long bi = __ldcg(w.part_best + (part + i) * S + j);
+          br = bi > br ? bi : br;
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
           const unsigned long long bo = __shfl_xor_sync(0xffffffffu, br, o);
@@ -1196,9 +1266,9 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   l.gc = layout.take(B * sizeof(uint32_t));
   l.cd = layout.take(B * sizeof(uint32_t));
   l.dd = layout.take(B * sizeof(uint32_t));
-  l.pz = layout.take(B * kRowBlocks * sizeof(double));
-  l.pk = layout.take(B * kRowBlocks * sizeof(unsigned long long));
-  l.pb = layout.take(B * kRowBlocks * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
+  l.pz = layout.take(B * kDrawBlocks * sizeof(double));
+  l.pk = layout.take(B * kDrawBlocks * sizeof(unsigned long long));
+  l.pb = layout.take(B * kDrawBlocks * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
   l.top = layout.take(B * n_top * sizeof(unsigned long long));
   l.bytes = layout.bytes;
   return l;
@@ -1279,7 +1349,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                                 flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
-    const dim3 draw_grid(kRowBlocks, static_cast<unsigned>(B < kDrawSlotsInFlight ? B : kDrawSlotsInFlight));
+    const dim3 draw_grid(kDrawBlocks, static_cast<unsigned>(B < kDrawSlotsInFlight ? B : kDrawSlotsInFlight));
     err = detail::launch_kernel(sample_kernel, draw_grid, dim3(kSampleThreads), 0, stream, programmatic, p,
                                 flagged_count, static_cast<const float*>(row_logits), w);
   }
