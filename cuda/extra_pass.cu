@@ -316,7 +316,24 @@ __device__ __forceinline__ void store_task(const SampleParams& p, const Work& w,
   add_value(p, b, v, raw, acc);
 }
 
-__device__ __forceinline__ void write_part(const Work& w, int slot, PartAcc a) {
+__device__ __forceinline__ RowPart as_part(const PartAcc& a) {
+  RowPart part;
+  part.max_finite = a.mx;
+  part.min_finite = a.mn;
+  part.valid = a.valid;
+  part.posinf = a.posinf;
+  part.best_key = a.best;
+  return part;
+}
+__device__ __forceinline__ void merge_part(PartAcc& a, const RowPart& q) {
+  a.mx = fmaxf(a.mx, q.max_finite);
+  a.mn = fminf(a.mn, q.min_finite);
+  a.valid += q.valid;
+  a.posinf += q.posinf;
+  a.best = q.best_key > a.best ? q.best_key : a.best;
+}
+// Every lane gets the warp's merge (min / max / integer sums: exact in any order).
+__device__ __forceinline__ PartAcc warp_merge(PartAcc a) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     a.mx = fmaxf(a.mx, __shfl_xor_sync(0xffffffffu, a.mx, o));
@@ -326,15 +343,12 @@ __device__ __forceinline__ void write_part(const Work& w, int slot, PartAcc a) {
     const unsigned long long k = __shfl_xor_sync(0xffffffffu, a.best, o);
     a.best = k > a.best ? k : a.best;
   }
-  if ((threadIdx.x & 31) == 0) {
-    RowPart part;
-    part.max_finite = a.mx;
-    part.min_finite = a.mn;
-    part.valid = a.valid;
-    part.posinf = a.posinf;
-    part.best_key = a.best;
-    w.parts[static_cast<int64_t>(slot) * w.logit_blocks + blockIdx.x] = part;
-  }
+  return a;
+}
+
+__device__ __forceinline__ void write_part(const Work& w, int slot, PartAcc a) {
+  a = warp_merge(a);
+  if ((threadIdx.x & 31) == 0) w.parts[static_cast<int64_t>(slot) * w.logit_blocks + blockIdx.x] = as_part(a);
 }
 
 // 16 bytes of W, streamed past L1 (read once).
@@ -530,20 +544,21 @@ struct RowShape {
 __device__ RowShape row_shape(const Work& w, int slot, const RowControl& c, int64_t V) {
   PartAcc a;
   const RowPart* parts = w.parts + static_cast<int64_t>(slot) * w.logit_blocks;
-  for (int i = threadIdx.x; i < w.logit_blocks; i += blockDim.x) {
-    const RowPart q = parts[i];
-    a.mx = fmaxf(a.mx, q.max_finite);
-    a.mn = fminf(a.mn, q.min_finite);
-    a.valid += q.valid;
-    a.posinf += q.posinf;
-    a.best = q.best_key > a.best ? q.best_key : a.best;
-  }
+  for (int i = threadIdx.x; i < w.logit_blocks; i += blockDim.x) merge_part(a, parts[i]);
+  // the five statistics merged together: two barriers, not ten
+  __shared__ RowPart partial[32];
+  a = warp_merge(a);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = as_part(a);
+  __syncthreads();
+  PartAcc r;
+  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) merge_part(r, partial[i]);
   RowShape s;
-  s.m = block_all_reduce(a.mx, Max());
-  const float mn = block_all_reduce(a.mn, Min());
-  s.valid = block_all_reduce(static_cast<long long>(a.valid), Sum());
-  s.posinf = block_all_reduce(static_cast<long long>(a.posinf), Sum());
-  s.best_key = block_all_reduce(a.best, Max());
+  s.m = r.mx;
+  const float mn = r.mn;
+  s.valid = r.valid;  // <= V < 2^31
+  s.posinf = r.posinf;
+  s.best_key = r.best;
   s.md = static_cast<double>(s.m);
   s.inv_t = c.temperature == 0.0f ? 0.0 : 1.0 / static_cast<double>(c.temperature);
   s.span = 0.0;
