@@ -108,8 +108,9 @@ cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_
 
 // A shard's partial state (p.partial set): whether its vocabulary range and sizes are valid.
 bool partial_params_ok(const SampleParams& p);
-// Reference: materializes [B, V] and applies the semantics to each whole row.
-cudaError_t launch_reference_filtered(const SampleParams& p, ReferenceMethod method,
+// The reference (launch_reference_sample): materializes [B, V] and decides each whole row by
+// `method` (whole_rows_kernel), with or without options.
+cudaError_t launch_reference_rows(const SampleParams& p, ReferenceMethod method,
                                       cudaStream_t stream);
 
 }  // namespace cuda
