@@ -305,19 +305,30 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
   // of docs/SEMANTICS.md covers)
   uint32_t counts[K];
   float tmax[K], sum[K];
-  bool any_mass = false;
+  bool any_mass = false, finite[K];
 #pragma unroll
   for (int jj = 0; jj < K; ++jj) {
     any_mass |= fr[jj].mass != 0;  // warp-uniform
-    uint32_t c = 0u;
-    float mx = -INFINITY;
+    // The common tile: every value finite (v - v is NaN for NaN and +-Inf), hence all 128 valid,
+    // no +Inf and no value to leave out of the max and the sum; skipping those tests took logprobs
+    // at B = 256 from +48 to +40 % (llama3-8b, H200, with the trip's vocabulary mask below).
+    const float d = (x[jj][0] - x[jj][0]) + (x[jj][1] - x[jj][1]) + (x[jj][2] - x[jj][2]) + (x[jj][3] - x[jj][3]);
+    finite[jj] = __all_sync(kAll, d == 0.0f);
+    float mx;
+    if (finite[jj]) {
+      counts[jj] = 128u;
+      mx = fmaxf(fmaxf(x[jj][0], x[jj][1]), fmaxf(x[jj][2], x[jj][3]));
+    } else {
+      uint32_t c = 0u;
+      mx = -INFINITY;
 #pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      const float v = x[jj][o];
-      c += v == v ? (v == INFINITY ? 0x10001u : 1u) : 0u;
-      mx = fmaxf(mx, v < INFINITY ? v : -INFINITY);  // finite values only (NaN < Inf is false)
+      for (int o = 0; o < 4; ++o) {
+        const float v = x[jj][o];
+        c += v == v ? (v == INFINITY ? 0x10001u : 1u) : 0u;
+        mx = fmaxf(mx, v < INFINITY ? v : -INFINITY);  // finite values only (NaN < Inf is false)
+      }
+      counts[jj] = __reduce_add_sync(kAll, c);
     }
-    counts[jj] = __reduce_add_sync(kAll, c);
     tmax[jj] = from_ordered_bits(__reduce_max_sync(kAll, ordered_bits(mx)));
   }
 #pragma unroll
@@ -326,12 +337,14 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
 #pragma unroll
     for (int jj = 0; jj < K; ++jj) {
       const float c2 = inv_t[jj] * kLog2e;
-      float s = 0.0f;
+      float e[4];
 #pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        const float e = exp2f((x[jj][o] - tmax[jj]) * c2);
-        s += x[jj][o] < INFINITY ? e : 0.0f;
+      for (int o = 0; o < 4; ++o) e[o] = exp2f((x[jj][o] - tmax[jj]) * c2);
+      if (!finite[jj]) {
+#pragma unroll
+        for (int o = 0; o < 4; ++o) e[o] = x[jj][o] < INFINITY ? e[o] : 0.0f;
       }
+      const float s = ((e[0] + e[1]) + e[2]) + e[3];  // index order on both paths: the same bits
       sum[jj] = fr[jj].mass ? s : 0.0f;
     }
 #pragma unroll

@@ -317,6 +317,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     }
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
+    // kFiltered: which of this lane's four values lie inside the vocabulary (bit o: vq + o < V),
+    // once an item instead of a 64-bit compare per value and column
+    const uint32_t in_vocab = vq + 4 <= V ? 0xfu : vq >= V ? 0u : (1u << static_cast<int>(V - vq)) - 1u;
     const bool chunk_start = chunk != params_chunk;
     if (chunk_start) {  // uniform over the epilogue threads
       named_bar_sync(kSplitEpilogueBarrier, 256);  // nobody still reads the previous chunk's
@@ -376,11 +379,14 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
           const bool in_row = vq < V && b < B;
           const uint32_t allowed =
-              f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u;
+              (f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u) &
+              in_vocab;
           const uint2 marks =
               f.listed != nullptr && in_row ? f.listed[b * f.allowed_words + (vq >> 5)] : make_uint2(0u, 0u);
+          if (f.softcap > 0.0f) {  // one uniform test a column
 #pragma unroll
-          for (int o = 0; o < 4; ++o) l[jj][o] = softcap_logit(l[jj][o], f.softcap);
+            for (int o = 0; o < 4; ++o) l[jj][o] = softcap_logit(l[jj][o], f.softcap);
+          }
           if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
             const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
             l[jj][0] = q4.x;
@@ -391,7 +397,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 #pragma unroll
           for (int o = 0; o < 4; ++o) {
             const float x = l[jj][o];
-            l[jj][o] = ((allowed >> o) & 1u) == 0u || vq + o >= V || x == -INFINITY ? NAN : x;
+            l[jj][o] = ((allowed >> o) & 1u) == 0u || x == -INFINITY ? NAN : x;
           }
           // a row the decision draws: no Gumbel here, except in a quad that holds a +Inf value
           // (the +Inf tier beats every finite candidate, so the quad's others cannot win)
