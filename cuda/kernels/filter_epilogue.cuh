@@ -310,8 +310,8 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
   for (int jj = 0; jj < K; ++jj) {
     any_mass |= fr[jj].mass != 0;  // warp-uniform
     // The common tile: every value finite (v - v is NaN for NaN and +-Inf), hence all 128 valid,
-    // no +Inf and no value to leave out of the max and the sum; skipping those tests took logprobs
-    // at B = 256 from +48 to +40 % (llama3-8b, H200, with the trip's vocabulary mask below).
+    // no +Inf and no value to leave out of the max and the sum (logprobs at B = 256 cost +40 % over
+    // plain without those tests, +48 % with them; llama3-8b, H200).
     const float d = (x[jj][0] - x[jj][0]) + (x[jj][1] - x[jj][1]) + (x[jj][2] - x[jj][2]) + (x[jj][3] - x[jj][3]);
     finite[jj] = __all_sync(kAll, d == 0.0f);
     float mx;
@@ -453,10 +453,10 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     }
     // the histogram bound (a dependent global load per 128 buckets): for a top-k, a tile that would
     // append two or more, so θ keeps rising with the grid's appends after the first wave (a lone
-    // value above θ is appended without the load: qwen3-8b top-k 50 at B = 64 +16 -> +14 %); for
-    // top-p (rank 2048: a longer scan) only a tile that would append many. Not on a CTA's first
-    // tile of the row: the grid's histogram is still empty then, and the tile's own k-th largest
-    // bounds it.
+    // value above θ is appended without the load: top-k 50 at B = 64 costs +16 % over plain against
+    // +19 % with it, llama3-8b); for top-p (rank 2048: a longer scan) only a tile that would append
+    // many. Not on a CTA's first tile of the row: the grid's histogram is still empty then, and the
+    // tile's own k-th largest bounds it.
 #pragma unroll
     for (int jj = 0; jj < K; ++jj) {
       if (!need[jj] || fr[jj].mode == kThetaMinP || theta_before[jj] == -INFINITY) continue;
