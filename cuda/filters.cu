@@ -1916,15 +1916,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // The candidates' first batch is loaded before the summaries merge, so that its latency hides
-  // under that phase (a top-k row's appends fit one batch).
+  // under that phase (a top-k row's appends fit one batch). A sampled row without a filter or
+  // topLogprobs (logprobs alone) is decided from the summaries and the winner: no candidates.
+  const bool filtered = c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f;
+  const bool reads_candidates = !greedy && (filtered || p.top_logprobs > 0);  // block-uniform
   float* val = f.cand_val + b * static_cast<int64_t>(f.cap);
   uint32_t* idx = f.cand_idx + b * static_cast<int64_t>(f.cap);
   const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];
   __shared__ CandidateSlices cs;
-  load_candidate_slices(f, b, cs);
   float x[kPrefixRounds][4];
   uint32_t xv[kPrefixRounds][4];
-  load_prefix_batch(val, idx, cs, 0, x, xv);
+  if (reads_candidates) {
+    load_candidate_slices(f, b, cs);
+    load_prefix_batch(val, idx, cs, 0, x, xv);
+  }
   // a top-p row's histogram of appended values (filter_row: top-p takes the rank bound without top-k)
   const bool topp_rank = c.top_k <= 0 && c.top_p < 1.0f && c.temperature != 0.0f;
   static_assert(detail::kHistBuckets == kThreads, "one histogram bucket a thread");
@@ -1973,7 +1978,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  const bool filtered = c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f;
   if (!filtered && S > 1) {  // the whole row is kept: its samples need the row (the epilogue drew one)
     flag();
     return;
