@@ -2130,7 +2130,7 @@ cudaError_t launch_flagged_logits_any(const SampleParams& p, const int32_t* rows
 }  // namespace
 
 cudaError_t launch_reference_rows(const SampleParams& call, ReferenceMethod method,
-                                      cudaStream_t stream) {
+                                  cudaStream_t stream) {
   cudaError_t err = check(call);
   if (err != cudaSuccess) return err;
   Scratch scratch(call, stream);

@@ -111,7 +111,7 @@ bool partial_params_ok(const SampleParams& p);
 // The reference (launch_reference_sample): materializes [B, V] and decides each whole row by
 // `method` (whole_rows_kernel), with or without options.
 cudaError_t launch_reference_rows(const SampleParams& p, ReferenceMethod method,
-                                      cudaStream_t stream);
+                                  cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace flashsample
