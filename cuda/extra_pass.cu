@@ -545,7 +545,7 @@ __device__ RowShape row_shape(const Work& w, int slot, const RowControl& c, int6
   PartAcc a;
   const RowPart* parts = w.parts + static_cast<int64_t>(slot) * w.logit_blocks;
   for (int i = threadIdx.x; i < w.logit_blocks; i += blockDim.x) merge_part(a, parts[i]);
-  // the five statistics merged together: two barriers, not ten
+  // the five statistics merged in one block merge (two barriers)
   __shared__ RowPart partial[32];
   a = warp_merge(a);
   __syncthreads();

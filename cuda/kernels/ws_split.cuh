@@ -318,7 +318,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     float bias[4];
     load_bias_quad<kF16>(a.bias, vq, V, bias);
     // kFiltered: which of this lane's four values lie inside the vocabulary (bit o: vq + o < V),
-    // once an item instead of a 64-bit compare per value and column
+    // once an item, so the per-value tests below need no 64-bit compare
     const uint32_t in_vocab = vq + 4 <= V ? 0xfu : vq >= V ? 0u : (1u << static_cast<int>(V - vq)) - 1u;
     const bool chunk_start = chunk != params_chunk;
     if (chunk_start) {  // uniform over the epilogue threads
