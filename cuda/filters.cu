@@ -292,16 +292,13 @@ __device__ __forceinline__ int32_t min_p_first_top_k(int32_t top_k, long long su
   return top_k > 0 && top_k < survivors ? top_k : static_cast<int32_t>(survivors);
 }
 
-// Decides one row (one block). `stats`/`winners` non-null: the elements are the fused pass's
-// candidates; else they are the whole row. Returns false when the candidates cannot prove the
-// kept set (the row must fall back); nothing is written then.
-__device__ bool decide_row(const SampleParams& p, const Elems& e, const RowControl& c,
-                           const RowStats* stats, const RowWinners* winners, bool inverse_cdf) {
-  const int64_t b = c.b;
-  const int S = p.num_samples;
-  const bool from_candidates = stats != nullptr;
-
-  // Statistics of the elements.
+// Statistics of a row's elements: largest finite value, valid and +Inf counts, largest order key.
+struct ElemStats {
+  float max;
+  long long valid, posinf;
+  uint64_t best_key;
+};
+__device__ __forceinline__ ElemStats elem_stats(const Elems& e) {
   float local_max = -INFINITY;
   long long local_valid = 0, local_inf = 0;
   uint64_t local_best = 0;
@@ -314,14 +311,128 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     const uint64_t key = order_key(l, e.index(i));
     local_best = key > local_best ? key : local_best;
   }
-  const float elems_max = block_reduce(local_max, Max(), -INFINITY);
-  const long long elems_valid = block_reduce(local_valid, Sum(), 0ll);
-  const long long elems_inf = block_reduce(local_inf, Sum(), 0ll);
-  const uint64_t best_key = block_reduce<uint64_t>(local_best, Max(), uint64_t(0));
+  ElemStats r;
+  r.max = block_reduce(local_max, Max(), -INFINITY);
+  r.valid = block_reduce(local_valid, Sum(), 0ll);
+  r.posinf = block_reduce(local_inf, Sum(), 0ll);
+  r.best_key = block_reduce<uint64_t>(local_best, Max(), uint64_t(0));
+  return r;
+}
 
-  const long long valid = from_candidates ? stats->valid : elems_valid;
-  const long long posinf = from_candidates ? stats->posinf : elems_inf;
-  const float m = from_candidates ? stats->max_logit : elems_max;
+// vLLM's filter order with min-p and top-p on: the top-k to use in Hugging Face's order
+// (min_p_first_top_k), from the min-p survivors among the elements; -1 when they cannot decide it.
+template <class Weight>
+__device__ __forceinline__ int32_t min_p_first_elems_top_k(const Elems& e, const RowControl& c, bool overflow,
+                                                           Weight weight) {
+  long long local_s = 0;
+  float local_min = INFINITY;
+  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+    const float l = e.val[i];
+    if (l != l) continue;
+    local_min = fminf(local_min, l);
+    if (weight(l) >= static_cast<double>(c.min_p)) ++local_s;
+  }
+  const long long survivors = block_reduce(local_s, Sum(), 0ll);
+  const float smallest = -block_reduce(-local_min, Max(), -INFINITY);
+  return min_p_first_top_k(c.top_k, survivors, overflow && weight(smallest) >= static_cast<double>(c.min_p));
+}
+
+// Every sample by the Gumbel-max over the kept elements (the fused pass's noise), with its logprob.
+template <class Kept, class LogProb>
+__device__ __forceinline__ void draw_gumbel(const SampleParams& p, const Elems& e, const RowControl& c, float T,
+                                            Kept kept, LogProb logprob) {
+  const int64_t b = c.b;
+  const int S = p.num_samples;
+  const float inv_tf = 1.0f / T;
+  for (int j = 0; j < S; ++j) {
+    Pick best{-INFINITY, kNoToken, 0.0f};
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l != l) continue;
+      const uint32_t v = e.index(i);
+      if (!kept(l, order_key(l, v))) continue;
+      const float g = gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
+      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+    }
+    best = block_best(best);
+    if (threadIdx.x == 0) {
+      p.tokens[b * S + j] = best.key == kNoToken ? -1 : static_cast<int32_t>(best.key & 0x7fffffffu);
+      if (p.logprobs) p.logprobs[b * S + j] = logprob(best.logit);
+    }
+  }
+}
+
+// Every sample by the inverse CDF in index order: each thread owns a contiguous range of the
+// (index-ordered) elements; the ranges' masses are scanned once, then each sample is found by the
+// one thread whose range holds it.
+template <class Kept, class Weight, class LogProb>
+__device__ __forceinline__ void draw_inverse_cdf(const SampleParams& p, const Elems& e, const RowControl& c,
+                                                 Kept kept, Weight weight, LogProb logprob) {
+  const int64_t b = c.b;
+  const int S = p.num_samples;
+  __shared__ double range_start[kThreads + 1];
+  const int64_t per = (e.n + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = threadIdx.x * per, hi = lo + per < e.n ? lo + per : e.n;
+  double mine = 0.0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float l = e.val[i];
+    if (l == l && kept(l, order_key(l, e.index(i)))) mine += weight(l);
+  }
+  __syncthreads();
+  range_start[threadIdx.x + 1] = mine;
+  if (threadIdx.x == 0) range_start[0] = 0.0;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int t = 1; t <= static_cast<int>(blockDim.x); ++t) range_start[t] += range_start[t - 1];
+  __syncthreads();
+  const double total = range_start[blockDim.x];
+  int last_owner = 0;  // the last thread whose range holds mass
+  for (int t = static_cast<int>(blockDim.x) - 1; t >= 0; --t)
+    if (range_start[t + 1] > range_start[t]) {
+      last_owner = t;
+      break;
+    }
+  for (int j = 0; j < S; ++j) {
+    const Philox4 r = philox4x32_10(static_cast<uint32_t>(j), c.stream, static_cast<uint32_t>(c.offset),
+                                    static_cast<uint32_t>(c.offset >> 32), static_cast<uint32_t>(c.seed),
+                                    static_cast<uint32_t>(c.seed >> 32));
+    const double u = (static_cast<double>(r.x[0]) + 0.5) * 0x1p-32;
+    const double target = u * total;
+    const int t = threadIdx.x;
+    const bool owns = mine > 0.0 && target >= range_start[t] &&
+                      (target < range_start[t + 1] || t == last_owner);
+    if (owns) {
+      double cumulative = range_start[t];
+      int64_t pick = -1;
+      float pick_l = 0.0f;
+      for (int64_t i = lo; i < hi; ++i) {
+        const float l = e.val[i];
+        if (l != l || !kept(l, order_key(l, e.index(i)))) continue;
+        cumulative += weight(l);
+        pick = i;
+        pick_l = l;
+        if (cumulative > target) break;
+      }
+      p.tokens[b * S + j] = static_cast<int32_t>(e.index(pick));
+      if (p.logprobs) p.logprobs[b * S + j] = logprob(pick_l);
+    }
+  }
+}
+
+// Decides one row (one block). `stats`/`winners` non-null: the elements are the fused pass's
+// candidates; else they are the whole row. Returns false when the candidates cannot prove the
+// kept set (the row must fall back); nothing is written then.
+__device__ bool decide_row(const SampleParams& p, const Elems& e, const RowControl& c,
+                           const RowStats* stats, const RowWinners* winners, bool inverse_cdf) {
+  const int64_t b = c.b;
+  const int S = p.num_samples;
+  const bool from_candidates = stats != nullptr;
+
+  const ElemStats es = elem_stats(e);
+  const long long valid = from_candidates ? stats->valid : es.valid;
+  const long long posinf = from_candidates ? stats->posinf : es.posinf;
+  const float m = from_candidates ? stats->max_logit : es.max;
   if (valid == 0) {
     write_no_candidate(p, b);
     return true;
@@ -330,6 +441,7 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   const float T = c.temperature;
 
   if (T == 0.0f) {  // greedy: the largest key (the candidates always hold it)
+    const uint64_t best_key = es.best_key;
     const int32_t token = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best_key));
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
       p.tokens[b * S + j] = token;
@@ -355,18 +467,7 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   const bool overflow = from_candidates && stats->overflow != 0;
   int32_t top_k = c.top_k;
   if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
-    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k)
-    long long local_s = 0;
-    float local_min = INFINITY;
-    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
-      const float l = e.val[i];
-      if (l != l) continue;
-      local_min = fminf(local_min, l);
-      if (weight(l) >= static_cast<double>(c.min_p)) ++local_s;
-    }
-    const long long survivors = block_reduce(local_s, Sum(), 0ll);
-    const float smallest = -block_reduce(-local_min, Max(), -INFINITY);
-    top_k = min_p_first_top_k(top_k, survivors, overflow && weight(smallest) >= static_cast<double>(c.min_p));
+    top_k = min_p_first_elems_top_k(e, c, overflow, weight);
     if (top_k < 0) return false;
   }
   const bool k_on = !inf_mode && top_k > 0 && top_k < valid;
@@ -457,77 +558,8 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     return static_cast<float>(inf_mode ? -log_z : (static_cast<double>(l) - md) * inv_t - log_z);
   };
 
-  if (!inverse_cdf) {
-    const float inv_tf = 1.0f / T;
-    for (int j = 0; j < S; ++j) {
-      Pick best{-INFINITY, kNoToken, 0.0f};
-      for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
-        const float l = e.val[i];
-        if (l != l) continue;
-        const uint32_t v = e.index(i);
-        if (!kept(l, order_key(l, v))) continue;
-        const float g = gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
-        const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
-      }
-      best = block_best(best);
-      if (threadIdx.x == 0) {
-        p.tokens[b * S + j] = best.key == kNoToken ? -1 : static_cast<int32_t>(best.key & 0x7fffffffu);
-        if (p.logprobs) p.logprobs[b * S + j] = logprob(best.logit);
-      }
-    }
-  } else {
-    // Inverse CDF in index order: each thread owns a contiguous range of the (index-ordered)
-    // elements; the ranges' masses are scanned once, then each sample is found by the one thread
-    // whose range holds it.
-    __shared__ double range_start[kThreads + 1];
-    const int64_t per = (e.n + blockDim.x - 1) / blockDim.x;
-    const int64_t lo = threadIdx.x * per, hi = lo + per < e.n ? lo + per : e.n;
-    double mine = 0.0;
-    for (int64_t i = lo; i < hi; ++i) {
-      const float l = e.val[i];
-      if (l == l && kept(l, order_key(l, e.index(i)))) mine += weight(l);
-    }
-    __syncthreads();
-    range_start[threadIdx.x + 1] = mine;
-    if (threadIdx.x == 0) range_start[0] = 0.0;
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (int t = 1; t <= static_cast<int>(blockDim.x); ++t) range_start[t] += range_start[t - 1];
-    __syncthreads();
-    const double total = range_start[blockDim.x];
-    int last_owner = 0;  // the last thread whose range holds mass
-    for (int t = static_cast<int>(blockDim.x) - 1; t >= 0; --t)
-      if (range_start[t + 1] > range_start[t]) {
-        last_owner = t;
-        break;
-      }
-    for (int j = 0; j < S; ++j) {
-      const Philox4 r = philox4x32_10(static_cast<uint32_t>(j), c.stream, static_cast<uint32_t>(c.offset),
-                                      static_cast<uint32_t>(c.offset >> 32), static_cast<uint32_t>(c.seed),
-                                      static_cast<uint32_t>(c.seed >> 32));
-      const double u = (static_cast<double>(r.x[0]) + 0.5) * 0x1p-32;
-      const double target = u * total;
-      const int t = threadIdx.x;
-      const bool owns = mine > 0.0 && target >= range_start[t] &&
-                        (target < range_start[t + 1] || t == last_owner);
-      if (owns) {
-        double cumulative = range_start[t];
-        int64_t pick = -1;
-        float pick_l = 0.0f;
-        for (int64_t i = lo; i < hi; ++i) {
-          const float l = e.val[i];
-          if (l != l || !kept(l, order_key(l, e.index(i)))) continue;
-          cumulative += weight(l);
-          pick = i;
-          pick_l = l;
-          if (cumulative > target) break;
-        }
-        p.tokens[b * S + j] = static_cast<int32_t>(e.index(pick));
-        if (p.logprobs) p.logprobs[b * S + j] = logprob(pick_l);
-      }
-    }
-  }
+  if (!inverse_cdf) draw_gumbel(p, e, c, T, kept, logprob);
+  else draw_inverse_cdf(p, e, c, kept, weight, logprob);
   if (p.top_logprobs > 0) write_top_logprobs(p, e, b, kept, kept_count, logprob);
   return true;
 }
