@@ -289,6 +289,19 @@ __device__ __forceinline__ void stage_row_params(const GemmArgs& a, int64_t b0, 
   }
 }
 
+// Column n's row parameters from a kernel's staging arrays (stage_row_params), for batch row b.
+__device__ __forceinline__ RowParams staged_row_params(const GemmArgs& a, const float* inv_t, const uint8_t* greedy,
+                                                       const unsigned long long* seed,
+                                                       const unsigned long long* offset, int n, int64_t b) {
+  RowParams r;
+  r.inv_temperature = inv_t[n];
+  r.greedy = greedy[n] != 0;
+  r.seed = seed[n];
+  r.offset = offset[n];
+  r.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+  return r;
+}
+
 // The bias of vocabulary rows vq .. vq + 3 (0 past the vocabulary or without a bias), as floats.
 template <bool kF16>
 __device__ __forceinline__ void load_bias_quad(const void* bias_ptr, int64_t vq, int64_t vocab, float (&bias)[4]) {

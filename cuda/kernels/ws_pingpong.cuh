@@ -382,6 +382,90 @@ __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned 
       best);
 }
 
+// The ping-pong epilogue's work on one n8 group of an item: the logits l[jj] of this thread's
+// vocabulary quad vq .. vq + 3 for its two batch columns n = 8 nt + 2 t4 + jj (jj = 0, 1).
+// kStore: the logits themselves.
+__device__ __forceinline__ void ws_store_group(const GemmArgs& a, const float (&l)[2][4], int nt, int t4, int64_t b0,
+                                               int64_t vq) {
+  const int64_t V = a.vocab;
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int64_t b = b0 + nt * 8 + t4 * 2 + jj;
+    if (b < a.batch) {
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if (vq + o < V) a.logits[b * V + vq + o] = l[jj][o];
+    }
+  }
+}
+
+// kSampleOne / kSampleFew: both columns together (quads_update_pruned<2>: one branch for both
+// Philox calls), each sample's draw pruned against its column's running winner in win_s, which a
+// lane whose best beats the winner it read raises (no cross-lane reduction per group).
+template <Epi kEpi, int kSlots, int kNB>
+__device__ __forceinline__ void ws_pruned_group(const GemmArgs& a, float (&l)[2][4], int nt, int t4, int64_t b0,
+                                                int64_t vq, const float* row_inv_t, const uint8_t* row_greedy,
+                                                const unsigned long long* row_seed,
+                                                const unsigned long long* row_offset,
+                                                unsigned long long (&win_s)[kSlots][kNB]) {
+  RowParams rp[2];
+  int64_t vend[2];
+  int nn[2];
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int n = nt * 8 + t4 * 2 + jj;
+    const int64_t b = b0 + n;
+    nn[jj] = n;
+    vend[jj] = b < a.batch ? a.vocab + a.vocab_base : 0;  // global ids: a shard's noise and tokens
+    rp[jj] = staged_row_params(a, row_inv_t, row_greedy, row_seed, row_offset, n, b);
+  }
+  const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
+  for (int s = 0; s < samples; ++s) {
+    float thr[2], bs[2];
+    uint32_t bk[2];
+    unsigned long long thr_packed[2];
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      // the score of the column's running winner (a real candidate of the row, or -Inf)
+      thr_packed[jj] = ld_relaxed_shared_u64(&win_s[s][nn[jj]]);
+      thr[jj] = packed_score(thr_packed[jj]);
+      bs[jj] = -INFINITY;
+      bk[jj] = kNoToken;
+    }
+    quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, thr, bs, bk);
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj)
+      if (bk[jj] != kNoToken) {
+        const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
+        if (c > thr_packed[jj]) atomicMax(&win_s[s][nn[jj]], c);
+      }
+  }
+}
+
+// kSampleMany: every sample's best of the quad, reduced over the column's lanes, into the grid's
+// winners.
+__device__ __forceinline__ void ws_sampled_group(const GemmArgs& a, const float (&l)[2][4], int nt, int t4, int g,
+                                                 int64_t b0, int64_t vq, const float* row_inv_t,
+                                                 const uint8_t* row_greedy, const unsigned long long* row_seed,
+                                                 const unsigned long long* row_offset) {
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int n = nt * 8 + t4 * 2 + jj;
+    const int64_t b = b0 + n;
+    const bool col_ok = b < a.batch;
+    const RowParams rp = staged_row_params(a, row_inv_t, row_greedy, row_seed, row_offset, n, b);
+    for (int s = 0; s < a.num_samples; ++s) {
+      float best_s;
+      uint32_t best_k;
+      best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? a.vocab + a.vocab_base : 0,
+                   best_s, best_k);
+      warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
+      if (g == 0 && col_ok && best_k != kNoToken)
+        atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
+    }
+  }
+}
+
 // The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
 // wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
 template <class Cfg, bool kF16, Epi kEpi>
@@ -573,77 +657,13 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
               acc1[e] = acc1[e + 4];
             }
           }
-          if constexpr (kPruned) {
-            // Per n8 group: its two columns (jj = 0, 1) together (quads_update_pruned<2>: one branch
-            // for both Philox calls), each sample's draw pruned against its column's running winner
-            RowParams rp[2];
-            int64_t vend[2];
-            int nn[2];
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-              const int n = nt * 8 + t4 * 2 + jj;
-              const int64_t b = b0 + n;
-              nn[jj] = n;
-              vend[jj] = b < B ? V + a.vocab_base : 0;  // global ids: a shard's noise and tokens
-              rp[jj].inv_temperature = row_inv_t[cw][n];
-              rp[jj].greedy = row_greedy[cw][n] != 0;
-              rp[jj].seed = row_seed[cw][n];
-              rp[jj].offset = row_offset[cw][n];
-              rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-            }
-            const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
-            for (int s = 0; s < samples; ++s) {
-              float thr[2], bs[2];
-              uint32_t bk[2];
-              unsigned long long thr_packed[2];
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj) {
-                // the score of the column's running winner (a real candidate of the row, or -Inf)
-                thr_packed[jj] = ld_relaxed_shared_u64(&win_s[cw][s][nn[jj]]);
-                thr[jj] = packed_score(thr_packed[jj]);
-                bs[jj] = -INFINITY;
-                bk[jj] = kNoToken;
-              }
-              quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, thr, bs, bk);
-              // A lane whose best beats the winner it read raises it: no cross-lane reduction per trip.
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj)
-                if (bk[jj] != kNoToken) {
-                  const unsigned long long c = pack_candidate(bs[jj], bk[jj]);
-                  if (c > thr_packed[jj]) atomicMax(&win_s[cw][s][nn[jj]], c);
-                }
-            }
-          } else {
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-              const int n = nt * 8 + t4 * 2 + jj;
-              const int64_t b = b0 + n;
-              const bool col_ok = b < B;
-              if constexpr (kEpi == Epi::kStore) {
-                if (col_ok) {
-#pragma unroll
-                  for (int o = 0; o < 4; ++o)
-                    if (vq + o < V) a.logits[b * V + vq + o] = l[jj][o];
-                }
-              } else {
-                RowParams rp;
-                rp.inv_temperature = row_inv_t[cw][n];
-                rp.greedy = row_greedy[cw][n] != 0;
-                rp.seed = row_seed[cw][n];
-                rp.offset = row_offset[cw][n];
-                rp.stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
-                for (int s = 0; s < a.num_samples; ++s) {
-                  float best_s;
-                  uint32_t best_k;
-                  best_of_quad(l[jj], rp, static_cast<uint32_t>(s), vq + a.vocab_base, col_ok ? V + a.vocab_base : 0,
-                               best_s, best_k);
-                  warp_best<4, 16>(best_s, best_k);  // lanes with the same t4 share the column
-                  if (g == 0 && col_ok && best_k != kNoToken)
-                    atomicMax(a.winners + b * a.num_samples + s, pack_candidate(best_s, best_k));
-                }
-              }
-            }
-          }
+          if constexpr (kEpi == Epi::kStore)
+            ws_store_group(a, l, nt, t4, b0, vq);
+          else if constexpr (kPruned)
+            ws_pruned_group<kEpi, kSlots, kNB>(a, l, nt, t4, b0, vq, row_inv_t[cw], row_greedy[cw], row_seed[cw],
+                                               row_offset[cw], win_s[cw]);
+          else
+            ws_sampled_group(a, l, nt, t4, g, b0, vq, row_inv_t[cw], row_greedy[cw], row_seed[cw], row_offset[cw]);
         }
       }
     }

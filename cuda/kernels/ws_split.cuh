@@ -405,11 +405,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
               l[jj][2] != INFINITY && l[jj][3] != INFINITY)
             vend[jj] = 0;
         }
-        rp[jj].inv_temperature = row_inv_t[n];
-        rp[jj].greedy = row_greedy[n] != 0;
-        rp[jj].seed = row_seed[n];
-        rp[jj].offset = row_offset[n];
-        rp[jj].stream = a.per_row_seed ? 0u : static_cast<uint32_t>(b);
+        rp[jj] = staged_row_params(a, row_inv_t, row_greedy, row_seed, row_offset, n, b);
         // Threshold: the column's running winner (a real candidate of the row, or -Inf).
         thr_packed[jj] = ld_relaxed_shared_u64(&win_packed_s[n]);
         thr[jj] = packed_score(thr_packed[jj]);
