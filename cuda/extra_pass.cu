@@ -56,8 +56,6 @@ constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the
 // instructions (ncu, B = 64, 3 flagged rows: the draw 19.2 us against 13.5 with 128).
 constexpr int kDrawBlocks = 128;
 constexpr int kSampleThreads = 256;
-constexpr int kMaxSlotsInFlight = 16; // rows decided side by side (grid.y); more rows loop
-constexpr int kDrawSlotsInFlight = 8;  // the same for the draw (a no-op grid stays one wave)
 constexpr int kMaxTopLogprobs = 1024;
 constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
@@ -66,6 +64,7 @@ static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power o
 static_assert(kDrawBlocks % 32 == 0, "a row's draw partials are merged by one warp");
 
 enum PlanMode : int32_t { kPlanSample = 0, kPlanDone = 1, kPlanWholeRow = 2 };
+enum TaskCounter : int { kHistogramTasks = 0, kCutTasks = 1, kDrawTasks = 2, kTaskCounters = 3 };
 
 // Statistics of a row's candidate values over one logits block's vocabulary rows.
 struct RowPart {
@@ -104,6 +103,7 @@ struct Work {
   unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
   uint32_t* gather_count;        // [B]
   uint32_t* cut_done;            // [B]: blocks done gathering
+  uint32_t* next_task;           // [kTaskCounters]: the histogram's, the cuts' and the draw's next (row, slice) task
   const uint8_t* stored_tiles;   // [B, num_vtiles] or nullptr (launch_extra_pass)
   int64_t num_vtiles;
 };
@@ -187,6 +187,7 @@ __device__ void clear_row_state(const Work& w, int F, int64_t B) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = first; i < B; i += stride) w.whole_row[i] = 0;
+  if (first < kTaskCounters) w.next_task[first] = 0u;
   for (int64_t i = first; i < static_cast<int64_t>(F) * kBuckets; i += stride) {
     w.hist_count[i] = 0u;
     w.hist_mass[i] = 0ull;
@@ -826,14 +827,14 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
                                   static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift);
 }
 
-// This block's slice of the row: the order keys of the values in the buckets q takes, appended to
+// Slice `slice` of kRowBlocks of the row: the order keys of the values in the buckets q takes, appended to
 // the row's gathered keys (positions past kGatherCap are counted, not written).
-__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int64_t b, const float* row,
+__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int slice, int64_t b, const float* row,
                              const RowShape& s, const CutSearch& q) {
   const int lane = threadIdx.x & 31;
   const int64_t V = p.vocab;
-  const int64_t per = (V + gridDim.x - 1) / gridDim.x;
-  const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
+  const int64_t per = (V + kRowBlocks - 1) / kRowBlocks;
+  const int64_t lo = slice * per, hi = lo + per < V ? lo + per : V;
   unsigned long long* out = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
   scan_row(row, lo, hi, [&](int64_t v, float raw) {
     bool sel = false;
@@ -991,7 +992,21 @@ __device__ __forceinline__ int flagged_count_then_wait(const int32_t* count) {
   return F;
 }
 
-// grid (kRowBlocks, slots): block x of a row takes the x-th slice of its vocabulary. Each block
+// Tasks are (row slot, slice) pairs in slot order. Block i takes task i first, then the next one
+// of `counter` as it comes free (every thread gets it), so that a block that resolves a row (the
+// row's last task) delays no fixed share of the later rows; when the grid holds every task, no
+// block asks. The grids are one resident wave (launch_extra_pass): a call with no flagged row then
+// starts no block beyond it.
+__device__ __forceinline__ int next_task(uint32_t* counter, int tasks) {
+  if (tasks <= static_cast<int>(gridDim.x)) return tasks;
+  __shared__ int s_task;
+  __syncthreads();  // every thread has read the previous task
+  if (threadIdx.x == 0) s_task = static_cast<int>(gridDim.x + atomicAdd(counter, 1u));
+  __syncthreads();
+  return s_task;
+}
+
+// Tasks (slot, x), x < kRowBlocks: task x of a row takes the x-th slice of its vocabulary. Each block
 // counts its slice in shared memory, then adds its non-empty buckets to the row's: two global
 // atomics per value were the kernel's bound (their issue queue: ncu long_sb 50 % behind REDs).
 constexpr size_t kHistogramSmem = kBuckets * (sizeof(unsigned long long) + sizeof(uint32_t));
@@ -1002,18 +1017,20 @@ __global__ void __launch_bounds__(kDecideThreads)
   extern __shared__ unsigned long long s_mass[];  // kBuckets masses, then kBuckets counts
   uint32_t* const s_count = reinterpret_cast<uint32_t*>(s_mass + kBuckets);
   const int64_t V = p.vocab;
-  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+  const int tasks = F * kRowBlocks;
+  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kHistogramTasks, tasks)) {
+    const int slot = task / kRowBlocks, x = task % kRowBlocks;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
-    if (!needs_cut(p, c) && blockIdx.x != 0) continue;  // (block-uniform) no histogram: block 0 writes the shape
+    if (!needs_cut(p, c) && x != 0) continue;  // (block-uniform) no histogram: task 0 writes the shape
     const RowShape s = row_shape(w, slot, c, V);
-    if (blockIdx.x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
+    if (x == 0 && threadIdx.x == 0) w.shapes[slot] = s;
     const float* row = row_logits + b * V;
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0 && needs_cut(p, c)) {
       uint32_t* hc = w.hist_count + static_cast<int64_t>(slot) * kBuckets;
       unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
-      const int64_t per = (V + gridDim.x - 1) / gridDim.x;
-      const int64_t lo = blockIdx.x * per, hi = lo + per < V ? lo + per : V;
+      const int64_t per = (V + kRowBlocks - 1) / kRowBlocks;
+      const int64_t lo = x * per, hi = lo + per < V ? lo + per : V;
       for (int i = threadIdx.x; i < kBuckets; i += blockDim.x) {
         s_mass[i] = 0ull;
         s_count[i] = 0u;
@@ -1042,15 +1059,17 @@ __global__ void __launch_bounds__(kDecideThreads)
   }
 }
 
-// grid (kRowBlocks, slots): every block finds the row's cut buckets from the histogram and gathers
-// its slice's values in them; the row's last block sorts them and resolves the row.
+// Tasks (slot, x) as the histogram's: every task finds the row's cut buckets from the histogram and
+// gathers its slice's values in them; the row's last one sorts them and resolves the row.
 __global__ void __launch_bounds__(kDecideThreads)
     cut_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
   if (F == 0) return;
   extern __shared__ unsigned long long s_keys[];
   __shared__ bool s_last;
-  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+  const int tasks = F * kRowBlocks;
+  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kCutTasks, tasks)) {
+    const int slot = task / kRowBlocks, x = task % kRowBlocks;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
     const RowShape s = w.shapes[slot];
@@ -1060,14 +1079,14 @@ __global__ void __launch_bounds__(kDecideThreads)
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
       if (needs_cut(p, c)) {
         find_cuts(p, w, slot, c, s, q);
-        if (q.any()) gather_slice(p, w, slot, b, row, s, q);
+        if (q.any()) gather_slice(p, w, slot, x, b, row, s, q);
       } else {
         q.no_cut();
       }
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == kRowBlocks - 1;
     __syncthreads();
     if (s_last) {
       __threadfence();
@@ -1078,7 +1097,7 @@ __global__ void __launch_bounds__(kDecideThreads)
 }
 
 // ---- 3. the draw ----------------------------------------------------------------------------------
-// grid (kDrawBlocks, slots): each block draws over its slice of vocabulary quads (one Philox per
+// Tasks (slot, x), x < kDrawBlocks: each draws over its slice of vocabulary quads (one Philox per
 // quad with a kept value), with its kept count and float64 mass; the row's last block merges the
 // blocks in block order and writes the row. A scan draws kSamplesPerScan samples, each with its
 // own noise stream; more samples scan the slice again (from L1/L2).
@@ -1088,7 +1107,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (F == 0) return;
   __shared__ bool s_last;
   const int64_t V = p.vocab;
-  for (int slot = blockIdx.y; slot < F; slot += gridDim.y) {
+  const int tasks = F * kDrawBlocks;
+  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kDrawTasks, tasks)) {
+    const int slot = task / kDrawBlocks, x = task % kDrawBlocks;
     const RowPlan plan = w.plans[slot];
     if (plan.mode != kPlanSample) continue;  // block-uniform
     const int64_t b = w.list[slot];
@@ -1105,10 +1126,10 @@ __global__ void __launch_bounds__(kSampleThreads)
       return plan.min_w == 0.0 || x >= plan.min_w ? x : -1.0;
     };
     const int64_t quads = (V + 3) / 4;
-    const int64_t per = (quads + gridDim.x - 1) / gridDim.x;
-    const int64_t q_lo = blockIdx.x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
+    const int64_t per = (quads + kDrawBlocks - 1) / kDrawBlocks;
+    const int64_t q_lo = x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
     const int S = p.num_samples;
-    const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + blockIdx.x;
+    const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + x;
     for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
       double z = 0.0;
       unsigned long long kept = 0ull, best[kSamplesPerScan];
@@ -1163,7 +1184,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     }
     if (threadIdx.x == 0) {
       __threadfence();
-      s_last = atomicAdd(w.draw_done + slot, 1u) == gridDim.x - 1;
+      s_last = atomicAdd(w.draw_done + slot, 1u) == kDrawBlocks - 1;
     }
     __syncthreads();
     if (!s_last) continue;
@@ -1262,7 +1283,7 @@ cudaError_t logit_blocks_for(const SampleParams& p, LogitsKernel kernel, int* bl
 
 // The workspace regions (byte offsets) for `logit_blocks` logits blocks.
 struct ExtraPassLayout {
-  size_t list, whole, parts, plans, hc, hm, shapes, gathered, gc, cd, dd, pz, pk, pb, top, bytes;
+  size_t list, whole, parts, plans, hc, hm, shapes, gathered, gc, cd, dd, pz, pk, pb, top, tasks, bytes;
 };
 
 ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
@@ -1285,6 +1306,7 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   l.pk = layout.take(B * kDrawBlocks * sizeof(unsigned long long));
   l.pb = layout.take(B * kDrawBlocks * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
   l.top = layout.take(B * n_top * sizeof(unsigned long long));
+  l.tasks = layout.take(kTaskCounters * sizeof(uint32_t));
   l.bytes = layout.bytes;
   return l;
 }
@@ -1337,6 +1359,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
   w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
   w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
+  w.next_task = reinterpret_cast<uint32_t*>(ws + l.tasks);
   w.stored_tiles = stored_tiles;
   w.num_vtiles = (p.vocab + 127) / 128;
 
@@ -1345,28 +1368,37 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   // they wait, so a no-op pass costs one grid completion and four grid starts (as plain launches
   // plus a memset: 14-18 us a call, H200; waiting in each kernel: ~4 us more at B = 1).
   const bool programmatic = detail::programmatic_launch_supported();
-  const dim3 rows_grid(kRowBlocks, static_cast<unsigned>(B < kMaxSlotsInFlight ? B : kMaxSlotsInFlight));
   const size_t gather_bytes = kGatherCap * sizeof(unsigned long long);
-  int cut_per_sm = 0, histogram_per_sm = 0;
+  int cut_per_sm = 0, histogram_per_sm = 0, sample_per_sm = 0;
   err = detail::prepare_kernel(cut_kernel, kDecideThreads, static_cast<int>(gather_bytes), &cut_per_sm);
   if (err == cudaSuccess)
     err = detail::prepare_kernel(histogram_kernel, kDecideThreads, static_cast<int>(kHistogramSmem), &histogram_per_sm);
+  if (err == cudaSuccess) err = detail::prepare_kernel(sample_kernel, kSampleThreads, 0, &sample_per_sm);
+  // The later kernels' grids: one resident wave at most (their blocks take tasks as they come
+  // free), since a no-op pass pays for every wave of blocks that only return (llama3-8b top-k 50
+  // at B = 16, grids of a block per task: the later four kernels' 2048 blocks cost ~3 points).
+  const int64_t sms = detail::multiprocessor_count();
+  auto wave = [&](int per_sm, int tasks_per_row) {
+    const int64_t resident = sms * (per_sm > 0 ? per_sm : 1);
+    const int64_t tasks = static_cast<int64_t>(B) * tasks_per_row;
+    return dim3(static_cast<unsigned>(tasks < resident ? tasks : resident));
+  };
   if (err == cudaSuccess) {
     err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0,
                                 stream, programmatic, p, flags, flagged_count, w, row_logits);
   }
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(histogram_kernel, rows_grid, dim3(kDecideThreads), kHistogramSmem, stream, programmatic, p,
-                                flagged_count, static_cast<const float*>(row_logits), w);
+    err = detail::launch_kernel(histogram_kernel, wave(histogram_per_sm, kRowBlocks), dim3(kDecideThreads),
+                                kHistogramSmem, stream, programmatic, p, flagged_count,
+                                static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(cut_kernel, rows_grid, dim3(kDecideThreads), gather_bytes, stream, programmatic, p,
-                                flagged_count, static_cast<const float*>(row_logits), w);
+    err = detail::launch_kernel(cut_kernel, wave(cut_per_sm, kRowBlocks), dim3(kDecideThreads), gather_bytes, stream,
+                                programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
-    const dim3 draw_grid(kDrawBlocks, static_cast<unsigned>(B < kDrawSlotsInFlight ? B : kDrawSlotsInFlight));
-    err = detail::launch_kernel(sample_kernel, draw_grid, dim3(kSampleThreads), 0, stream, programmatic, p,
-                                flagged_count, static_cast<const float*>(row_logits), w);
+    err = detail::launch_kernel(sample_kernel, wave(sample_per_sm, kDrawBlocks), dim3(kSampleThreads), 0, stream,
+                                programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, flagged_count, stream);
   const cudaError_t freed = scratch.give_back(ws);
