@@ -3,6 +3,7 @@
 # clock state shared, so a 1-2 % difference is visible). Here, before the call:
 #   git stash / checkout A; npx cmake-js compile; mkdir -p ab; xz -T0 -c build/Release/flashsample.node > ab/a.node.xz
 #   checkout B;             npx cmake-js compile;             xz -T0 -c build/Release/flashsample.node > ab/b.node.xz
+#   (any letters: every ab/<letter>.node.xz is a build; at least two)
 #   bash ../shared/gpu/pack && rm -rf .gpu/build        # .gpu without an addon: ab/ carries both
 # then with the device tool (carry [".gpu", "dist", "ab"]; ab/ is git-ignored, about 4.5 MB a build):
 #   bash .gpu/on-gpu bash scripts/ab-addons.sh [bench arguments]
@@ -13,13 +14,14 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-ab-logs}
 mkdir -p "$out" build/Release
-[ -s ab/a.node.xz ] && [ -s ab/b.node.xz ] || { echo "ab-addons: ab/a.node.xz and ab/b.node.xz are needed" >&2; exit 2; }
-builds=()  # a, b, and any further ab/<letter>.node.xz (c, d, ...), alternated in that order
+builds=()  # every ab/<letter>.node.xz (a, b, c, ...), alternated in that order
 for f in ab/?.node.xz; do
+  [ -s "$f" ] || continue
   which=$(basename "$f" .node.xz)
   xz -dc "$f" > "/tmp/ab-$which.node" || exit 2
   builds+=("$which")
 done
+[ ${#builds[@]} -ge 2 ] || { echo "ab-addons: at least two builds are needed as ab/<letter>.node.xz, found: ${builds[*]:-none}" >&2; exit 2; }
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--preset llama3-8b,qwen3-8b --batch 1,16,64 --iters 20 --warmup 3
   --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines)
