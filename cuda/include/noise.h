@@ -45,41 +45,67 @@ FS_HD uint32_t mulhilo32(uint32_t a, uint32_t b, uint32_t* hi) {
 }
 
 // Philox4x32 with 10 rounds (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as
-// 1, 2, 3", SC'11). Constants from Random123.
-FS_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                            uint32_t k1) {
+// 1, 2, 3", SC'11). Constants from Random123. K counters under one key, in place: the key schedule
+// (18 adds) is computed once for the K blocks.
+template <int K>
+FS_HD void philox4x32_10_one_key(uint32_t (&c)[K][4], uint32_t k0, uint32_t k1) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, hi1;
-    const uint32_t lo0 = mulhilo32(kMul0, c0, &hi0);
-    const uint32_t lo1 = mulhilo32(kMul1, c2, &hi1);
-    const uint32_t n0 = hi1 ^ c1 ^ k0;
-    const uint32_t n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < K; ++k) {
+      uint32_t hi0, hi1;
+      const uint32_t lo0 = mulhilo32(kMul0, c[k][0], &hi0);
+      const uint32_t lo1 = mulhilo32(kMul1, c[k][2], &hi1);
+      const uint32_t n0 = hi1 ^ c[k][1] ^ k0;
+      const uint32_t n2 = hi0 ^ c[k][3] ^ k1;
+      c[k][0] = n0;
+      c[k][1] = lo1;
+      c[k][2] = n2;
+      c[k][3] = lo0;
+    }
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
+}
+
+FS_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                            uint32_t k1) {
+  uint32_t c[1][4] = {{c0, c1, c2, c3}};
+  philox4x32_10_one_key<1>(c, k0, k1);
   Philox4 r;
-  r.x[0] = c0;
-  r.x[1] = c1;
-  r.x[2] = c2;
-  r.x[3] = c3;
+  r.x[0] = c[0][0];
+  r.x[1] = c[0][1];
+  r.x[2] = c[0][2];
+  r.x[3] = c[0][3];
   return r;
+}
+
+// The counter of the Philox block that serves vocabulary entries 4q .. 4q+3 of (row stream, sample).
+FS_HD void noise_counter(uint64_t offset, uint32_t stream, uint32_t sample, uint32_t quad, uint32_t (&c)[4]) {
+  c[0] = quad;
+  c[1] = (stream << 16) | (sample & 0xffffu);
+  c[2] = static_cast<uint32_t>(offset);
+  c[3] = static_cast<uint32_t>(offset >> 32);
 }
 
 // The Philox block that serves vocabulary entries 4q .. 4q+3 of (row stream, sample).
 FS_HD Philox4 noise_block(uint64_t seed, uint64_t offset, uint32_t stream, uint32_t sample,
                           uint32_t quad) {
-  return philox4x32_10(quad, (stream << 16) | (sample & 0xffffu), static_cast<uint32_t>(offset),
-                       static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed),
-                       static_cast<uint32_t>(seed >> 32));
+  uint32_t c[1][4];
+  noise_counter(offset, stream, sample, quad, c[0]);
+  philox4x32_10_one_key<1>(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  Philox4 r;
+  r.x[0] = c[0][0];
+  r.x[1] = c[0][1];
+  r.x[2] = c[0][2];
+  r.x[3] = c[0][3];
+  return r;
 }
 
 // (x + 0.5) * 2^-32 rounded to float, clamped below 1: never 0, never 1.

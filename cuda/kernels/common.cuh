@@ -108,6 +108,21 @@ __device__ __forceinline__ void best_of_quad(const float (&logit)[4], const RowP
   }
 }
 
+// noise_block for K rows at vocabulary quad `quad` when the K rows share one seed, with one key
+// schedule for the K blocks: the same bits as K noise_block calls.
+template <int K>
+__device__ __forceinline__ void noise_blocks_one_key(const RowParams (&rp)[K], uint32_t sample, uint32_t quad,
+                                                     Philox4 (&r)[K]) {
+  uint32_t c[K][4];
+#pragma unroll
+  for (int k = 0; k < K; ++k) noise_counter(rp[k].offset, rp[k].stream, sample, quad, c[k]);
+  philox4x32_10_one_key<K>(c, static_cast<uint32_t>(rp[0].seed), static_cast<uint32_t>(rp[0].seed >> 32));
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int o = 0; o < 4; ++o) r[k].x[o] = c[k][o];
+}
+
 // ---- exact pruning of the Gumbel epilogue ----------------------------------------------------
 // An upper bound of gumbel_from_bits(x) from the bits alone. u >= 2^-(clz(x)+1) exactly (u is
 // (x + 0.5) 2^-32 rounded, or the clamp 1 - 2^-24 >= 1/2), and E = -log1p(-u) >= u, so
@@ -186,9 +201,16 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 #pragma unroll
   for (int k = 0; k < K; ++k) r[k].x[0] = r[k].x[1] = r[k].x[2] = r[k].x[3] = 0u;
   if (any_need) {
+    bool one_key = true;
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      r[k] = noise_block(rp[k].seed, rp[k].offset, rp[k].stream, sample, static_cast<uint32_t>(vq >> 2));
+    for (int k = 1; k < K; ++k) one_key &= rp[k].seed == rp[0].seed;
+    if (one_key) {
+      noise_blocks_one_key<K>(rp, sample, static_cast<uint32_t>(vq >> 2), r);
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        r[k] = noise_block(rp[k].seed, rp[k].offset, rp[k].stream, sample, static_cast<uint32_t>(vq >> 2));
+    }
 #pragma unroll
     for (int k = 0; k < K; ++k)
       if (need[k]) {
