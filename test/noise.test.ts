@@ -156,6 +156,27 @@ describe('Gumbel transform (SEMANTICS §3, modelled in float32)', () => {
       if (!(Math.abs(got - want) <= tol)) throw new Error(`gumbelFromBits(${x}) = ${got}, model ${want}`);
     }
   });
+
+  test('the epilogue\'s mask bound holds: g(x) ≤ 32·ln 2 − ln x + 2e-7 for x ≥ 1, g(0) ≤ 33·ln 2 (common.cuh, noise_bits_can_reach)', () => {
+    // The kernels skip the logarithms of a value when x > exp(l/T − t + 32 ln 2 + 1e-3): exact only if
+    // the native g never exceeds 32 ln 2 − ln x by more than the 1e-3 margin less ex2.approx's and the
+    // roundings' share (< 1e-5). The largest excess sits at small x (u's half-step) and in the top tail.
+    const xs = [1, 2, 3, 255, 256, 0x7fffff, 0x800000, 0x800001, 0xffffff, 0x1000000, 0x1000001, 0x7fffffff, 0x80000000, 0xffffff7f, 0xffffff80, 0xfffffffe, 0xffffffff];
+    const r = rng(11);
+    for (let i = 0; i < 20000; i++) xs.push(1 + (Math.floor(r() * 4294967295) >>> 0));
+    for (let i = 1; i < 4000; i++) xs.push(i, (0xffffffff - i * 89) >>> 0, (2 ** (1 + (i % 31)) + (i % 7) - 3) >>> 0);
+    let worst = -Infinity;
+    for (const x of xs) {
+      if (x < 1) continue;
+      const excess = gumbelFromBits(x) - (32 * Math.LN2 - Math.log(x));
+      worst = Math.max(worst, excess);
+    }
+    expect(worst).toBeLessThanOrEqual(1e-3 - 1e-5);
+    // and it is tight: around x = 2^10 … 2^20 the excess comes within 1e-3 of 0 (−0.41 at x = 1,
+    // −2.8 at the top, where E = −log1p(−u) is far above u)
+    expect(worst).toBeGreaterThan(-1e-3);
+    expect(gumbelFromBits(0)).toBeLessThanOrEqual(33 * Math.LN2 + 1e-3);
+  });
 });
 
 // The native samplers must draw the noise of SEMANTICS §3. The model computes log1pf/logf as

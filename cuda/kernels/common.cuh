@@ -134,6 +134,23 @@ __device__ __forceinline__ float gumbel_upper(uint32_t x) {
 }
 constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(x) for every x
 
+// The per-value test of the mask, cheaper than gumbel_upper (one exp2 against a count-leading-zeros
+// chain) and tighter. For x >= 1, u >= x 2^-32 (1 - 2^-23) (x and the fmaf are rounded to 24 bits;
+// the clamp 1 - 2^-24 costs -ln 6e-8), and E >= u, so g <= -ln u <= 32 ln 2 - ln x + 2e-7: a value
+// with l/T + g >= t needs x <= exp(l/T - t + 32 ln 2). The 1e-3 margin covers that, the few-ulp
+// errors of log1pf, logf and fmaf (as gumbel_upper's), ex2.approx's 2^-22 and x's float rounding.
+// x = 0 always passes (0 <= exp2 of anything); NaN values never do, t = -Inf lets every finite
+// value through. A superset of the values that can reach t: the loop below re-tests each exactly.
+constexpr float kLog2e = 1.44269504f;
+__device__ __forceinline__ float noise_bits_limit_intercept(float t) {
+  return fmaf(-t, kLog2e, (32.0f * 0.69314718f + 1e-3f) * kLog2e);
+}
+__device__ __forceinline__ bool noise_bits_can_reach(uint32_t x, float l, float slope, float intercept) {
+  float limit;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(limit) : "f"(fmaf(l, slope, intercept)));
+  return static_cast<float>(x) <= limit;
+}
+
 // best_of_quad with exact pruning for K rows at once, merged straight into each row's running best
 // (bs, bk): quad k is row k's (its own params, bound, running best), all at the same vocabulary
 // quad vq. `thr[k]` is the score of a candidate that exists elsewhere (or -Inf). Exact because fmaf
@@ -142,7 +159,7 @@ constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(
 // candidate anyway.
 //   * quad: if no value can reach the threshold even with the largest g, no Philox call (one branch
 //     for the K Philox calls: a Philox whose quad needs none is discarded);
-//   * value: bound from the Philox bits (gumbel_upper), the two logs only when it fails. The
+//   * value: bound from the Philox bits (noise_bits_can_reach), the two logs only when it fails. The
 //     values left are evaluated in a warp-uniform loop (one per lane per trip), so a warp pays
 //     for the most values any one lane needs, not for every value some lane needs.
 // Rows never interact: the same candidates and comparisons as K single-row calls in turn. The
@@ -150,25 +167,34 @@ constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(
 // columns.
 // Every lane of the warp must call this (it uses __any_sync).
 // kPastEndIsNan: the caller has made every value at or past vend[k] NaN already (the filtered
-// epilogue), so l is used as it is. kColumnLaneStride: lanes l and l ^ d hold the same K columns
+// epilogue), so l is used as it is. quads_whole (warp-uniform): every column's vend[k] is at or
+// before vq or at or past vq + 4 (a tile inside the vocabulary), so no quad is cut. kColumnLaneStride: lanes l and l ^ d hold the same K columns
 // for every power of two d >= it (1: the whole warp, the split layout; 4: lanes of one lane % 4,
 // the ping-pong layout, whose other lanes hold other columns).
 template <int K, bool kPastEndIsNan = false, int kColumnLaneStride = 1>
 __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], const RowParams (&rp)[K],
                                                     uint32_t sample, int64_t vq,
-                                                    const int64_t (&vend)[K], const float (&thr)[K],
-                                                    float (&bs)[K], uint32_t (&bk)[K]) {
+                                                    const int64_t (&vend)[K], bool quads_whole,
+                                                    const float (&thr)[K], float (&bs)[K], uint32_t (&bk)[K]) {
   // Values at or past vend[k] become NaN once (a NaN passes no bound and makes no candidate), so the
-  // tests below need no 64-bit bound per value.
+  // tests below need no 64-bit bound per value. Only a quad that vend[k] cuts needs it.
   float lv[K][4];
   bool live[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    const int64_t left = vend[k] - vq;
-    const int nv = left <= 0 ? 0 : left >= 4 ? 4 : static_cast<int>(left);
-    live[k] = nv > 0;
+    live[k] = vend[k] > vq;
 #pragma unroll
-    for (int o = 0; o < 4; ++o) lv[k][o] = kPastEndIsNan || o < nv ? l[k][o] : NAN;
+    for (int o = 0; o < 4; ++o) lv[k][o] = l[k][o];
+  }
+  if (!kPastEndIsNan && !quads_whole) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t left = vend[k] - vq;
+      const int nv = left <= 0 ? 0 : left >= 4 ? 4 : static_cast<int>(left);
+#pragma unroll
+      for (int o = 0; o < 4; ++o)
+        if (o >= nv) lv[k][o] = NAN;
+    }
   }
   uint32_t m[K];
   bool need[K];
@@ -191,8 +217,9 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
         }
       } else {
         t[k] = fmaxf(thr[k], bs[k]);
-#pragma unroll
-        for (int o = 0; o < 4; ++o) need[k] |= fmaf(lv[k][o], rp[k].inv_temperature, kGumbelUpper) >= t[k];
+        // the quad's largest value (fmaxf skips NaN; a quad of NaN stays NaN and needs nothing)
+        const float lmax = fmaxf(fmaxf(lv[k][0], lv[k][1]), fmaxf(lv[k][2], lv[k][3]));
+        need[k] = fmaf(lmax, rp[k].inv_temperature, kGumbelUpper) >= t[k];
       }
     }
     any_need |= need[k];
@@ -214,9 +241,11 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 #pragma unroll
     for (int k = 0; k < K; ++k)
       if (need[k]) {
+        const float slope = rp[k].inv_temperature * kLog2e;
+        const float intercept = noise_bits_limit_intercept(t[k]);
 #pragma unroll
         for (int o = 0; o < 4; ++o)
-          if (fmaf(lv[k][o], rp[k].inv_temperature, gumbel_upper(r[k].x[o])) >= t[k]) m[k] |= 1u << o;
+          if (noise_bits_can_reach(r[k].x[o], lv[k][o], slope, intercept)) m[k] |= 1u << o;
       }
   }
   uint32_t any_m = 0u;

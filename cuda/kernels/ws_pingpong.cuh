@@ -432,7 +432,7 @@ __device__ __forceinline__ void ws_pruned_group(const GemmArgs& a, float (&l)[2]
       bs[jj] = -INFINITY;
       bk[jj] = kNoToken;
     }
-    quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, thr, bs, bk);
+    quads_update_pruned<2, false, 4>(l, rp, static_cast<uint32_t>(s), vq + a.vocab_base, vend, false, thr, bs, bk);
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj)
       if (bk[jj] != kNoToken) {

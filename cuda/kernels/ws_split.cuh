@@ -302,6 +302,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
     const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
+    const bool tile_whole = v0 + Cfg::kBV <= V;  // no quad of the tile crosses the vocabulary's end
     // The grid's best candidate of column et so far: a valid threshold wherever it was found.
     unsigned long long grid_best = 0ull;
     if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
@@ -414,7 +415,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
       // the last trip's loads are done: the MMA warpgroup may overwrite the buffer
       if (trip == kNB / (8 * kK) - 1) mbar_arrive(bar_logits_empty);
-      quads_update_pruned<kK, kFiltered>(l, rp, 0u, vq + base, vend, thr, bs, bk);
+      quads_update_pruned<kK, kFiltered>(l, rp, 0u, vq + base, vend, tile_whole, thr, bs, bk);
 #pragma unroll
       for (int jj = 0; jj < kK; ++jj)
         if (bk[jj] != kNoToken) {
