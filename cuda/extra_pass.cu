@@ -1006,6 +1006,29 @@ __device__ __forceinline__ int next_task(uint32_t* counter, int tasks) {
   return s_task;
 }
 
+// This block's tasks of F rows × kSlices, as (slot, x): `for (const Task t : BlockTasks<N>(F, counter))`.
+struct Task {
+  int slot, x;
+};
+template <int kSlices>
+struct BlockTasks {
+  struct Cursor {
+    int task, tasks;
+    uint32_t* counter;
+    __device__ Task operator*() const { return Task{task / kSlices, task % kSlices}; }
+    __device__ Cursor& operator++() {
+      task = next_task(counter, tasks);
+      return *this;
+    }
+    __device__ bool operator!=(const Cursor&) const { return task < tasks; }
+  };
+  int tasks;
+  uint32_t* counter;
+  __device__ BlockTasks(int F, uint32_t* c) : tasks(F * kSlices), counter(c) {}
+  __device__ Cursor begin() const { return Cursor{static_cast<int>(blockIdx.x), tasks, counter}; }
+  __device__ Cursor end() const { return Cursor{tasks, tasks, counter}; }
+};
+
 // Tasks (slot, x), x < kRowBlocks: task x of a row takes the x-th slice of its vocabulary. Each block
 // counts its slice in shared memory, then adds its non-empty buckets to the row's: two global
 // atomics per value were the kernel's bound (their issue queue: ncu long_sb 50 % behind REDs).
@@ -1017,9 +1040,8 @@ __global__ void __launch_bounds__(kDecideThreads)
   extern __shared__ unsigned long long s_mass[];  // kBuckets masses, then kBuckets counts
   uint32_t* const s_count = reinterpret_cast<uint32_t*>(s_mass + kBuckets);
   const int64_t V = p.vocab;
-  const int tasks = F * kRowBlocks;
-  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kHistogramTasks, tasks)) {
-    const int slot = task / kRowBlocks, x = task % kRowBlocks;
+  for (const Task t : BlockTasks<kRowBlocks>(F, w.next_task + kHistogramTasks)) {
+    const int slot = t.slot, x = t.x;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
     if (!needs_cut(p, c) && x != 0) continue;  // (block-uniform) no histogram: task 0 writes the shape
@@ -1067,9 +1089,8 @@ __global__ void __launch_bounds__(kDecideThreads)
   if (F == 0) return;
   extern __shared__ unsigned long long s_keys[];
   __shared__ bool s_last;
-  const int tasks = F * kRowBlocks;
-  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kCutTasks, tasks)) {
-    const int slot = task / kRowBlocks, x = task % kRowBlocks;
+  for (const Task t : BlockTasks<kRowBlocks>(F, w.next_task + kCutTasks)) {
+    const int slot = t.slot, x = t.x;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
     const RowShape s = w.shapes[slot];
@@ -1107,9 +1128,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (F == 0) return;
   __shared__ bool s_last;
   const int64_t V = p.vocab;
-  const int tasks = F * kDrawBlocks;
-  for (int task = blockIdx.x; task < tasks; task = next_task(w.next_task + kDrawTasks, tasks)) {
-    const int slot = task / kDrawBlocks, x = task % kDrawBlocks;
+  for (const Task t : BlockTasks<kDrawBlocks>(F, w.next_task + kDrawTasks)) {
+    const int slot = t.slot, x = t.x;
     const RowPlan plan = w.plans[slot];
     if (plan.mode != kPlanSample) continue;  // block-uniform
     const int64_t b = w.list[slot];

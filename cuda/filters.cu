@@ -1951,7 +1951,8 @@ __global__ void __launch_bounds__(kThreads)
   // under that phase (a top-k row's appends fit one batch). A sampled row without a filter or
   // topLogprobs (logprobs alone) is decided from the summaries and the winner: no candidates.
   const bool filtered = c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f;
-  const bool reads_candidates = !greedy && (filtered || p.top_logprobs > 0);  // block-uniform
+  const bool reads_candidates =  // block-uniform
+      detail::row_gathers_candidates(c.top_k, c.top_p, c.min_p, p.top_logprobs, greedy);
   float* val = f.cand_val + b * static_cast<int64_t>(f.cap);
   uint32_t* idx = f.cand_idx + b * static_cast<int64_t>(f.cap);
   const uint32_t used = f.theta_used[b], dropped = f.max_dropped[b];

@@ -15,12 +15,12 @@
 //   cuda/harness/coop-extra-pass-probe.cu -o /tmp/coop && /tmp/coop
 #include <cuda_runtime.h>
 
+#include "probe_kernels.cuh"
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
-__device__ __forceinline__ void gd_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void gd_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -40,19 +40,6 @@ __global__ void decision_like(int* F, int flag) {
   work[threadIdx.x] = threadIdx.x * flag;
   __syncthreads();
   if (threadIdx.x == 0 && blockIdx.x == 0) *F = flag + (work[5] & 0);
-}
-__global__ void k_first(const int* F, int* sink) {
-  gd_wait();
-  gd_launch();
-  if (*(volatile const int*)F == 0) return;
-  if (threadIdx.x == 0) atomicAdd(sink, 1);
-}
-__global__ void k_next(const int* F, int* sink) {
-  gd_launch();
-  const int f = __ldcg(F);
-  if (f == 0) return;
-  gd_wait();
-  if (threadIdx.x == 0) atomicAdd(sink, 1);
 }
 __global__ void k_last(const int* F, int* sink) {
   if (__ldcg(F) == 0) return;

@@ -11,24 +11,11 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-__device__ __forceinline__ void gd_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void gd_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+#include "probe_kernels.cuh"
+
 
 __device__ unsigned done_count;
 
-__global__ void k_first(const int* F, int* sink) {
-  gd_wait();
-  gd_launch();
-  if (*(volatile const int*)F == 0) return;
-  if (threadIdx.x == 0) atomicAdd(sink, 1);
-}
-__global__ void k_next(const int* F, int* sink) {
-  gd_launch();
-  const int f = __ldcg(F);
-  if (f == 0) return;
-  gd_wait();
-  if (threadIdx.x == 0) atomicAdd(sink, 1);
-}
 // tail-launched kernels: plain (the tail stream is sequential)
 __global__ void t_kernel(const int* F, int* sink) {
   if (threadIdx.x == 0) atomicAdd(sink, 1);

@@ -121,6 +121,13 @@ __device__ __forceinline__ bool row_needs_stats(int32_t top_k, float top_p, floa
   return top_k > 0 || top_p < 1.0f || min_p > 0.0f || logprobs || top_logprobs > 0;
 }
 
+// Whether the epilogue gathers candidates for a row (filter_row gives it a θ mode) and the decision
+// reads them: a sampled row with a filter or topLogprobs.
+__device__ __forceinline__ bool row_gathers_candidates(int32_t top_k, float top_p, float min_p,
+                                                       int32_t top_logprobs, bool greedy) {
+  return !greedy && (top_k > 0 || top_p < 1.0f || min_p > 0.0f || top_logprobs > 0);
+}
+
 // A top-p row keeps gathering the largest values up to this rank: its nucleus is decided from the
 // candidates when it lies within them, like a top-k of this size (the extra pass otherwise).
 constexpr int32_t kTopPRank = 2048;
@@ -162,6 +169,7 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   if (greedy) return r;  // (no masses)
   r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
   r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
+  if (!row_gathers_candidates(k, p, m, f.top_logprobs, greedy)) return r;
   if (k > 0) {
     r.mode = kThetaTopK;
     r.k = k;
@@ -173,7 +181,7 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
     r.mode = kThetaMinP;
     r.param = logf(m) - 1e-3f;  // a hair below the cutoff: the CTA that holds the row's max must
                                 // not put the complete prefix's level exactly on it
-  } else if (f.top_logprobs > 0) {
+  } else {  // topLogprobs alone
     r.mode = kThetaTopK;
     r.k = f.top_logprobs;
   }
