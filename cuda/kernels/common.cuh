@@ -142,13 +142,18 @@ constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(
 // x = 0 always passes (0 <= exp2 of anything); NaN values never do, t = -Inf lets every finite
 // value through. A superset of the values that can reach t: the loop below re-tests each exactly.
 constexpr float kLog2e = 1.44269504f;
+// 2^x by one MUFU.EX2 (relative error 2^-22), results below 2^-126 flushed to 0; exp2f adds a
+// range test and two predicated multiplies a value to keep those denormals.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ float noise_bits_limit_intercept(float t) {
   return fmaf(-t, kLog2e, (32.0f * 0.69314718f + 1e-3f) * kLog2e);
 }
 __device__ __forceinline__ bool noise_bits_can_reach(uint32_t x, float l, float slope, float intercept) {
-  float limit;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(limit) : "f"(fmaf(l, slope, intercept)));
-  return static_cast<float>(x) <= limit;
+  return static_cast<float>(x) <= exp2_ftz(fmaf(l, slope, intercept));
 }
 
 // best_of_quad with exact pruning for K rows at once, merged straight into each row's running best

@@ -305,12 +305,11 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
                                                  const float (&shared_theta)[K], const int (&shared_top)[K],
                                                  CtaSlice cs, ColumnState* const (&state)[K]) {
   constexpr unsigned kAll = 0xffffffffu;
-  constexpr float kLog2e = 1.4426950408889634f;
   const int lane = threadIdx.x & 31;
 
   // the tile summaries: valid / +Inf counts in one word, the max, then the sums of exponentials
-  // (exp2 of a prescaled difference: within 2 ulp + the argument's rounding, which the 1e-6 bound
-  // of docs/SEMANTICS.md covers)
+  // (exp2 of a prescaled difference: within 2^-22 + the argument's rounding, which the 1e-6 bound
+  // of docs/SEMANTICS.md covers; a term below 2^-126 of the tile's max, flushed to 0, moves no sum)
   uint32_t counts[K];
   float tmax[K], sum[K];
   bool any_mass = false, finite[K];
@@ -347,7 +346,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
       const float c2 = inv_t[jj] * kLog2e;
       float e[4];
 #pragma unroll
-      for (int o = 0; o < 4; ++o) e[o] = exp2f((x[jj][o] - tmax[jj]) * c2);
+      for (int o = 0; o < 4; ++o) e[o] = exp2_ftz((x[jj][o] - tmax[jj]) * c2);
       if (!finite[jj]) {
 #pragma unroll
         for (int o = 0; o < 4; ++o) e[o] = x[jj][o] < INFINITY ? e[o] : 0.0f;
