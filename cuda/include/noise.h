@@ -97,15 +97,9 @@ FS_HD void noise_counter(uint64_t offset, uint32_t stream, uint32_t sample, uint
 // The Philox block that serves vocabulary entries 4q .. 4q+3 of (row stream, sample).
 FS_HD Philox4 noise_block(uint64_t seed, uint64_t offset, uint32_t stream, uint32_t sample,
                           uint32_t quad) {
-  uint32_t c[1][4];
-  noise_counter(offset, stream, sample, quad, c[0]);
-  philox4x32_10_one_key<1>(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  Philox4 r;
-  r.x[0] = c[0][0];
-  r.x[1] = c[0][1];
-  r.x[2] = c[0][2];
-  r.x[3] = c[0][3];
-  return r;
+  uint32_t c[4];
+  noise_counter(offset, stream, sample, quad, c);
+  return philox4x32_10(c[0], c[1], c[2], c[3], static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // (x + 0.5) * 2^-32 rounded to float, clamped below 1: never 0, never 1.
