@@ -504,19 +504,18 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
   auto in_top_k = [=](float l, uint64_t key) {
     return (!inf_mode || l == INFINITY) && key >= k_threshold;
   };
-  double local_mass = 0.0;
-  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
-    const float l = e.val[i];
-    if (l != l) continue;
-    if (in_top_k(l, order_key(l, e.index(i)))) local_mass += weight(l);
-  }
-  const double mass_in_elems = block_reduce(local_mass, Sum(), 0.0);
-  // The top-k mass: exact from the elements when top-k is on (all top-k tokens are elements).
-  const double z_top_k = (k_on || !from_candidates) ? mass_in_elems : stats->z;
-
-  // top-p
+  // top-p, on the top-k mass: exact from the elements when top-k is on (all top-k tokens are
+  // elements). A pass of float64 exponentials: only top-p reads it.
   uint64_t p_threshold = 0;
-  if (p_on) {
+  if (p_on) {  // block-uniform
+    double local_mass = 0.0;
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l != l) continue;
+      if (in_top_k(l, order_key(l, e.index(i)))) local_mass += weight(l);
+    }
+    const double mass_in_elems = block_reduce(local_mass, Sum(), 0.0);
+    const double z_top_k = (k_on || !from_candidates) ? mass_in_elems : stats->z;
     const double target = static_cast<double>(c.top_p) * z_top_k;
     if (mass_in_elems >= target) {
       p_threshold = radix_select(e, in_top_k, weight, target);
@@ -541,18 +540,24 @@ __device__ bool decide_row(const SampleParams& p, const Elems& e, const RowContr
     if (inf_mode) return l == INFINITY;
     return key >= threshold && (min_w == 0.0 || exp((static_cast<double>(l) - md) * inv_t) >= min_w);
   };
-  double local_z = 0.0;
-  long long local_kept = 0;
-  for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
-    const float l = e.val[i];
-    if (l != l) continue;
-    if (kept(l, order_key(l, e.index(i)))) {
-      local_z += weight(l);
-      ++local_kept;
+  // The kept mass and count: only the logprobs and topLogprobs read them (the draws weigh the
+  // kept values themselves), so a row without either skips this pass of float64 exponentials.
+  double z_kept = 1.0;
+  long long kept_count = 0;
+  if (p.logprobs != nullptr || p.top_logprobs > 0) {  // block-uniform
+    double local_z = 0.0;
+    long long local_kept = 0;
+    for (int64_t i = threadIdx.x; i < e.n; i += blockDim.x) {
+      const float l = e.val[i];
+      if (l != l) continue;
+      if (kept(l, order_key(l, e.index(i)))) {
+        local_z += weight(l);
+        ++local_kept;
+      }
     }
+    z_kept = block_reduce(local_z, Sum(), 0.0);
+    kept_count = block_reduce(local_kept, Sum(), 0ll);
   }
-  const double z_kept = block_reduce(local_z, Sum(), 0.0);
-  const long long kept_count = block_reduce(local_kept, Sum(), 0ll);
   const double log_z = log(z_kept);
   auto logprob = [=](float l) {
     return static_cast<float>(inf_mode ? -log_z : (static_cast<double>(l) - md) * inv_t - log_z);
