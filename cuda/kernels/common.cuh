@@ -138,9 +138,12 @@ constexpr float kGumbelUpper = 33.0f * 0.69314718f + 2e-3f;  // >= gumbel_upper(
 // chain) and tighter. For x >= 1, u >= x 2^-32 (1 - 2^-23) (x and the fmaf are rounded to 24 bits;
 // the clamp 1 - 2^-24 costs -ln 6e-8), and E >= u, so g <= -ln u <= 32 ln 2 - ln x + 2e-7: a value
 // with l/T + g >= t needs x <= exp(l/T - t + 32 ln 2). The 1e-3 margin covers that, the few-ulp
-// errors of log1pf, logf and fmaf (as gumbel_upper's), ex2.approx's 2^-22 and x's float rounding.
-// x = 0 always passes (0 <= exp2 of anything); NaN values never do, t = -Inf lets every finite
-// value through. A superset of the values that can reach t: the loop below re-tests each exactly.
+// errors of log1pf and logf, ex2.approx's 2^-22 and x's float rounding; the (|t| + 32) 2^-20 one
+// covers the roundings that grow with the scores (the scores' fmaf, 1/T times log2 e, and the
+// exponent's fmaf: a few 2^-24 of |t| + 23, the largest |l/T| of a value that can reach t; at
+// T = 0.001 and logits near 30 they pass 1e-3). x = 0 always passes (0 <= exp2 of anything); NaN
+// values never do, t = -Inf lets every finite value through. A superset of the values that can
+// reach t: the loop below re-tests each exactly.
 constexpr float kLog2e = 1.44269504f;
 // 2^x by one MUFU.EX2 (relative error 2^-22), results below 2^-126 flushed to 0; exp2f adds a
 // range test and two predicated multiplies a value to keep those denormals.
@@ -150,7 +153,8 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 __device__ __forceinline__ float noise_bits_limit_intercept(float t) {
-  return fmaf(-t, kLog2e, (32.0f * 0.69314718f + 1e-3f) * kLog2e);
+  const float margin = fmaf(fabsf(t) + 32.0f, 0x1p-20f, 1e-3f);
+  return (32.0f * 0.69314718f + margin - t) * kLog2e;
 }
 __device__ __forceinline__ bool noise_bits_can_reach(uint32_t x, float l, float slope, float intercept) {
   return static_cast<float>(x) <= exp2_ftz(fmaf(l, slope, intercept));
