@@ -177,6 +177,36 @@ describe('Gumbel transform (SEMANTICS §3, modelled in float32)', () => {
     expect(worst).toBeGreaterThan(-1e-3);
     expect(gumbelFromBits(0)).toBeLessThanOrEqual(33 * Math.LN2 + 1e-3);
   });
+
+  test('the mask test as the kernels compute it in float never drops a value that ties the threshold, at T 1 … 0.001 (and the fixed 1e-3 margin alone does)', () => {
+    // A float model of common.cuh's noise_bits_limit_intercept / noise_bits_can_reach: every
+    // operation rounded to float32, ex2.approx taken at its worst (2^-22 low). The hardest case is
+    // a value whose own score is the threshold t (a tie the smaller index may win): it must pass.
+    const f = Math.fround;
+    const fmaf = (a: number, b: number, c: number) => f(a * b + c);
+    const kLog2e = f(1.44269504);
+    const passes = (x: number, l: number, invT: number, t: number, scaled: boolean) => {
+      const margin = scaled ? fmaf(f(Math.abs(t) + 32), 2 ** -20, f(1e-3)) : f(1e-3);
+      const intercept = f(f(f(f(f(32) * f(0.69314718)) + margin) - t) * kLog2e);
+      const slope = f(invT * kLog2e);
+      let limit = f(2 ** fmaf(l, slope, intercept) * (1 - 2 ** -22));
+      if (limit < 2 ** -126) limit = 0;
+      return f(x) <= limit;
+    };
+    const r = rng(23);
+    let missedFixed = 0;
+    for (const T of [1, 0.5, 0.1, 0.01, 0.001]) {
+      const invT = f(1 / f(T));
+      for (let i = 0; i < 20000; i++) {
+        const x = i % 4 === 0 ? (Math.floor(r() * 4294967296) >>> 0) : (Math.floor(r() * 2 ** (1 + (i % 32))) >>> 0);
+        const l = f((r() * 2 - 1) * 40);
+        const t = fmaf(l, invT, gumbelFromBits(x)); // this value's own score
+        if (!passes(x, l, invT, t, true)) throw new Error(`dropped: T ${T}, l ${l}, x ${x}, t ${t}`);
+        if (!passes(x, l, invT, t, false)) missedFixed++;
+      }
+    }
+    expect(missedFixed).toBeGreaterThan(0); // the model can see the roundings that 3889d80 covers
+  });
 });
 
 // The native samplers must draw the noise of SEMANTICS §3. The model computes log1pf/logf as
