@@ -81,20 +81,6 @@ __global__ void k_one(const int* F, int* sink) {
   if (threadIdx.x == 0) atomicAdd(sink, 1);
 }
 
-template <typename... Args, typename... Vals>
-static cudaError_t launch_ex(void (*k)(Args...), int grid, int threads, cudaStream_t s, Vals... vals) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, k, vals...);
-}
-
 static int g_coop_grid = 0;
 static cudaError_t launch_coop(cudaStream_t s, const int* F, int* sink, unsigned* bar) {
   cudaLaunchConfig_t cfg = {};
@@ -114,18 +100,18 @@ static cudaError_t launch_coop(cudaStream_t s, const int* F, int* sink, unsigned
 
 static cudaError_t step(int v, int flag, cudaStream_t s, int* F, int* sink, unsigned* bar) {
   split_like<<<132, 384, 0, s>>>(200000ull);
-  cudaError_t err = launch_ex(decision_like, 64, 512, s, F, flag);
+  cudaError_t err = launch_programmatic(decision_like, 64, 512, s, F, flag);
   if (err != cudaSuccess) return err;
   if (v == 1) {
-    launch_ex(k_first, 264, 256, s, (const int*)F, sink);
-    launch_ex(k_next, 512, 512, s, (const int*)F, sink);
-    launch_ex(k_next, 512, 512, s, (const int*)F, sink);
-    launch_ex(k_next, 1024, 256, s, (const int*)F, sink);
-    err = launch_ex(k_last, 64, 512, s, (const int*)F, sink);
+    launch_programmatic(k_first, 264, 256, s, (const int*)F, sink);
+    launch_programmatic(k_next, 512, 512, s, (const int*)F, sink);
+    launch_programmatic(k_next, 512, 512, s, (const int*)F, sink);
+    launch_programmatic(k_next, 1024, 256, s, (const int*)F, sink);
+    err = launch_programmatic(k_last, 64, 512, s, (const int*)F, sink);
   } else if (v == 2) {
     err = launch_coop(s, F, sink, bar);
   } else if (v == 3) {
-    err = launch_ex(k_one, g_coop_grid, 512, s, (const int*)F, sink);
+    err = launch_programmatic(k_one, g_coop_grid, 512, s, (const int*)F, sink);
   }
   return err;
 }

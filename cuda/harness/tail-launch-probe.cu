@@ -42,27 +42,14 @@ __global__ void parent(int* F, int flag, int* sink, int cdp) {
   }
 }
 
-static void launch_pdl(void (*k)(const int*, int*), int grid, int threads, cudaStream_t s, const int* F, int* sink) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, k, F, sink);
-}
-
 static void step(int variant, int blocks, int flag, cudaStream_t s, int* F, int* sink) {
   parent<<<blocks, 512, 0, s>>>(F, flag, sink, variant == 1);
   if (variant == 0) {
-    launch_pdl(k_first, 132, 256, s, F, sink);
-    launch_pdl(k_next, 32, 512, s, F, sink);
-    launch_pdl(k_next, 32, 512, s, F, sink);
-    launch_pdl(k_next, 32, 256, s, F, sink);
-    launch_pdl(k_next, 1, 512, s, F, sink);
+    launch_programmatic(k_first, 132, 256, s, static_cast<const int*>(F), sink);
+    launch_programmatic(k_next, 32, 512, s, static_cast<const int*>(F), sink);
+    launch_programmatic(k_next, 32, 512, s, static_cast<const int*>(F), sink);
+    launch_programmatic(k_next, 32, 256, s, static_cast<const int*>(F), sink);
+    launch_programmatic(k_next, 1, 512, s, static_cast<const int*>(F), sink);
   }
 }
 
