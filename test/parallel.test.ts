@@ -1,9 +1,9 @@
 // Vocabulary shards (issue 18, SEMANTICS §6): the shards of W drawn one after another on one
 // device, their partial states merged, against the unsharded call on the same device: the same
 // tokens bit for bit (plain, greedy, top-k, min-p, top-p, numSamples > 1, masks, bias, softcap),
-// log-probabilities within 1e-5, at TP = 2, 3, 4 and 8 with uneven shards (one of 1 row); rows the
-// candidates cannot settle, and their re-run; chi-square of merged draws against float64; the
-// partial state as JS reads it; the argument and merge errors.
+// log-probabilities within 1e-5, at TP = 2, 3, 4 and 8 with uneven shards (one of 1 row); shards of
+// several CUDA slices (V = 40003); rows the candidates cannot settle, and their re-run; chi-square
+// of merged draws against float64; the partial state as JS reads it; the argument and merge errors.
 
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
@@ -183,6 +183,33 @@ describeDevices((name, dev) => {
     expectClose(result.logprobs, want.logprobs, 1e-6);
     for (const t of biases) t.dispose();
     bias.dispose();
+  });
+
+  // V = 40003: a CUDA shard cuts its rows into slices of 8192 values, each keeping its share of the
+  // candidates, merged per row: several slices a shard, candidates fewer than a slice's values
+  // (selected in every slice), and 16384 candidates (the row's selection and sort in global memory).
+  const sliced: [string, SampleOptions, Record<string, unknown>][] = [
+    ['top-k 50, logprobs, topLogprobs 5', { topK: 50, logprobs: true, topLogprobs: 5, seed: 8n, numSamples: 3 }, {}],
+    ['top-p 0.9, T 1.1, per-row seeds', { topP: 0.9, temperature: 1.1, logprobs: true, seed: perRowSeeds(B) }, {}],
+    ['min-p 0.02, 16384 candidates', { minP: 0.02, logprobs: true, seed: 4n, numSamples: 2 }, { candidates: 16384 }],
+    ['greedy and sampled rows', { temperature: new Float32Array([1.2, 0, 0.7]), topK: 9, seed: 3n, numSamples: 2 }, {}],
+  ];
+  test.each(sliced)('V = 40003, TP 1 and 3: %s: the merged shards draw the unsharded tokens', async (_label, options, extra) => {
+    const V4 = 40003;
+    const big = plantedHead(dev(), [zipfLogits(V4, 1.6, 5), dominantLogits(V4, 6, 14), zipfLogits(V4, 2.2, 7)]);
+    const want = await sampleFused(big.H, big.W, options);
+    for (const bounds of [[[0, V4]] as [number, number][], shardBounds(V4, 3, 55)]) {
+      const { result, partials } = await shardAndMerge(big, bounds, options, () => ({}), extra);
+      expect(result.undecidedRows.length).toBe(0);
+      expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+      if (want.logprobs) expectClose(result.logprobs, want.logprobs, 1e-5);
+      if (want.topTokens) {
+        expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens));
+        expectClose(result.topLogprobs, want.topLogprobs, 1e-5);
+      }
+      for (const p of partials) p.dispose();
+    }
+    big.dispose();
   });
 
   test('rows the candidates cannot settle are undecided; more candidates settle them', async () => {
