@@ -18,6 +18,7 @@
 #include "include/merge.h"
 #include "include/partial.h"
 #include "internal_launchers.h"
+#include "kernels/common.cuh"
 #include "kernels/listed.cuh"
 #include "kernels/row_select.cuh"
 #include "launch.cuh"
@@ -156,7 +157,7 @@ __device__ void sort_desc(unsigned long long* keys, int64_t np) {
 // Slice s of row b (block s + slices b): each sample's winner, the statistics and the best keys, from
 // the shard's raw logits (bias included). The noise is the global ids' (vocab_offset % 4 == 0: a
 // local quad is a global one), as the unsharded call's.
-__global__ void __launch_bounds__(kSliceThreads)
+__global__ void __launch_bounds__(kSliceThreads, 2)
     partial_slices_kernel(const float* __restrict__ logits, SampleParams p, PartialCall c, SliceOut out) {
   const int64_t b = blockIdx.x / out.slices, V = p.vocab, base = c.vocab_offset;
   const int s = static_cast<int>(blockIdx.x % out.slices), tid = threadIdx.x;
@@ -187,32 +188,7 @@ __global__ void __launch_bounds__(kSliceThreads)
       l[i][o] = v < V ? detail::candidate_value(p, b, v, raw[i][o]) : NAN;
     }
 
-  const int draws = greedy ? 1 : p.num_samples;
-  for (int j = 0; j < draws; ++j) {
-    Pick best{-INFINITY, kNoToken, 0.0f};
-#pragma unroll
-    for (int i = 0; i < kSliceQuads; ++i) {
-      const int64_t q = q0 + tid + kSliceThreads * i;
-      if (!(l[i][0] == l[i][0] || l[i][1] == l[i][1] || l[i][2] == l[i][2] || l[i][3] == l[i][3])) continue;
-      const Philox4 r = greedy ? Philox4{} : noise_block(seed, offset, stream, static_cast<uint32_t>(j),
-                                                         static_cast<uint32_t>((base >> 2) + q));
-#pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        if (l[i][o] != l[i][o]) continue;
-        const uint32_t token = static_cast<uint32_t>(base + 4 * q + o);
-        const float g = greedy ? 0.0f : gumbel_from_bits(r.x[o]);
-        const Candidate cand = make_candidate(l[i][o], inv_temperature, greedy, g, token);
-        if (candidate_better(cand.score, cand.key, best.score, best.key)) best = Pick{cand.score, cand.key, l[i][o]};
-      }
-    }
-    best = block_best(best);
-    if (tid == 0) out.winners[at * p.num_samples + j] = best;
-  }
-  if (!c.stats || greedy) return;
-
-  // Statistics in float64: z_max = max logit / T (one division: it is monotone, so this is the max
-  // of logit / T the CPU backend computes), the sum's terms exp(logit (1 / T) - z_max).
-  const double t = static_cast<double>(temperature), inv_t = 1.0 / t;
+  // The slice's largest finite value (its first index) and its counts.
   float l_max = -INFINITY;
   long long finite = 0, inf = 0;
 #pragma unroll
@@ -231,6 +207,48 @@ __global__ void __launch_bounds__(kSliceThreads)
   l_max = block_reduce(l_max, Max(), -INFINITY);
   finite = block_reduce(finite, Sum(), 0ll);
   inf = block_reduce(inf, Sum(), 0ll);
+  uint32_t at_max = 0xffffffffu;
+#pragma unroll
+  for (int i = 0; i < kSliceQuads; ++i)
+#pragma unroll
+    for (int o = 3; o >= 0; --o)
+      if (l[i][o] == l_max && finite > 0) at_max = min(at_max, static_cast<uint32_t>(4 * (q0 + tid + kSliceThreads * i) + o));
+  at_max = block_reduce(at_max, detail::Min(), 0xffffffffu);
+
+  // Each sample's winner. That value's score is a real candidate's, so quads_update_pruned skips the
+  // values whose noise bits cannot lift them above it (exact; the logarithms run for few values).
+  const detail::RowParams rp{inv_temperature, greedy, seed, offset, stream};
+  const int draws = greedy ? 1 : p.num_samples;
+  for (int j = 0; j < draws; ++j) {
+    float thr[1] = {-INFINITY}, bs[1] = {-INFINITY};
+    uint32_t bk[1] = {kNoToken};
+    if (!greedy && finite > 0) {
+      const uint32_t token = static_cast<uint32_t>(base + at_max);
+      thr[0] = make_candidate(l_max, inv_temperature, false,
+                              gumbel_noise(seed, offset, stream, static_cast<uint32_t>(j), token), token).score;
+    }
+    const int64_t vend[1] = {base + V};
+#pragma unroll
+    for (int i = 0; i < kSliceQuads; ++i) {
+      const float lq[1][4] = {{l[i][0], l[i][1], l[i][2], l[i][3]}};
+      const detail::RowParams rq[1] = {rp};
+      detail::quads_update_pruned<1, true>(lq, rq, static_cast<uint32_t>(j), base + 4 * (q0 + tid + kSliceThreads * i),
+                                           vend, true, thr, bs, bk);
+    }
+    Pick best = block_best(Pick{bs[0], bk[0], 0.0f});
+    if (tid == 0) {
+      if (best.key != kNoToken) {  // its logit, for the merged logprob
+        const int64_t v = static_cast<int64_t>(best.key & 0x7fffffffu) - base;
+        best.logit = detail::candidate_value(p, b, v, row[v]);
+      }
+      out.winners[at * p.num_samples + j] = best;
+    }
+  }
+  if (!c.stats || greedy) return;
+
+  // Statistics in float64: z_max = max logit / T (one division: it is monotone, so this is the max
+  // of logit / T the CPU backend computes), the sum's terms exp(logit (1 / T) - z_max).
+  const double t = static_cast<double>(temperature), inv_t = 1.0 / t;
   const double z_max = static_cast<double>(l_max) / t;
   double sum = 0.0;
 #pragma unroll
