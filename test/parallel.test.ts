@@ -94,6 +94,17 @@ function expectClose(a: Float32Array | undefined, b: Float32Array | undefined, t
   }
 }
 
+/** Every row decided, the unsharded call's tokens and top tokens, logprobs within 1e-5. */
+function expectSameDraws(result: MergeResult, want: Awaited<ReturnType<typeof sampleFused>>): void {
+  expect(result.undecidedRows.length).toBe(0);
+  expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
+  if (want.logprobs) expectClose(result.logprobs, want.logprobs, 1e-5);
+  if (want.topTokens) {
+    expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens));
+    expectClose(result.topLogprobs, want.topLogprobs, 1e-5);
+  }
+}
+
 const perRowSeeds = (B: number) => BigUint64Array.from({ length: B }, (_, b) => BigInt(4242 + 17 * b));
 
 describeDevices((name, dev) => {
@@ -120,13 +131,7 @@ describeDevices((name, dev) => {
       const bounds = shardBounds(V, tp, 100 + tp, tp >= 3);
       const want = await sampleFused(head.H, head.W, options);
       const { result, partials } = await shardAndMerge(head, bounds, options);
-      expect(result.undecidedRows.length).toBe(0);
-      expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
-      if (want.logprobs) expectClose(result.logprobs, want.logprobs, 1e-5);
-      if (want.topTokens) {
-        expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens));
-        expectClose(result.topLogprobs, want.topLogprobs, 1e-5);
-      }
+      expectSameDraws(result, want);
       for (const p of partials) p.dispose();
     });
   }
@@ -200,13 +205,7 @@ describeDevices((name, dev) => {
     const want = await sampleFused(big.H, big.W, options);
     for (const bounds of [[[0, V4]] as [number, number][], shardBounds(V4, 3, 55)]) {
       const { result, partials } = await shardAndMerge(big, bounds, options, () => ({}), extra);
-      expect(result.undecidedRows.length).toBe(0);
-      expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
-      if (want.logprobs) expectClose(result.logprobs, want.logprobs, 1e-5);
-      if (want.topTokens) {
-        expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens));
-        expectClose(result.topLogprobs, want.topLogprobs, 1e-5);
-      }
+      expectSameDraws(result, want);
       for (const p of partials) p.dispose();
     }
     big.dispose();
