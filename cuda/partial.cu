@@ -67,7 +67,7 @@ struct SliceStats {
   long long finite, inf;
 };
 struct SliceOut {
-  Pick* winners;              // [B, slices, draws]: each sample's Gumbel winner over the slice
+  Pick* winners;              // [B, slices, numSamples]: each sample's Gumbel winner over the slice
   SliceStats* stats;          // [B, slices]
   unsigned long long* keys;   // [B, slices, slice_keys]: the slice's min(n, capacity) best keys
                               // (unordered), then zeros
