@@ -110,6 +110,7 @@ struct Work {
 
 // ---- row values (as filters.cu's decide_row sees them) ------------------------------------------
 using detail::block_exclusive_scan;
+using detail::block_sort_desc;
 using detail::key_index;
 using detail::key_value;
 using detail::kScanUnroll;
@@ -582,27 +583,6 @@ __device__ __forceinline__ double from_fixed(unsigned long long x, int shift) {
   return ldexp(static_cast<double>(x), -shift);
 }
 
-// Descending bitonic sort of keys[0, n) (n <= kGatherCap; padded with 0, below every key).
-__device__ void sort_desc(unsigned long long* keys, int n) {
-  int np = 1;
-  while (np < n) np <<= 1;
-  for (int i = n + threadIdx.x; i < np; i += blockDim.x) keys[i] = 0ull;
-  __syncthreads();
-  for (int size = 2; size <= np; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < np / 2; i += blockDim.x) {
-        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-        const bool desc = (lo & size) == 0;
-        const unsigned long long x = keys[lo], y = keys[hi];
-        if ((x < y) == desc) {
-          keys[lo] = y;
-          keys[hi] = x;
-        }
-      }
-      __syncthreads();
-    }
-}
-
 // The histogram search: the first bucket whose inclusive cumulative (counts, or masses against a
 // float64 target) reaches `target`, over buckets < limit; kBuckets when none does. `before`: the
 // cumulative up to that bucket, exclusive.
@@ -932,7 +912,7 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
   if (threadIdx.x == 0) s_n = n;
   __syncthreads();
-  sort_desc(keys, n);
+  block_sort_desc(keys, n);
 
   // top-k: the (k - before)-th key of its cut bucket; the top-k mass, exact in float64 inside it
   unsigned long long k_threshold = 0ull;
@@ -964,7 +944,7 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
           finish(plan);
           return;
         }
-        sort_desc(keys, n);
+        block_sort_desc(keys, n);
       }
     }
     if (pcut.bucket < kBuckets) {  // else rounding with top_p ~ 1: the whole top-k set

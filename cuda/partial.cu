@@ -36,7 +36,7 @@ using detail::Max;
 using detail::Pick;
 using detail::Sum;
 
-__host__ __device__ int64_t pow2_at_least(int64_t n) {
+int64_t pow2_at_least(int64_t n) {
   int64_t p = 1;
   while (p < n) p <<= 1;
   return p;
@@ -132,26 +132,6 @@ __device__ unsigned long long radix_select(ForEachKey&& for_each_key, long long 
     if (k != 0ull && (k & high) == prefix && k < least) least = k;
   });
   return ~detail::block_reduce(~least, detail::Max(), 0ull);
-}
-
-// Descending bitonic sort of keys[0, np) (np a power of two), shared or global memory.
-__device__ void sort_desc(unsigned long long* keys, int64_t np) {
-  for (int64_t k = 2; k <= np; k <<= 1) {
-    for (int64_t j = k >> 1; j > 0; j >>= 1) {
-      for (int64_t i = threadIdx.x; i < np; i += blockDim.x) {
-        const int64_t partner = i ^ j;
-        if (partner > i) {
-          const unsigned long long a = keys[i], e = keys[partner];
-          const bool descending = (i & k) == 0;
-          if (descending ? a < e : a > e) {
-            keys[i] = e;
-            keys[partner] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
 }
 
 // Slice s of row b (block s + slices b): each sample's winner, the statistics and the best keys, from
@@ -357,7 +337,6 @@ __global__ void __launch_bounds__(kRowThreads)
     // the slices' keys (each slice's share of the row's best, zeros after), in shared memory when
     // they fit beside the sort
     const int64_t slots = static_cast<int64_t>(slices) * in.slice_keys;
-    const int64_t np = pow2_at_least(take);
     const unsigned long long* src = in.keys + first * in.slice_keys;
     const unsigned long long* keys = src;
     unsigned long long* sorted = sort_space + b * sort_stride;
@@ -398,9 +377,8 @@ __global__ void __launch_bounds__(kRowThreads)
       at = __shfl_sync(0xffffffffu, at, leader) + __popc(ballot & ((1u << lane) - 1u));
       if (sel) sorted[at] = k;
     }
-    for (int64_t i = take + tid; i < np; i += kRowThreads) sorted[i] = 0ull;
     __syncthreads();
-    sort_desc(sorted, np);
+    detail::block_sort_desc(sorted, static_cast<int>(take));  // (take <= capacity <= 2^20)
     for (int64_t i = tid; i < take; i += kRowThreads) out.keys[i] = sorted[i];
   }
   if (tid == 0) {

@@ -1,6 +1,7 @@
 // What the per-row decisions share (filters.cu's decide kernels, extra_pass.cu's and partial.cu's):
 // the 64-bit order keys of a row's values, block reductions (with their operators), the block scan,
-// the block-wide Gumbel-max pick, the block's pass over a row and a row with nothing to draw.
+// the descending sort of order keys, the block-wide Gumbel-max pick, the block's pass over a row
+// and a row with nothing to draw.
 #pragma once
 
 #include <math.h>
@@ -71,6 +72,29 @@ __device__ T block_exclusive_scan(T x, T& total) {
   __syncthreads();
   total = warp_sums[warps - 1];
   return (warp > 0 ? warp_sums[warp - 1] : T(0)) + excl;
+}
+
+// Descending bitonic sort of keys[0, n) by the block, in shared or global memory: pads the slots up
+// to the next power of two with 0 (below every order key; they must exist), then every thread
+// compares and swaps a pair a step.
+__device__ inline void block_sort_desc(unsigned long long* keys, int n) {
+  int np = 1;
+  while (np < n) np <<= 1;
+  for (int i = n + threadIdx.x; i < np; i += blockDim.x) keys[i] = 0ull;
+  __syncthreads();
+  for (int size = 2; size <= np; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < np / 2; i += blockDim.x) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool desc = (lo & size) == 0;
+        const unsigned long long x = keys[lo], y = keys[hi];
+        if ((x < y) == desc) {
+          keys[lo] = y;
+          keys[hi] = x;
+        }
+      }
+      __syncthreads();
+    }
 }
 
 // Block-wide reduction of v by op (every thread gets the result).
