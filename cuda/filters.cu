@@ -12,7 +12,8 @@
 // candidates; decide_one_pass_kernel decides a row from them (decide_prefix in shared memory, or
 // decide_row over the compacted prefix) and draws every sample of a filtered row from its kept
 // keys; the rows it cannot decide, and with several samples the rows that keep every token, are
-// finished by the extra pass (extra_pass.cu).
+// finished by the extra pass (extra_pass.cu). A vocabulary shard's call takes the same GEMM and
+// writes its partial state instead (launch_shard_one_pass; partial.cu).
 //
 // Chunked pass (every other call): the vocabulary goes through in chunks of kChunkVocab entries.
 // Each chunk's [B, chunk] fp32 logits (4 MB at B = 64) are produced by the fused kernel's own GEMM
@@ -27,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "check_params.h"
+#include "kernels/candidates.cuh"
 #include "kernels/convert.cuh"
 #include "kernels/listed.cuh"
 #include "kernels/row_select.cuh"
@@ -39,13 +41,21 @@ namespace flashsample {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = detail::kRowBlockThreads;
 constexpr int kCandidateCap = 1024;   // documented in docs/SEMANTICS.md §5
 constexpr int kSubChunk = 4096;       // chunk entries one row block holds in shared memory at once
 constexpr int64_t kChunkVocab = 16384;  // [B, 16384] fp32 = 4 MB at B = 64: stays in the 60 MB L2
 constexpr int kMaxTopLogprobs = 1024;
 
 using detail::block_best;
+using detail::block_summary;
+using detail::CandidateSlices;
+using detail::kPrefixRounds;
+using detail::load_candidate_slices;
+using detail::load_prefix_batch;
+using detail::RowSummary;
+using detail::slice_at;
+using detail::slice_of;
 using detail::block_exclusive_scan;
 using detail::block_reduce;
 using detail::key_index;
@@ -1178,60 +1188,6 @@ constexpr int kOnePassCap = 32768;  // candidates per row: the first wave's appe
 // row: 200-270 appends a CTA, ~27 K in all, CPU model of θ).
 constexpr int kSpillAt = kOnePassCap / 4 * 3;
 
-// A row's candidates lie in slices, one a CTA of the split kernel, then the spill
-// (FilterArgs::cand_val). The decision reads them in one order: slice by slice (the spill last),
-// each slice's values (capped at its capacity) in quads. start[c] packs where slice c starts in
-// that order, in quads (high word) and in values; slice c lies at slice_at(c).
-struct CandidateSlices {
-  unsigned long long start[kThreads + 1];
-  int num;        // slices, the spill included
-  int slice_cap;  // values a CTA slice holds
-  int spill_at;   // where the spill lies
-  int64_t quads;  // quads over all slices
-  int64_t n;      // values over all slices
-};
-
-// Every thread: the row's slices from their fills (slices < kThreads: candidate_slices).
-__device__ void load_candidate_slices(const detail::FilterArgs& f, int64_t b, CandidateSlices& cs) {
-  const int t = threadIdx.x;
-  unsigned long long mine = 0ull;
-  const uint32_t slice_cap = __ldcg(f.slice_cap);
-  if (t <= f.slices) {
-    const uint32_t fill = __ldcg(detail::slice_fills(f, b) + t);
-    const uint32_t room = t < f.slices ? slice_cap : static_cast<uint32_t>(f.cap - f.spill_at);
-    const uint32_t held = fill < room ? fill : room;
-    mine = (static_cast<unsigned long long>((held + 3u) >> 2) << 32) | held;
-  }
-  unsigned long long total;
-  const unsigned long long before = block_exclusive_scan(mine, total);
-  if (t <= f.slices) cs.start[t] = before;
-  if (t == 0) {
-    cs.start[f.slices + 1] = total;
-    cs.num = f.slices + 1;
-    cs.slice_cap = static_cast<int>(slice_cap);
-    cs.spill_at = f.spill_at;
-    cs.quads = static_cast<int64_t>(total >> 32);
-    cs.n = static_cast<int64_t>(total & 0xffffffffu);
-  }
-  __syncthreads();
-}
-
-// Where slice c lies in the row's buffer.
-__device__ __forceinline__ int64_t slice_at(const CandidateSlices& cs, int c) {
-  return c == cs.num - 1 ? cs.spill_at : static_cast<int64_t>(c) * cs.slice_cap;
-}
-
-// The slice that holds position i of the read order (shift 32: in quads; 0: in values).
-__device__ __forceinline__ int slice_of(const CandidateSlices& cs, int64_t i, int shift) {
-  int lo = 0, hi = cs.num;  // start[lo] <= i < start[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (static_cast<int64_t>(shift ? cs.start[mid] >> 32 : cs.start[mid] & 0xffffffffu) <= i) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
-
 // Moves the candidates (in the slices' read order) at or above `level` and above `dropped`
 // (ordered bits) to the front of the row's buffer, in chunks of one value per thread (every chunk
 // read before any of it is overwritten); returns how many there are.
@@ -1831,86 +1787,6 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   return kDecided;
 }
 
-// The row's statistics from its tile summaries: the max and counts first, then the sum of each
-// tile's sum rescaled to the row's max (each thread's tiles in order, then a fixed reduction tree:
-// the same sums whatever the schedule).
-struct RowSummary {
-  float m;
-  double z;
-  long long valid, posinf;
-};
-
-__device__ RowSummary block_summary(const detail::TileSummary* ts, int64_t num_vtiles, double inv_t) {
-  __shared__ float s_max[32];
-  __shared__ long long s_valid[32], s_inf[32];
-  float mx = -INFINITY;
-  long long valid = 0, inf = 0;
-  for (int64_t t = threadIdx.x; t < num_vtiles; t += blockDim.x) {
-    mx = fmaxf(mx, ts[t].max_logit);
-    valid += ts[t].valid;
-    inf += ts[t].posinf;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    valid += __shfl_xor_sync(0xffffffffu, valid, o);
-    inf += __shfl_xor_sync(0xffffffffu, inf, o);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s_max[threadIdx.x >> 5] = mx;
-    s_valid[threadIdx.x >> 5] = valid;
-    s_inf[threadIdx.x >> 5] = inf;
-  }
-  __syncthreads();
-  RowSummary r{-INFINITY, 0.0, 0, 0};
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
-    r.m = fmaxf(r.m, s_max[w]);
-    r.valid += s_valid[w];
-    r.posinf += s_inf[w];
-  }
-  double z = 0.0;
-  if (inv_t != 0.0 && r.m != -INFINITY)
-    for (int64_t t = threadIdx.x; t < num_vtiles; t += blockDim.x)
-      if (ts[t].max_logit != -INFINITY)
-        z += static_cast<double>(ts[t].sum_exp) * exp((static_cast<double>(ts[t].max_logit) - r.m) * inv_t);
-  r.z = block_reduce(z, Sum(), 0.0);
-  return r;
-}
-
-// Quads of candidates a thread loads together in the decision (8192 values a block): their loads are
-// in flight at once, so that ~11 K appended values (a top-p row at llama3-8b) take two round trips.
-constexpr int kPrefixRounds = 4;
-
-// The candidates' quads [base, base + kPrefixRounds * blockDim.x) of the read order, each thread's
-// at threadIdx.x in each round of blockDim.x; NaN past a slice's fill (which no level keeps).
-__device__ __forceinline__ void load_prefix_batch(const float* val, const uint32_t* idx, const CandidateSlices& cs,
-                                                  int64_t base, float (&x)[kPrefixRounds][4],
-                                                  uint32_t (&v)[kPrefixRounds][4]) {
-#pragma unroll
-  for (int r = 0; r < kPrefixRounds; ++r) {
-    const int64_t q = base + static_cast<int64_t>(r) * blockDim.x + threadIdx.x;
-    int64_t at = 0, held = 0;
-    if (q < cs.quads) {
-      const int c = slice_of(cs, q, 32);
-      const int64_t off = 4 * (q - static_cast<int64_t>(cs.start[c] >> 32));
-      at = slice_at(cs, c) + off;
-      held = static_cast<int64_t>((cs.start[c + 1] & 0xffffffffu) - (cs.start[c] & 0xffffffffu)) - off;
-    }
-    if (held >= 4) {  // slices start 16-byte aligned
-      const float4 qv = *reinterpret_cast<const float4*>(val + at);
-      const uint4 w = *reinterpret_cast<const uint4*>(idx + at);
-      x[r][0] = qv.x, x[r][1] = qv.y, x[r][2] = qv.z, x[r][3] = qv.w;
-      v[r][0] = w.x, v[r][1] = w.y, v[r][2] = w.z, v[r][3] = w.w;
-    } else {
-#pragma unroll
-      for (int o = 0; o < 4; ++o) {
-        x[r][o] = o < held ? val[at + o] : __int_as_float(0x7fffffff);
-        v[r][o] = o < held ? idx[at + o] : 0u;
-      }
-    }
-  }
-}
-
 // One block per row: the row's statistics from the tile summaries, its winner and the winner's
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
 // the largest threshold used and above the largest dropped value), decided in shared memory
@@ -2314,8 +2190,11 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
 // nothing enqueued, where the shape's tensor maps cannot be encoded.
 // The listed tokens' table (p.listed_*) is built here, between the zeroing kernel and the GEMM,
 // where the GEMM's main loop hides it; *built says whether that kernel was launched.
+// A vocabulary shard's call (p.partial set) takes the same GEMM, every row's summaries and winner
+// (FilterArgs::shard), then launch_partial_from_candidates in place of the decision and extra pass.
 static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream, bool* built) {
   const size_t B = static_cast<size_t>(p.batch);
+  const bool shard = p.partial != nullptr;
   const OnePassLayout l = one_pass_layout(p);
   Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
@@ -2347,6 +2226,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.logprobs = p.logprobs != nullptr;
   f.row_logits = nullptr;
   f.store_all = 0;
+  f.shard = shard ? 1 : 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2355,7 +2235,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   const bool raw_mode = reports_raw_logprobs(p);
   float* raw_copy = nullptr;
   const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
-  if (one_pass_stores_rows(p)) {
+  if (!shard && one_pass_stores_rows(p)) {
     err = scratch.take(row_bytes, &row_logits);
     if (err == cudaSuccess && raw_mode && one_pass_may_fall_back(p)) err = scratch.take(row_bytes, &raw_copy);
     if (err != cudaSuccess) {
@@ -2367,14 +2247,14 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     if (p.top_p != nullptr || store_all) f.row_logits = row_logits;
     f.store_all = store_all ? 1 : 0;
   }
-  f.stored_tiles = rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
+  f.stored_tiles = !shard && rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   const int64_t words = static_cast<int64_t>(l.zeroed / sizeof(uint4));
   clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
-      reinterpret_cast<uint4*>(ws), words, p.fallback_rows);
+      reinterpret_cast<uint4*>(ws), words, p.fallback_rows != nullptr ? p.fallback_rows : fallback);
   err = cudaGetLastError();
   const bool programmatic = detail::programmatic_launch_supported();
   if (err == cudaSuccess) {
@@ -2389,6 +2269,11 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
       scratch.give_back(ws);
       return err;
     }
+  }
+  if (err == cudaSuccess && shard) {
+    err = launch_partial_from_candidates(p, f, winners, stream);
+    const cudaError_t freed = scratch.give_back(ws);
+    return err != cudaSuccess ? err : freed;
   }
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);
@@ -2489,6 +2374,20 @@ static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t st
   const cudaError_t freed_raw = scratch.give_back(raw);
   const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed_raw != cudaSuccess ? freed_raw : freed;
+}
+
+cudaError_t launch_shard_one_pass(const SampleParams& call, cudaStream_t stream) {
+  cudaError_t err = check(call);
+  if (err != cudaSuccess) return err;
+  if (call.partial == nullptr || !filtered_gemm_supported(call)) return cudaErrorNotSupported;
+  Scratch scratch(call, stream);
+  SampleParams p;
+  void* listed = nullptr;
+  err = take_listed_table(call, scratch, &p, &listed);
+  bool built = false;
+  if (err == cudaSuccess) err = launch_one_pass_filtered(scratch.rest(p), stream, &built);
+  const cudaError_t freed = scratch.give_back(listed);
+  return err != cudaSuccess ? err : freed;
 }
 
 cudaError_t launch_fused_filtered(const SampleParams& call, cudaStream_t stream) {

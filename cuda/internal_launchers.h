@@ -84,6 +84,15 @@ bool filtered_gemm_possible(const SampleParams& p);
 cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
                                  const detail::FilterArgs& f, bool programmatic, cudaStream_t stream);
 
+// A vocabulary shard's call (p.partial set; SEMANTICS §6) on the one-pass path: the filtered GEMM
+// with every row's summaries and winner, then launch_partial_from_candidates. numSamples 1.
+// cudaErrorNotSupported where the one-pass GEMM does not run for `p` (the caller materializes).
+cudaError_t launch_shard_one_pass(const SampleParams& p, cudaStream_t stream);
+// The shard's partial state (partial.cu) from the one-pass GEMM's tile summaries, winners ([batch])
+// and candidates: each row's statistics, sample 0's winner and the best keys of its complete prefix.
+cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
+                                           const unsigned long long* winners, cudaStream_t stream);
+
 // Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
 // HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact
 // selection; rows whose candidates cannot prove the kept set fall back to a materialized row.

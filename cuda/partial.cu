@@ -3,12 +3,13 @@
 //
 // Plain sampling (no filters, no logprobs) is the fused kernels' own: launch_fused_sample offers
 // the shard's entries as global ids and finalize_partial_kernel writes the winners. With filters
-// or logprobs, launch_partial_sample materializes the shard's fp32 logits [B, V_shard] with the
-// fused path's own GEMM (store epilogue, launch_logits_store); partial_slices_kernel then cuts each
-// row into slices of kSliceValues (one block each: the slice's winners, statistics and best keys)
-// and partial_rows_kernel merges a row's slices into its state (the one-pass filtered epilogue's
-// candidates are the next step). launch_merge_partials runs merge.h's row merge, one row per
-// thread.
+// or logprobs, launch_partial_sample takes the one-pass filtered GEMM where it pays
+// (launch_shard_one_pass in filters.cu, then partial_candidates_kernel writes each row's state
+// from its tile summaries, winner and candidates); otherwise it materializes the shard's fp32
+// logits [B, V_shard] with the fused path's own GEMM (store epilogue, launch_logits_store),
+// partial_slices_kernel cuts each row into slices of kSliceValues (one block each: the slice's
+// winners, statistics and best keys) and partial_rows_kernel merges a row's slices into its
+// state. launch_merge_partials runs merge.h's row merge, one row per thread.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "include/merge.h"
 #include "include/partial.h"
 #include "internal_launchers.h"
+#include "kernels/candidates.cuh"
 #include "kernels/common.cuh"
 #include "kernels/listed.cuh"
 #include "kernels/row_select.cuh"
@@ -387,6 +389,141 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// Keys a row of the one-pass shard path holds (sorted in shared memory): larger capacities, which
+// only the merge's later rounds ask, materialize (a one-pass prefix rarely holds more).
+constexpr int kCandidateKeysMax = 2048;
+// The row's complete prefix is staged in dynamic shared memory up to this many keys (128 KB), so
+// that the radix selection's passes (up to 8 with bf16's tied logits) read shared memory: over the
+// candidates in global memory they took ~37 µs a row (ncu, TP 2 llama3-8b). A larger prefix (a flat
+// min-p row's) is selected from global memory.
+constexpr int kStagedKeys = 16384;
+constexpr size_t kStagedSmem = kStagedKeys * sizeof(unsigned long long);
+// Which shards take the one-pass path (A/B against materializing, llama3-8b / 70b, llama3+logprobs
+// and top-k 50, H200, 2026-12-04): it wins at B = 1 on every shard (-2 to -27 %) and at every B on
+// shards of >= 263 M weights (TP 2 of llama3-8b, TP 4 of llama3-70b: -1 to -30 %), and loses at B >=
+// 64 on shards of 131 M (TP 4 of 8b, TP 8 of 70b: +2 to +27 %; TP 8 of 8b +8 to +43 %): a CTA's
+// first tile of a row (its θ, its appends) is most of a small shard's epilogue.
+constexpr int64_t kOnePassShardBatch = 16;
+constexpr int64_t kOnePassShardWeights = int64_t{200} << 20;  // V_shard x D
+
+// Row b of the partial state from the one-pass filtered GEMM (FilterArgs::shard): the statistics
+// from its tile summaries (merged as the decision merges them), sample 0's winner (the epilogue
+// offered global ids) with its logit from its tile's summary, and the best min(n, capacity) keys
+// of the complete prefix the epilogue gathered (candidates at or above the largest θ used and above
+// the largest dropped value; filter_epilogue.cuh): a prefix of the shard's order, complete when it
+// holds every drawable value.
+__global__ void __launch_bounds__(detail::kRowBlockThreads)
+    partial_candidates_kernel(SampleParams p, PartialCall c, const __grid_constant__ detail::FilterArgs f,
+                              const unsigned long long* __restrict__ winners) {
+  extern __shared__ __align__(16) unsigned long long s_staged[];  // kStagedKeys
+  __shared__ unsigned long long s_sorted[kCandidateKeysMax];
+  __shared__ detail::CandidateSlices cs;
+  __shared__ unsigned int s_count;
+  const int64_t b = blockIdx.x, base = c.vocab_offset;
+  const int tid = threadIdx.x;
+  PartialHeader h;
+  init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
+                      base, p.vocab, c.vocab_total, c.stats);
+  if (b == 0 && tid == 0) *static_cast<PartialHeader*>(p.partial) = h;
+  const PartialRowView out = partial_row(p.partial, h, b);
+  const float temperature = p.temperature[b];
+  const bool greedy = !(temperature > 0.0f);
+  const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
+
+  // bit 63 of a packed winner: the +Inf tier (finalize_partial_kernel's key)
+  const unsigned long long w = __ldcg(winners + b);
+  const uint32_t key = w == 0ull ? kNoToken
+                                 : static_cast<uint32_t>(detail::packed_token(w)) | (static_cast<uint32_t>(w >> 63) << 31);
+  if (tid == 0) {
+    float logit = 0.0f;
+    if (key != kNoToken) {
+      const uint32_t local = (key & 0x7fffffffu) - static_cast<uint32_t>(base);
+      const detail::TileSummary& t = ts[local / 128];
+      if ((t.best_key & 0x7fffffffu) == local) logit = t.best_logit;
+    }
+    const PartialWinner pw{detail::packed_score(w), key, logit, 0u};
+    for (int j = 0; j < p.num_samples; ++j) out.winners[j] = pw;
+  }
+  if (greedy) {
+    if (tid == 0) *out.row = PartialRow{-INFINITY, 0.0, 0, 0, 0, 1};
+    return;
+  }
+
+  const double inv_t = 1.0 / static_cast<double>(temperature);
+  const detail::RowSummary rs = detail::block_summary(ts, f.num_vtiles, inv_t);
+  const long long inf = rs.posinf, finite = rs.valid - rs.posinf;
+  // z_max as partial_slices_kernel computes it; the sum is the summaries' (SEMANTICS §6: rounding)
+  const double z_max = finite > 0 ? static_cast<double>(rs.m) / static_cast<double>(temperature) : -INFINITY;
+  const double sum = finite > 0 ? rs.z : 0.0;
+
+  const int32_t top_k = p.top_k != nullptr ? p.top_k[b] : 0;
+  const float top_p = p.top_p != nullptr ? p.top_p[b] : 1.0f, min_p = p.min_p != nullptr ? p.min_p[b] : 0.0f;
+  long long prefix = 0, take = 0;
+  if (c.capacity > 0 && detail::row_gathers_candidates(top_k, top_p, min_p, p.top_logprobs, greedy)) {
+    const uint32_t used = __ldcg(f.theta_used + b), dropped = __ldcg(f.max_dropped + b);
+    float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
+    if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
+    detail::load_candidate_slices(f, b, cs);
+    const float* val = f.cand_val + b * static_cast<int64_t>(f.cap);
+    const uint32_t* idx = f.cand_idx + b * static_cast<int64_t>(f.cap);
+    // fn(key) for each candidate, 0 for those outside the prefix (every lane the same calls)
+    auto each_candidate = [&](auto&& fn) {
+      const int64_t batch = detail::kPrefixRounds * static_cast<int64_t>(blockDim.x);  // quads
+      for (int64_t q = 0; q < cs.quads; q += batch) {
+        float x[detail::kPrefixRounds][4];
+        uint32_t v[detail::kPrefixRounds][4];
+        detail::load_prefix_batch(val, idx, cs, q, x, v);
+#pragma unroll
+        for (int r = 0; r < detail::kPrefixRounds; ++r)
+#pragma unroll
+          for (int o = 0; o < 4; ++o)
+            fn(x[r][o] >= level && detail::ordered_bits(x[r][o]) > dropped
+                   ? detail::order_key(x[r][o], static_cast<uint32_t>(base + v[r][o]))
+                   : 0ull);
+      }
+    };
+    // appends the selected keys at s_count (one shared atomic a warp), up to `room`
+    auto append = [&](unsigned long long* dst, int room, unsigned long long k, bool sel) {
+      const unsigned int ballot = __ballot_sync(0xffffffffu, sel);
+      if (ballot == 0u) return;
+      const int lane = tid & 31, leader = __ffs(ballot) - 1;
+      unsigned int at = 0u;
+      if (lane == leader) at = atomicAdd(&s_count, static_cast<unsigned int>(__popc(ballot)));
+      at = __shfl_sync(0xffffffffu, at, leader) + __popc(ballot & ((1u << lane) - 1u));
+      if (sel && at < static_cast<unsigned int>(room)) dst[at] = k;
+    };
+    if (tid == 0) s_count = 0u;
+    __syncthreads();
+    each_candidate([&](unsigned long long k) { append(s_staged, kStagedKeys, k, k != 0ull); });
+    __syncthreads();
+    prefix = s_count;
+    const bool staged = prefix <= kStagedKeys;  // (block-uniform)
+    auto each_key = [&](auto&& fn) {
+      if (staged) {
+        const int n32 = (static_cast<int>(prefix) + 31) & ~31;
+        for (int i = tid; i < n32; i += blockDim.x) fn(i < prefix ? s_staged[i] : 0ull);
+      } else {
+        each_candidate(fn);
+      }
+    };
+    take = prefix < c.capacity ? prefix : c.capacity;
+    if (take > 0) {
+      const unsigned long long threshold = take < prefix ? radix_select(each_key, take) : 1ull;
+      __syncthreads();
+      if (tid == 0) s_count = 0u;
+      __syncthreads();
+      each_key([&](unsigned long long k) { append(s_sorted, kCandidateKeysMax, k, k != 0ull && k >= threshold); });
+      __syncthreads();
+      detail::block_sort_desc(s_sorted, static_cast<int>(take));
+      for (int64_t i = tid; i < take; i += blockDim.x) out.keys[i] = s_sorted[i];
+    }
+  }
+  if (tid == 0) {
+    *out.row = PartialRow{z_max, sum, static_cast<int64_t>(finite), static_cast<int64_t>(inf),
+                          static_cast<int32_t>(take), take == prefix && prefix == finite + inf ? 1 : 0};
+  }
+}
+
 __global__ void __launch_bounds__(kMergeThreads)
     merge_rows_kernel(SampleParams p, PartialSet set, int32_t* __restrict__ status) {
   int32_t which = 0;
@@ -408,11 +545,32 @@ bool partial_params_ok(const SampleParams& p) {
          p.partial_capacity >= 0 && p.partial_capacity <= kMaxPartialCapacity && p.partial_max_batch >= p.batch;
 }
 
+cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
+                                           const unsigned long long* winners, cudaStream_t stream) {
+  const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
+  const PartialCall c{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset, total, true};
+  int per_sm = 0;
+  cudaError_t err = detail::prepare_kernel(partial_candidates_kernel, detail::kRowBlockThreads,
+                                           static_cast<int>(kStagedSmem), &per_sm);
+  if (err != cudaSuccess) return err;
+  partial_candidates_kernel<<<static_cast<unsigned>(p.batch), detail::kRowBlockThreads, kStagedSmem, stream>>>(
+      p, c, f, winners);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream) {
   cudaError_t err = detail::check_params(call);
   if (err != cudaSuccess) return err;
   if (!partial_params_ok(call)) return cudaErrorInvalidValue;
   if (call.raw_logprobs != 0) return cudaErrorNotSupported;  // (lib/parallel.ts refuses it first)
+  // One pass over the shard's W where its candidates can serve: one sample a row (the epilogue
+  // draws one), the keys a first round asks (the merge's later rounds materialize), and a shard
+  // whose first-tile costs the GEMM amortizes (kOnePassShardWeights) or a small batch.
+  if (call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
+      (call.batch <= kOnePassShardBatch || call.vocab * call.dim >= kOnePassShardWeights)) {
+    err = launch_shard_one_pass(call, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   const int64_t total = call.vocab_total > 0 ? call.vocab_total : call.vocab;
   Scratch scratch(call, stream);
   SampleParams p;

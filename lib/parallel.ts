@@ -28,6 +28,9 @@ export const MAX_SHARDS = 64;
 export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
 /** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
 const FILTER_CANDIDATES = 1024;
+/** A later round's least candidates a row: above what a CUDA shard's one-pass candidates serve
+ *  (2048, cuda/partial.cu), whose prefix a second round would not widen, so it materializes. */
+const LATER_ROUND_CANDIDATES = 4096;
 export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
 /** Options a shard applies to its own slice of W; a merge cannot take them. */
 const SHARD_ONLY = [
@@ -432,11 +435,13 @@ interface Round<T> {
 }
 
 /** Runs `round` with `candidates`, then, while rows stay undecided, with 8 times the candidates
- *  (1024 at least, a shard's whole rows at most): a few passes over the shards cost less than
- *  sorting their whole rows at once. */
+ *  (LATER_ROUND_CANDIDATES at least, a shard's whole rows at most): a few passes over the shards
+ *  cost less than sorting their whole rows at once. */
 async function inRounds<T>(candidates: number | undefined, round: (candidates: number | undefined) => Promise<Round<T>>): Promise<T> {
   let r = await round(candidates);
-  while (r.undecided > 0 && r.capacity < r.largest) r = await round(Math.min(r.largest, Math.max(1024, 8 * r.capacity)));
+  while (r.undecided > 0 && r.capacity < r.largest) {
+    r = await round(Math.min(r.largest, Math.max(LATER_ROUND_CANDIDATES, 8 * r.capacity)));
+  }
   return r.value;
 }
 

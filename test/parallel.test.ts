@@ -2,8 +2,10 @@
 // device, their partial states merged, against the unsharded call on the same device: the same
 // tokens bit for bit (plain, greedy, top-k, min-p, top-p, numSamples > 1, masks, bias, softcap),
 // log-probabilities within 1e-5, at TP = 2, 3, 4 and 8 with uneven shards (one of 1 row); shards of
-// several CUDA slices (V = 40003); rows the candidates cannot settle, and their re-run; chi-square
-// of merged draws against float64; the partial state as JS reads it; the argument and merge errors.
+// several CUDA slices (V = 40003); bf16 heads of one sample a row (CUDA's one-pass shards: the
+// unsharded tokens, a state that is a prefix of the materialized one, chi-square at V = 1000); rows
+// the candidates cannot settle, and their re-run; chi-square of merged draws against float64; the
+// partial state as JS reads it; the argument and merge errors.
 
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
@@ -11,6 +13,7 @@ import {
   dominantLogits,
   failure,
   flatLogits,
+  gaussianLogits,
   goodnessOfFit,
   keptDistribution,
   makeMask,
@@ -18,6 +21,7 @@ import {
   plantLogits,
   rng,
   rowCounts,
+  rowOptions,
   scaled,
   zipfLogits,
   type FilterSpec,
@@ -45,15 +49,16 @@ interface Head extends Planted {
   shard(offset: number, size: number): Tensor;
 }
 
-/** planted logits (f32: exact) whose W can be cut into vocabulary shards. */
-function plantedHead(dev: Device, rows: ArrayLike<number>[]): Head {
-  const planted = plantLogits(dev, 'f32', rows);
+/** planted logits (exact in f32; in bf16 the rows rounded to it) whose W can be cut into
+ *  vocabulary shards. */
+function plantedHead(dev: Device, rows: ArrayLike<number>[], dtype: 'f32' | 'bf16' = 'f32'): Head {
+  const planted = plantLogits(dev, dtype, rows);
   const { D } = planted;
   const shards: Tensor[] = [];
   return {
     ...planted,
     shard(offset, size) {
-      const t = makeTensor(dev, 'f32', planted.w.subarray(offset * D, (offset + size) * D), [size, D]);
+      const t = makeTensor(dev, dtype, planted.w.subarray(offset * D, (offset + size) * D), [size, D]);
       shards.push(t);
       return t;
     },
@@ -276,7 +281,7 @@ describeDevices((name, dev) => {
       { temperature: 1.1, seed: 3n, numSamples: 3 },
     ] as SampleOptions[]) {
       const want = await sampleFused(flat.H, flat.W, options);
-      // 16 candidates a shard cannot settle the flat row's nucleus: rounds of 1024 and then whole shards do.
+      // 16 candidates a shard cannot settle the flat row's nucleus: rounds of 4096 and then whole shards do.
       const got = await sampleSharded(shards, { ...options, vocabSize: V2, candidates: 16 });
       expect(got.undecidedRows.length).toBe(0);
       expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
@@ -303,6 +308,137 @@ describeDevices((name, dev) => {
     for (let i = 0; i < want.tokens.length; i++) same += got.tokens[i] === want.tokens[i] ? 1 : 0;
     expect(same / want.tokens.length).toBeGreaterThanOrEqual(0.99);
     cpuHead.dispose();
+  });
+
+  // bf16 heads: a CUDA shard with one sample a row and at most 2048 candidates takes the one-pass
+  // filtered GEMM (its candidates and tile summaries make the state; cuda/partial.cu). V = 128256:
+  // rows of several tiles a CTA; hot, Gaussian, Zipf, flat and greedy rows in one batch.
+  describe('bf16 shards (the one-pass path on CUDA)', () => {
+    const VB = 128256;
+    const BB = 5;
+    let bf: Head;
+    beforeAll(() => {
+      bf = plantedHead(dev(), [
+        dominantLogits(VB, 4, 9), gaussianLogits(VB, 5, 4), zipfLogits(VB, 1.1, 6), gaussianLogits(VB, 7, 2.5),
+        flatLogits(VB, 8, 3),
+      ], 'bf16');
+    });
+    afterAll(() => bf.dispose());
+    const seeds = BigUint64Array.from({ length: BB }, (_, b) => BigInt(31 + 7 * b));
+    const oneSample: [string, SampleOptions][] = [
+      ['top-k 50, logprobs, topLogprobs 5', { topK: 50, logprobs: true, topLogprobs: 5, seed: 8n }],
+      ['Llama 3 default (T 0.6, top-p 0.9), logprobs', { temperature: 0.6, topP: 0.9, logprobs: true, seed: seeds }],
+      ['Qwen3 default (T 0.6, top-k 20, top-p 0.95)', { temperature: 0.6, topK: 20, topP: 0.95, seed: 4n, offset: 9n }],
+      ['min-p 0.05, logprobs', { minP: 0.05, logprobs: true, seed: 12n }],
+      ['logprobs alone, topLogprobs 3', { logprobs: true, topLogprobs: 3, temperature: 0.9, seed: 5n }],
+      ['per-row: greedy, top-k, none, top-p, min-p', {
+        temperature: new Float32Array([0, 0.8, 1, 0.7, 1.2]), topK: new Int32Array([0, 40, 0, 0, 0]),
+        topP: new Float32Array([1, 1, 1, 0.5, 1]), minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, seed: seeds,
+      }],
+      ["filterOrder 'vllm': min-p 0.1 and top-p 0.6", { minP: 0.1, topP: 0.6, filterOrder: 'vllm', logprobs: true, seed: 77n }],
+    ];
+    test.each(oneSample)('TP 1, 2 and 3: %s: the merged shards draw the unsharded tokens', async (_label, options) => {
+      const want = await sampleFused(bf.H, bf.W, options);
+      for (const bounds of [[[0, VB]] as [number, number][], shardBounds(VB, 2, 61), shardBounds(VB, 3, 62)]) {
+        const shards = bounds.map(([offset, size]) => ({ H: bf.H, W: bf.shard(offset, size), vocabOffset: offset }));
+        // (the flat row's nucleus outgrows the first round's candidates: later rounds settle it)
+        const got = await sampleSharded(shards, { ...options, vocabSize: VB });
+        expectSameDraws(got, want);
+      }
+    });
+
+    test('per-shard masks, bias and softcap, and +Inf tokens: the merged tokens are the unsharded ones', async () => {
+      const r = rng(3);
+      const mask = makeMask(BB, VB, (b, v) => (v * 3 + b) % 7 !== 0 || r() < 0.2);
+      const biasValues = Float32Array.from({ length: VB }, (_, v) => (v % 101 === 0 ? 2 : 0));
+      const withInf = new Float32Array(VB);
+      withInf[3] = Infinity;  // (3 and 70005: no row's mask leaves them out)
+      withInf[70005] = Infinity;
+      for (const [values, options, softcap] of [
+        [biasValues, { topK: 30, topP: 0.9, logprobs: true, topLogprobs: 2, seed: 6n }, { softcap: 8 }],
+        [withInf, { topP: 0.9, logprobs: true, seed: 7n }, {}],  // (no softcap: it would make them finite)
+      ] as [Float32Array, SampleOptions, { softcap?: number }][]) {
+        const bias = makeTensor(dev(), 'bf16', values, [VB]);
+        const want = await sampleFused(bf.H, bf.W, { ...options, ...softcap, allowedTokens: mask, bias });
+        const shardTensors: Tensor[] = [];
+        const { result, partials } = await shardAndMerge(bf, shardBounds(VB, 3, 64), options, (offset, size) => {
+          const words = Math.ceil(size / 32);
+          const m = new Uint32Array(BB * words);
+          for (let b = 0; b < BB; b++) {
+            for (let v = 0; v < size; v++) {
+              const g = offset + v;
+              if ((mask[b * Math.ceil(VB / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
+            }
+          }
+          const t = makeTensor(dev(), 'bf16', values.slice(offset, offset + size), [size]);
+          shardTensors.push(t);
+          return { allowedTokens: m, bias: t, ...softcap };
+        });
+        expectSameDraws(result, want);
+        if (values === withInf) for (const t of result.tokens) expect([3, 70005]).toContain(t);
+        for (const p of partials) p.dispose();
+        for (const t of shardTensors) t.dispose();
+        bias.dispose();
+      }
+    });
+
+    test('a one-pass state is a prefix of the materialized one: same winners, counts and z_max', async () => {
+      // 4096 candidates take the materializing path (cuda/partial.cu: above 2048); its keys are
+      // the shard's order, so the one-pass state's keys must be their first ones.
+      const [offset, size] = [40000, 60000];
+      const W = bf.shard(offset, size);
+      for (const options of [
+        { topK: 50, logprobs: true, seed: 3n },
+        { temperature: 0.6, topP: 0.9, logprobs: true, seed: 4n },
+        { minP: 0.05, topLogprobs: 4, seed: 5n },
+      ] as SampleOptions[]) {
+        const one = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB });
+        const full = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB, candidates: 4096 });
+        const [a, z] = [await one.read(), await full.read()];
+        // On CUDA the two come from different kernels (one-pass: the tile summaries' fp32 sums), so
+        // some row's sum differs in rounding: the one-pass path did run.
+        if (name === 'cuda') expect(a.rows.some((r, b) => r.sum !== z.rows[b].sum)).toBe(true);
+        for (let b = 0; b < BB; b++) {
+          const [ra, rz] = [a.rows[b], z.rows[b]];
+          expect(ra.winners[0].token).toBe(rz.winners[0].token);
+          expect(ra.winners[0].score).toBe(rz.winners[0].score);
+          expect(ra.winners[0].logit).toBe(rz.winners[0].logit);
+          expect([ra.finiteCount, ra.infCount, ra.zMax]).toEqual([rz.finiteCount, rz.infCount, rz.zMax]);
+          expect(Math.abs(ra.sum - rz.sum)).toBeLessThanOrEqual(1e-6 * rz.sum);
+          expect(ra.candidates.length).toBeLessThanOrEqual(one.capacity);
+          expect(ra.candidates).toEqual(rz.candidates.slice(0, ra.candidates.length));
+          if (ra.complete) expect(ra.candidates.length).toBe(ra.finiteCount + ra.infCount);
+        }
+        one.dispose();
+        full.dispose();
+      }
+    });
+
+    const fitsOne: [string, FilterSpec][] = [
+      ['top-k 7, T 0.7', { topK: 7, temperature: 0.7 }],
+      ['top-p 0.8 and min-p 0.02', { topP: 0.8, minP: 0.02 }],
+    ];
+    test.each(fitsOne)('chi-square: one sample a row, V = 1000, TP 3, against float64 (%s)', async (_label, f) => {
+      // 16 rows of one logit row (a batch that takes the one-pass path), each its own seed, 3840
+      // calls: 61 K draws of numSamples 1.
+      const V3 = 1000;
+      const rows = 16;
+      const row = zipfLogits(V3, 0.9, 19);
+      const small = plantedHead(dev(), Array.from({ length: rows }, () => row), 'bf16');
+      const kept = keptDistribution(small.logits[0], f);
+      const bounds = shardBounds(V3, 3, 18);
+      const shards = bounds.map(([offset, size]) => ({ H: small.H, W: small.shard(offset, size), vocabOffset: offset }));
+      const counts = new Float64Array(V3);
+      const calls = scaled(3840);
+      for (let i = 0; i < calls; i++) {
+        const options = rowOptions(rows, f, i);
+        const got = await sampleSharded(shards, { ...options, vocabSize: V3 });
+        for (const t of got.tokens) counts[t] += 1;
+      }
+      const fit = goodnessOfFit(counts, kept.probs);
+      if (!fit.ok) throw new Error(fit.summary);
+      small.dispose();
+    });
   });
 
   test('states sized for more rows (maxBatch) merge like exact-size ones', async () => {

@@ -87,6 +87,7 @@ struct FilterArgs {
   int32_t store_all;       // every row stores them (logprobsMode 'raw': the raw log-probabilities)
   uint8_t* stored_tiles;   // [batch, num_vtiles], zeroed: 1 where a row that stores only some tiles
                            // (not store_all) stored that tile's logits; the extra pass recomputes the rest
+  int32_t shard;           // a vocabulary shard's call (partial.cu): every row's summaries and winner
 };
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
@@ -164,11 +165,13 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
-  r.stats = row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
+  // A shard's partial state (partial.h) carries every row's counts, sum and winner, whatever its
+  // options: the merge decides against the whole vocabulary's.
+  r.stats = f.shard || row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
   r.dense = f.row_logits != nullptr && (f.store_all || row_stores_logits(k, p, greedy));
   if (greedy) return r;  // (no masses)
-  r.mass = p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
-  r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
+  r.mass = f.shard || p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
+  r.drawn_by_decision = !f.shard && (k > 0 || p < 1.0f || m > 0.0f);
   if (!row_gathers_candidates(k, p, m, f.top_logprobs, greedy)) return r;
   if (k > 0) {
     r.mode = kThetaTopK;
@@ -299,7 +302,8 @@ __device__ __forceinline__ void warp_kth_largest_columns(const float (&x)[K][4],
 // after the first waves) ends after the summaries and the statistics.
 template <int K>
 __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int64_t (&b)[K], const bool (&live)[K],
-                                                 int64_t vtile, int64_t vq, int64_t V, const float (&x)[K][4],
+                                                 int64_t vtile, int64_t vq, int64_t base, int64_t V,
+                                                 const float (&x)[K][4],
                                                  const float (&inv_t)[K], const float (&bs_lane)[K],
                                                  const uint32_t (&bk_lane)[K], const FilterRow (&fr)[K],
                                                  const float (&shared_theta)[K], const int (&shared_top)[K],
@@ -367,7 +371,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     float bs = bs_lane[jj], bl = 0.0f;
     uint32_t bk = bk_lane[jj];
     if (bk != kNoToken) {
-      const int o = static_cast<int>(static_cast<int64_t>(bk & 0x7fffffffu) - vq);
+      const int o = static_cast<int>(static_cast<int64_t>(bk & 0x7fffffffu) - (vq + base));
       bl = o == 0 ? x[jj][0] : o == 1 ? x[jj][1] : o == 2 ? x[jj][2] : x[jj][3];
     }
     if (__any_sync(kAll, bk != kNoToken)) {
@@ -388,7 +392,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
       uint2* const t = reinterpret_cast<uint2*>(f.tiles + b[jj] * f.num_vtiles + vtile);
       t[0] = make_uint2(__float_as_uint(tmax[jj]), __float_as_uint(sum[jj]));
       t[1] = make_uint2(counts[jj] & 0xffffu, counts[jj] >> 16);
-      t[2] = make_uint2(bk, __float_as_uint(bl));
+      t[2] = make_uint2(bk == kNoToken ? bk : bk - static_cast<uint32_t>(base), __float_as_uint(bl));
     }
   }
 

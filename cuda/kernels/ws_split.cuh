@@ -348,9 +348,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     mbar_wait(bar_logits_full, static_cast<uint32_t>(j & 1));
     if (grid_best != 0ull) atomicMax(&win_packed_s[et], grid_best);
 
-    // A shard's global ids (noise and tokens). The filtered epilogue never runs on a shard: the
-    // constant 0 spares it the register a base would take.
-    const int64_t base = kFiltered ? 0 : a.vocab_base;
+    // A shard's global ids (noise and tokens; 0 unsharded). The filtered epilogue's candidates and
+    // tile summaries keep local ids: filtered_columns takes the base to map its winners back.
+    const int64_t base = a.vocab_base;
 #pragma unroll 1
     for (int trip = 0; trip < kNB / (8 * kK); ++trip) {
       float l[kK][4], thr[kK], bs[kK];
@@ -445,7 +445,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         // rows the winner alone decides (no filter, no logprobs) take no summaries: unfiltered rows
         // in a filter-capable sampler then cost what plain sampling does, but for the decision
         if (any_live)
-          filtered_columns<kK>(f, rows, live, vtile, vq, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
+          filtered_columns<kK>(f, rows, live, vtile, vq, base, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
       }
     }
 
