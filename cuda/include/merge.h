@@ -1,12 +1,14 @@
 // merge_partials: the unsharded call's tokens from its shards' partial states (partial.h,
 // docs/SEMANTICS.md §6). One implementation for both backends: the CPU loops over rows, the CUDA
-// kernel (cuda/partial.cu) runs one row per thread. Sequential and allocation-free on purpose:
-// a row reads at most shards x capacity keys, through a k-way merge of the shards' sorted keys.
+// kernel (cuda/partial.cu) runs a block per row. Allocation-free: the caller gives each row room
+// for its shards' keys together (MergeScratch).
 //
 // The decision is SEMANTICS §2.5-2.7 and §5 on the merged candidates: the keys of every shard
 // are a prefix of that shard's order, so the merged keys down to the largest last key of an
 // incomplete shard are a complete prefix of the row's order. A row whose kept set or topLogprobs
-// reach past that prefix is kRowUndecided: the shards must send more candidates.
+// reach past that prefix is kRowUndecided: the shards must send more candidates. A row's merge is
+// a few steps (setup, the prefix placed in the row's order, its chunks' masses, the decision, the
+// draw) that one CPU thread runs in turn and a GPU block runs with a thread per key or chunk.
 #pragma once
 
 #include <math.h>
@@ -78,53 +80,40 @@ FS_HD int32_t largest_shard(const PartialSet& set) {
   return static_cast<int32_t>(most);
 }
 
-// The merged candidate order of one row: a k-way merge of the shards' keys (each sorted
-// descending). `at(i)` walks forward from the last position, restarting when asked to go back.
-struct MergedKeys {
-  const uint64_t* keys[kMaxShards];
-  int32_t count[kMaxShards];
-  int32_t pos[kMaxShards];
-  int32_t shards;
-  int64_t next_index;  // the index of the key the next step yields
-  uint64_t last;
+// A merged row's keys are summed in chunks of this many (each chunk in order from 0.0, then the
+// chunks' sums in order): the same additions whether one CPU thread takes the chunks in turn or a
+// GPU thread takes each.
+constexpr int64_t kMergeChunk = 256;
 
-  FS_HD void restart() {
-    for (int32_t s = 0; s < shards; ++s) pos[s] = 0;
-    next_index = 0;
-  }
-  FS_HD uint64_t step() {
-    int32_t best = -1;
-    for (int32_t s = 0; s < shards; ++s) {
-      if (pos[s] < count[s] && (best < 0 || keys[s][pos[s]] > keys[best][pos[best]])) best = s;
-    }
-    last = keys[best][pos[best]++];
-    ++next_index;
-    return last;
-  }
-  // The i-th key of the merged order (i < the total count).
-  FS_HD uint64_t at(int64_t i) {
-    if (i < next_index - 1) restart();
-    while (next_index <= i) step();
-    return last;
-  }
+// The merge's working memory for one row: its complete prefix's keys in the row's order and their
+// chunks' masses. Rows `stride` keys apart (>= the keys the shards hold for a row together).
+struct MergeScratch {
+  uint64_t* merged;     // [rows, stride]
+  double* chunk_mass;   // [rows, merge_chunks(stride)]
+  int64_t stride;
 };
+FS_HD int64_t merge_chunks(int64_t keys) { return (keys + kMergeChunk - 1) / kMergeChunk; }
+
+// Keys a row's MergeScratch holds for the (checked) partials of a merge of batch p.batch: what
+// their blocks can hold for a row (a block of `bytes` holds at most (bytes - header) / (8 batch)
+// keys a row), at most the vocabulary.
+inline int64_t merge_scratch_keys(const SampleParams& p, const PartialSet& set) {
+  int64_t keys = 0;
+  for (int32_t i = 0; i < set.count; ++i) {
+    const uint64_t body = set.bytes[i] > sizeof(PartialHeader) ? set.bytes[i] - sizeof(PartialHeader) : 0;
+    keys += static_cast<int64_t>(body / (8u * static_cast<uint64_t>(p.batch)));
+    if (keys >= p.vocab) return p.vocab;
+  }
+  return keys > 0 ? keys : 1;
+}
 
 struct MergedTier {
   bool inf_tier;
   int64_t size;      // tokens in the tier (the +Inf tokens if any, else the finite drawable ones)
-  int64_t listed;    // merged keys
-  uint64_t bound;    // merged keys >= bound are a complete prefix of the tier's order (UINT64_MAX: none)
   double z_max;      // 0 in the +Inf tier
   double total;      // Σ exp(z - z_max) over the tier; its size in the +Inf tier
   double temperature;
 };
-
-// Whether merged key i lies in the complete prefix (monotone in i). Asked only as far as a decision
-// reads, so that a row's merge walks its kept keys, not every shard's candidates: counting the whole
-// prefix first cost 300-500 µs a row (one GPU thread, 2 x 1024 candidates, H200).
-FS_HD bool merged_in_prefix(const MergedTier& t, MergedKeys& m, int64_t i) {
-  return i < t.size && i < t.listed && t.bound != UINT64_MAX && m.at(i) >= t.bound;
-}
 
 FS_HD double merged_z(const MergedTier& t, float logit) {
   return t.inf_tier ? 0.0 : static_cast<double>(logit) / t.temperature;
@@ -133,68 +122,26 @@ FS_HD double merged_weight(const MergedTier& t, float logit) {
   return t.inf_tier ? 1.0 : exp(merged_z(t, logit) - t.z_max);
 }
 
+// One row of a merge: its shards' keys (each sorted descending, a prefix of that shard's order),
+// its tier, and its complete prefix: the merged keys down to the largest last key of a shard whose
+// keys are not all of its tokens (merged_prefix_length of them, each shard's first in_prefix).
+struct MergeRow {
+  const uint64_t* keys[kMaxShards];
+  int32_t count[kMaxShards];      // keys held (capped at the header's capacity)
+  int32_t in_prefix[kMaxShards];  // of them, those in the complete prefix
+  int32_t shards;
+  MergedTier t;
+  int64_t prefix;                 // merged keys in the complete prefix (at most t.size)
+  uint64_t* merged;               // the prefix in the row's order (merge_place)
+  double* chunk_mass;             // its chunks' masses (merge_chunk_masses)
+};
+
+// The kept set of a row (SEMANTICS §2.5-2.7 on the complete prefix).
 struct MergedKept {
   int64_t size;
   double total;
   bool undecided;
 };
-
-FS_HD double merged_prefix_weight(const MergedTier& t, MergedKeys& m, int64_t count) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < count; ++i) sum += merged_weight(t, partial_key_logit(m.at(i)));
-  return sum;
-}
-
-// SEMANTICS §2.5-2.7 on the merged prefix (the CPU backend's decide_kept, walking merged keys).
-FS_HD MergedKept merged_decide(const MergedTier& t, MergedKeys& m, int64_t top_k, double top_p,
-                                      double min_p, bool min_p_first, int64_t top_logprobs) {
-  MergedKept kept;
-  kept.size = t.size;
-  kept.total = t.total;
-  kept.undecided = false;
-  const bool rank_filters = !t.inf_tier;
-  bool ok = true;
-  for (int step = 0; step < 3 && ok; ++step) {
-    // Hugging Face's order: top-k, top-p, min-p; vLLM's: min-p, top-k, top-p.
-    const int which = min_p_first ? (step == 0 ? 2 : step - 1) : step;
-    if (which == 0 && rank_filters && top_k > 0 && top_k < kept.size) {
-      kept.size = top_k;
-      if (!merged_in_prefix(t, m, kept.size - 1)) ok = false;
-      else kept.total = merged_prefix_weight(t, m, kept.size);
-    } else if (which == 1 && rank_filters && top_p < 1.0) {
-      const double target = top_p * kept.total;
-      double cumulative = 0.0;
-      for (int64_t i = 0; i < kept.size; ++i) {
-        if (!merged_in_prefix(t, m, i)) {
-          ok = false;
-          break;
-        }
-        cumulative += merged_weight(t, partial_key_logit(m.at(i)));
-        if (cumulative >= target) {
-          kept.size = i + 1;
-          kept.total = cumulative;
-          break;
-        }
-      }
-    } else if (which == 2 && min_p > 0.0 && !t.inf_tier) {
-      const double threshold = t.z_max + log(min_p);
-      for (int64_t i = 1; i < kept.size; ++i) {
-        if (!merged_in_prefix(t, m, i)) {
-          ok = false;
-          break;
-        }
-        if (merged_z(t, partial_key_logit(m.at(i))) < threshold) {
-          kept.size = i;
-          kept.total = merged_prefix_weight(t, m, i);
-          break;
-        }
-      }
-    }
-  }
-  const int64_t reported = top_logprobs < kept.size ? top_logprobs : kept.size;
-  if (!ok || (reported > 0 && !merged_in_prefix(t, m, reported - 1))) kept.undecided = true;
-  return kept;
-}
 
 // Writes row b's outputs when nothing can be drawn (status) or the row is greedy (token).
 FS_HD void merged_point_row(const SampleParams& p, int64_t b, int32_t status, int32_t token) {
@@ -224,14 +171,28 @@ FS_HD PartialWinner merged_winner(const PartialSet& set, int64_t b, int32_t j) {
   return best;
 }
 
-// Merges row b of the (checked) partials into p's outputs: tokens, logprobs, topLogprobs, status.
-FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64_t b) {
+// Keys of shard list [keys, keys + n) (descending) above `key`: a binary search.
+FS_HD int32_t keys_above(const uint64_t* keys, int32_t n, uint64_t key) {
+  int32_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) >> 1;
+    if (keys[mid] > key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Row b's merge, first step (one thread): greedy rows, rows without filters (the shards' winners)
+// and rows with nothing to draw are written here (false); otherwise *r is the row's merge inputs,
+// its prefix to be placed in `scratch` (true).
+FS_HD bool merge_row_setup(const SampleParams& p, const PartialSet& set, int64_t b, const MergeScratch& scratch,
+                           MergeRow* r) {
   const float temperature = p.temperature[b];
   const int32_t S = p.num_samples;
   if (!(temperature > 0.0f)) {  // greedy: the largest logit, ties to the smallest index
     const PartialWinner w = merged_winner(set, b, 0);
     merged_point_row(p, b, w.key == kNoToken ? kRowNoCandidate : kRowOk, static_cast<int32_t>(w.key & 0x7fffffffu));
-    return;
+    return false;
   }
   if (!has_filters(p)) {  // the whole row is kept: the shards' winners are the draw
     for (int32_t j = 0; j < S; ++j) {
@@ -239,12 +200,10 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
       p.tokens[b * S + j] = w.key == kNoToken ? -1 : static_cast<int32_t>(w.key & 0x7fffffffu);
     }
     if (p.row_status != nullptr) p.row_status[b] = p.tokens[b * S] < 0 ? kRowNoCandidate : kRowOk;
-    return;
+    return false;
   }
-
-  MergedKeys m;
-  m.shards = set.count;
-  int64_t finite = 0, inf = 0, listed = 0;
+  r->shards = set.count;
+  int64_t finite = 0, inf = 0;
   double z_max = -INFINITY;
   uint64_t bound = 0;  // keys >= bound are a complete prefix; UINT64_MAX: none is
   for (int32_t s = 0; s < set.count; ++s) {
@@ -252,22 +211,21 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
     const PartialRowView v = partial_row(const_cast<void*>(set.blocks[s]), h, b);
     // A count past the capacity (a corrupted or foreign state) is not read past the block.
     const int32_t n = v.row->num_candidates;
-    m.keys[s] = v.keys;
-    m.count[s] = n < 0 ? 0 : n > h.capacity ? h.capacity : n;
-    listed += m.count[s];
+    r->keys[s] = v.keys;
+    r->count[s] = n < 0 ? 0 : n > h.capacity ? h.capacity : n;
     finite += v.row->finite_count;
     inf += v.row->inf_count;
     if (v.row->z_max > z_max) z_max = v.row->z_max;
-    if (!v.row->complete || m.count[s] != n) {
-      const uint64_t last = m.count[s] > 0 ? v.keys[m.count[s] - 1] : UINT64_MAX;
+    if (!v.row->complete || r->count[s] != n) {
+      const uint64_t last = r->count[s] > 0 ? v.keys[r->count[s] - 1] : UINT64_MAX;
       if (last > bound) bound = last;
     }
   }
   if (finite + inf == 0) {
     merged_point_row(p, b, kRowNoCandidate, -1);
-    return;
+    return false;
   }
-  MergedTier t;
+  MergedTier& t = r->t;
   t.inf_tier = inf > 0;
   t.temperature = temperature;
   if (t.inf_tier) {
@@ -280,59 +238,194 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
     t.total = 0.0;
     for (int32_t s = 0; s < set.count; ++s) {  // the shards' sums in shard order
       const PartialHeader& h = partial_header(set.blocks[s]);
-      const PartialRow& r = *partial_row(const_cast<void*>(set.blocks[s]), h, b).row;
-      if (r.sum > 0.0) t.total += r.sum * exp(r.z_max - z_max);
+      const PartialRow& row = *partial_row(const_cast<void*>(set.blocks[s]), h, b).row;
+      if (row.sum > 0.0) t.total += row.sum * exp(row.z_max - z_max);
     }
   }
-  m.restart();
-  t.listed = listed;
-  t.bound = bound;
+  int64_t prefix = 0;
+  for (int32_t s = 0; s < set.count; ++s) {
+    // keys >= bound: all but those below it (bound == 0: every key)
+    r->in_prefix[s] = bound == UINT64_MAX ? 0 : bound == 0 ? r->count[s] : keys_above(r->keys[s], r->count[s], bound - 1);
+    prefix += r->in_prefix[s];
+  }
+  r->prefix = prefix < t.size ? prefix : t.size;
+  if (r->prefix > scratch.stride) r->prefix = scratch.stride;  // (a corrupted state's counts)
+  r->merged = scratch.merged + b * scratch.stride;
+  r->chunk_mass = scratch.chunk_mass + b * merge_chunks(scratch.stride);
+  return true;
+}
 
+// Second step: places the prefix's keys at their ranks in the row's order (a key's rank: its place
+// in its shard plus the other shards' keys above it). Threads take keys first, first + step, ...
+FS_HD void merge_place(const MergeRow& r, int64_t first, int64_t step) {
+  for (int32_t s = 0; s < r.shards; ++s) {
+    for (int64_t i = first; i < r.in_prefix[s]; i += step) {
+      const uint64_t k = r.keys[s][i];
+      int64_t rank = i;
+      for (int32_t o = 0; o < r.shards; ++o)
+        if (o != s) rank += keys_above(r.keys[o], r.in_prefix[o], k);
+      if (rank < r.prefix) r.merged[rank] = k;
+    }
+  }
+}
+
+FS_HD double merged_key_weight(const MergeRow& r, int64_t i) { return merged_weight(r.t, partial_key_logit(r.merged[i])); }
+
+// Third step: each chunk's mass (threads take chunks first, first + step, ...).
+FS_HD void merge_chunk_masses(const MergeRow& r, int64_t first, int64_t step) {
+  for (int64_t c = first; c < merge_chunks(r.prefix); c += step) {
+    const int64_t end = (c + 1) * kMergeChunk < r.prefix ? (c + 1) * kMergeChunk : r.prefix;
+    double sum = 0.0;
+    for (int64_t i = c * kMergeChunk; i < end; ++i) sum += merged_key_weight(r, i);
+    r.chunk_mass[c] = sum;
+  }
+}
+
+// The mass of the merged keys [0, count) (count <= prefix): whole chunks, then the rest in order.
+FS_HD double merge_mass(const MergeRow& r, int64_t count) {
+  double sum = 0.0;
+  int64_t c = 0;
+  for (; (c + 1) * kMergeChunk <= count; ++c) sum += r.chunk_mass[c];
+  double part = 0.0;
+  for (int64_t i = c * kMergeChunk; i < count; ++i) part += merged_key_weight(r, i);
+  return sum + part;
+}
+
+// Fourth step (one thread): SEMANTICS §2.5-2.7 on the complete prefix (the CPU backend's
+// decide_kept on merged keys). A filter whose cut lies past the prefix leaves the row undecided.
+FS_HD MergedKept merge_decide(const MergeRow& r, int64_t top_k, double top_p, double min_p, bool min_p_first,
+                              int64_t top_logprobs) {
+  const MergedTier& t = r.t;
+  MergedKept kept;
+  kept.size = t.size;
+  kept.total = t.total;
+  kept.undecided = false;
+  const bool rank_filters = !t.inf_tier;
+  bool ok = true;
+  for (int step = 0; step < 3 && ok; ++step) {
+    // Hugging Face's order: top-k, top-p, min-p; vLLM's: min-p, top-k, top-p.
+    const int which = min_p_first ? (step == 0 ? 2 : step - 1) : step;
+    const int64_t reach = kept.size < r.prefix ? kept.size : r.prefix;
+    if (which == 0 && rank_filters && top_k > 0 && top_k < kept.size) {
+      kept.size = top_k;
+      if (top_k > r.prefix) ok = false;
+      else kept.total = merge_mass(r, top_k);
+    } else if (which == 1 && rank_filters && top_p < 1.0) {
+      // the first key at which the running mass reaches top_p of the kept mass
+      const double target = top_p * kept.total;
+      double before = 0.0;  // the whole chunks before chunk c
+      int64_t c = 0;
+      while ((c + 1) * kMergeChunk <= reach && before + r.chunk_mass[c] < target) before += r.chunk_mass[c++];
+      double part = 0.0;
+      bool cut = false;
+      for (int64_t i = c * kMergeChunk; i < reach && i < (c + 1) * kMergeChunk; ++i) {
+        part += merged_key_weight(r, i);
+        if (before + part >= target) {
+          kept.size = i + 1;
+          kept.total = before + part;
+          cut = true;
+          break;
+        }
+      }
+      if (!cut && reach < kept.size) ok = false;
+    } else if (which == 2 && min_p > 0.0 && !t.inf_tier) {
+      // the first key from 1 on below z_max + ln(min_p): a binary search (z falls along the order)
+      const double threshold = t.z_max + log(min_p);
+      int64_t lo = 1, hi = reach;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) >> 1;
+        if (merged_z(t, partial_key_logit(r.merged[mid])) < threshold) hi = mid;
+        else lo = mid + 1;
+      }
+      if (lo < reach) {
+        kept.size = lo;
+        kept.total = merge_mass(r, lo);
+      } else if (kept.size > 1 && reach < kept.size) {
+        ok = false;
+      }
+    }
+  }
+  const int64_t reported = top_logprobs < kept.size ? top_logprobs : kept.size;
+  if (!ok || reported > r.prefix) kept.undecided = true;
+  return kept;
+}
+
+// The Gumbel argmax of sample j over merged keys first, first + step, ... of the kept set, with
+// the noise of their global ids: candidate_better's order, so any split of the keys gives one best.
+struct MergedPick {
+  float score;
+  uint32_t key;
+  float logit;
+};
+FS_HD MergedPick merge_pick(const SampleParams& p, const MergeRow& r, int64_t b, int32_t j, int64_t kept,
+                            int64_t first, int64_t step) {
+  const float inv_temperature = 1.0f / p.temperature[b];  // make_candidate's float factor
+  const uint64_t seed = p.seed[b], offset = p.offset[b];
+  const uint32_t stream = p.per_row_seed ? 0u : static_cast<uint32_t>(b);
+  MergedPick best{-INFINITY, kNoToken, 0.0f};
+  for (int64_t i = first; i < kept; i += step) {
+    const uint64_t k = r.merged[i];
+    const float l = partial_key_logit(k);
+    const uint32_t v = partial_key_index(k);
+    const Candidate c = make_candidate(l, inv_temperature, false, gumbel_noise(seed, offset, stream, j, v), v);
+    if (candidate_better(c.score, c.key, best.score, best.key)) best = MergedPick{c.score, c.key, l};
+  }
+  return best;
+}
+FS_HD void merge_better(MergedPick* a, const MergedPick& b) {
+  if (candidate_better(b.score, b.key, a->score, a->key)) *a = b;
+}
+
+FS_HD double merged_log_mass(const MergeRow& r, const MergedKept& kept) { return r.t.z_max + log(kept.total); }
+
+// Last step: sample j's token and logprob (`best` its pick over the kept keys, or with the whole
+// row kept the shards' winner).
+FS_HD void merge_write_sample(const SampleParams& p, const PartialSet& set, const MergeRow& r, int64_t b,
+                              const MergedKept& kept, int32_t j, MergedPick best) {
+  const int32_t S = p.num_samples;
+  if (kept.size == r.t.size) {  // the whole row kept: the shards' winners are the draw
+    const PartialWinner w = merged_winner(set, b, j);
+    best = MergedPick{w.score, w.key, w.logit};
+  }
+  p.tokens[b * S + j] = static_cast<int32_t>(best.key & 0x7fffffffu);
+  if (p.logprobs != nullptr) p.logprobs[b * S + j] = static_cast<float>(merged_z(r.t, best.logit) - merged_log_mass(r, kept));
+}
+// ... and topLogprobs entry i, and the row's status.
+FS_HD void merge_write_top(const SampleParams& p, const MergeRow& r, int64_t b, const MergedKept& kept, int32_t i) {
+  const bool present = i < kept.size;
+  const uint64_t k = present ? r.merged[i] : 0u;
+  p.top_tokens[b * p.top_logprobs + i] = present ? static_cast<int32_t>(partial_key_index(k)) : -1;
+  p.top_token_logprobs[b * p.top_logprobs + i] =
+      present ? static_cast<float>(merged_z(r.t, partial_key_logit(k)) - merged_log_mass(r, kept)) : -INFINITY;
+}
+
+// Whether a decided row draws from its kept keys (else it is undecided, or keeps the whole row).
+FS_HD bool merge_draws_keys(const MergeRow& r, const MergedKept& kept) {
+  return !kept.undecided && kept.size != r.t.size;
+}
+FS_HD bool merge_undecided(const MergeRow& r, const MergedKept& kept) {
+  return kept.undecided || (kept.size != r.t.size && kept.size > r.prefix);
+}
+
+// Merges row b of the (checked) partials into p's outputs, the steps above in turn (the CPU).
+FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64_t b, const MergeScratch& scratch) {
+  MergeRow r;
+  if (!merge_row_setup(p, set, b, scratch, &r)) return;
+  merge_place(r, 0, 1);
+  merge_chunk_masses(r, 0, 1);
   const int64_t top_k = p.top_k != nullptr ? p.top_k[b] : 0;
   const double top_p = p.top_p != nullptr && p.top_p[b] < 1.0f ? static_cast<double>(p.top_p[b]) : 1.0;
   const double min_p = p.min_p != nullptr && p.min_p[b] > 0.0f ? static_cast<double>(p.min_p[b]) : 0.0;
-  const MergedKept kept = merged_decide(t, m, top_k, top_p, min_p, p.filter_order == FilterOrder::kMinPFirst,
-                                        p.top_logprobs);
-  const bool use_winners = !kept.undecided && kept.size == t.size;
-  if (kept.undecided || (!use_winners && !merged_in_prefix(t, m, kept.size - 1))) {
+  const MergedKept kept = merge_decide(r, top_k, top_p, min_p, p.filter_order == FilterOrder::kMinPFirst, p.top_logprobs);
+  if (merge_undecided(r, kept)) {
     merged_point_row(p, b, kRowUndecided, -1);
     return;
   }
-  const double log_mass = t.z_max + log(kept.total);
-  const float inv_temperature = 1.0f / temperature;  // make_candidate's float factor
-  const uint64_t seed = p.seed[b], offset = p.offset[b];
-  const uint32_t stream = p.per_row_seed ? 0u : static_cast<uint32_t>(b);
-  for (int32_t j = 0; j < S; ++j) {
-    float logit = 0.0f;
-    uint32_t key = kNoToken;
-    if (use_winners) {
-      const PartialWinner w = merged_winner(set, b, j);
-      logit = w.logit;
-      key = w.key;
-    } else {  // the Gumbel argmax over the kept prefix, with the noise of the global token ids
-      float best = -INFINITY;
-      for (int64_t i = 0; i < kept.size; ++i) {
-        const uint64_t k = m.at(i);
-        const float l = partial_key_logit(k);
-        const uint32_t v = partial_key_index(k);
-        const Candidate c = make_candidate(l, inv_temperature, false, gumbel_noise(seed, offset, stream, j, v), v);
-        if (candidate_better(c.score, c.key, best, key)) {
-          best = c.score;
-          key = c.key;
-          logit = l;
-        }
-      }
-    }
-    p.tokens[b * S + j] = static_cast<int32_t>(key & 0x7fffffffu);
-    if (p.logprobs != nullptr) p.logprobs[b * S + j] = static_cast<float>(merged_z(t, logit) - log_mass);
+  for (int32_t j = 0; j < p.num_samples; ++j) {
+    const MergedPick best = merge_draws_keys(r, kept) ? merge_pick(p, r, b, j, kept.size, 0, 1) : MergedPick{};
+    merge_write_sample(p, set, r, b, kept, j, best);
   }
-  for (int32_t i = 0; i < p.top_logprobs; ++i) {
-    const bool present = i < kept.size;
-    const uint64_t k = present ? m.at(i) : 0u;
-    p.top_tokens[b * p.top_logprobs + i] = present ? static_cast<int32_t>(partial_key_index(k)) : -1;
-    p.top_token_logprobs[b * p.top_logprobs + i] =
-        present ? static_cast<float>(merged_z(t, partial_key_logit(k)) - log_mass) : -INFINITY;
-  }
+  for (int32_t i = 0; i < p.top_logprobs; ++i) merge_write_top(p, r, b, kept, i);
   if (p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
