@@ -76,6 +76,17 @@ struct SliceOut {
   int32_t slices, slice_keys;
 };
 
+// Where this lane's selected item goes in a list that *count fills (every lane of the warp calls;
+// one shared atomic a warp, the selected lanes in lane order). Lanes not selected get 0.
+__device__ __forceinline__ unsigned int warp_append_slot(unsigned int* count, bool sel) {
+  const unsigned int ballot = __ballot_sync(0xffffffffu, sel);
+  if (ballot == 0u) return 0u;
+  const int lane = threadIdx.x & 31, leader = __ffs(ballot) - 1;
+  unsigned int at = 0u;
+  if (lane == leader) at = atomicAdd(count, static_cast<unsigned int>(__popc(ballot)));
+  return __shfl_sync(0xffffffffu, at, leader) + __popc(ballot & ((1u << lane) - 1u));
+}
+
 // The take-th largest nonzero key (take >= 1, at most the nonzero keys) by radix selection, 8 bits
 // a pass over the keys that for_each_key(f) hands this thread (f(key) for each, the same number of
 // calls on every lane of a warp): exact, since keys are distinct. A warp whose counted lanes share
@@ -368,15 +379,10 @@ __global__ void __launch_bounds__(kRowThreads)
     __shared__ unsigned int s_count;
     if (tid == 0) s_count = 0u;
     __syncthreads();
-    for (int64_t i = tid; i < warp_slots; i += kRowThreads) {  // one shared atomic a warp
+    for (int64_t i = tid; i < warp_slots; i += kRowThreads) {
       const unsigned long long k = i < slots ? keys[i] : 0ull;
       const bool sel = k != 0ull && k >= threshold;
-      const unsigned int ballot = __ballot_sync(0xffffffffu, sel);
-      if (ballot == 0u) continue;
-      const int lane = tid & 31, leader = __ffs(ballot) - 1;
-      unsigned int at = 0u;
-      if (lane == leader) at = atomicAdd(&s_count, static_cast<unsigned int>(__popc(ballot)));
-      at = __shfl_sync(0xffffffffu, at, leader) + __popc(ballot & ((1u << lane) - 1u));
+      const unsigned int at = warp_append_slot(&s_count, sel);
       if (sel) sorted[at] = k;
     }
     __syncthreads();
@@ -482,14 +488,9 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
                    : 0ull);
       }
     };
-    // appends the selected keys at s_count (one shared atomic a warp), up to `room`
+    // appends the selected keys at s_count, up to `room`
     auto append = [&](unsigned long long* dst, int room, unsigned long long k, bool sel) {
-      const unsigned int ballot = __ballot_sync(0xffffffffu, sel);
-      if (ballot == 0u) return;
-      const int lane = tid & 31, leader = __ffs(ballot) - 1;
-      unsigned int at = 0u;
-      if (lane == leader) at = atomicAdd(&s_count, static_cast<unsigned int>(__popc(ballot)));
-      at = __shfl_sync(0xffffffffu, at, leader) + __popc(ballot & ((1u << lane) - 1u));
+      const unsigned int at = warp_append_slot(&s_count, sel);
       if (sel && at < static_cast<unsigned int>(room)) dst[at] = k;
     };
     if (tid == 0) s_count = 0u;

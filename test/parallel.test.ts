@@ -45,6 +45,19 @@ function shardBounds(V: number, tp: number, seed: number, oneRowLast = false): [
   return out;
 }
 
+/** A shard's allowedTokens: bit (v - offset) of its own words, per row, from the [B, V] mask. */
+function shardMask(mask: Uint32Array, B: number, V: number, offset: number, size: number): Uint32Array {
+  const words = Math.ceil(size / 32);
+  const m = new Uint32Array(B * words);
+  for (let b = 0; b < B; b++) {
+    for (let v = 0; v < size; v++) {
+      const g = offset + v;
+      if ((mask[b * Math.ceil(V / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
+    }
+  }
+  return m;
+}
+
 interface Head extends Planted {
   shard(offset: number, size: number): Tensor;
 }
@@ -149,23 +162,11 @@ describeDevices((name, dev) => {
     const options: SampleOptions = { topK: 40, logprobs: true, seed: 8n, numSamples: 3 };
     const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 6 });
     const bounds = shardBounds(V, 4, 3, true);
-    const wordsOf = (offset: number, size: number) => {
-      // The shard's mask: bit (v - offset) of its own words, per row.
-      const words = Math.ceil(size / 32);
-      const m = new Uint32Array(B * words);
-      for (let b = 0; b < B; b++) {
-        for (let v = 0; v < size; v++) {
-          const g = offset + v;
-          if ((mask[b * Math.ceil(V / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
-        }
-      }
-      return m;
-    };
     const shardBias: Tensor[] = [];
     const { result, partials } = await shardAndMerge(head, bounds, options, (offset, size) => {
       const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
       shardBias.push(t);
-      return { allowedTokens: wordsOf(offset, size), bias: t, softcap: 6 };
+      return { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 6 };
     });
     expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
     expectClose(result.logprobs, want.logprobs, 1e-5);
@@ -362,17 +363,9 @@ describeDevices((name, dev) => {
         const want = await sampleFused(bf.H, bf.W, { ...options, ...softcap, allowedTokens: mask, bias });
         const shardTensors: Tensor[] = [];
         const { result, partials } = await shardAndMerge(bf, shardBounds(VB, 3, 64), options, (offset, size) => {
-          const words = Math.ceil(size / 32);
-          const m = new Uint32Array(BB * words);
-          for (let b = 0; b < BB; b++) {
-            for (let v = 0; v < size; v++) {
-              const g = offset + v;
-              if ((mask[b * Math.ceil(VB / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
-            }
-          }
           const t = makeTensor(dev(), 'bf16', values.slice(offset, offset + size), [size]);
           shardTensors.push(t);
-          return { allowedTokens: m, bias: t, ...softcap };
+          return { allowedTokens: shardMask(mask, BB, VB, offset, size), bias: t, ...softcap };
         });
         expectSameDraws(result, want);
         if (values === withInf) for (const t of result.tokens) expect([3, 70005]).toContain(t);
