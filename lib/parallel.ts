@@ -18,7 +18,8 @@ export interface ShardOptions extends SampleOptions {
   vocabOffset: number;
   /** The unsharded vocabulary size. */
   vocabSize: number;
-  /** Candidates kept per row: default the largest topK, topLogprobs, or 1024 with top-p / min-p (0 without). */
+  /** Candidates kept per row, at most: default the largest topK, topLogprobs, or 1024 with top-p /
+   *  min-p (0 without). A CUDA shard on its one-pass path (SEMANTICS §6) may keep fewer. */
   candidates?: number;
   /** Rows the state is sized for, so that ranks exchange one size whatever their batch; default B. */
   maxBatch?: number;
@@ -115,7 +116,7 @@ export interface DecodedPartial {
     complete: boolean;
     /** Each sample's winner over the shard: Gumbel score, global token (-1: none), logit. */
     winners: { score: number; token: number; logit: number }[];
-    /** The shard's best tokens in (logit descending, token ascending) order. */
+    /** The shard's best tokens in (logit descending, token ascending) order: a prefix of its order. */
     candidates: { token: number; logit: number }[];
   }[];
 }
