@@ -12,11 +12,13 @@
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
 // | 9.0               |                          | as above     | kSampleFiltered | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
-// | 9.0, no tensor map| (V or B >= 2^31, driver, FLASHSAMPLE_NO_TENSOR_MAPS) | any | any but kSampleFiltered | wgmma_ws_kernel (cp.async twin) | same N |
-// | 8.x, or FLASHSAMPLE_NO_WGMMA | bf16 / f16, 16-B rows | <= 8 / 16 | any      | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
-// | 8.x               |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
+// | 8.x, or mma.sync* | bf16 / f16, 16-B rows    | <= 8 / 16    | any          | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
+// | 8.x, or mma.sync* |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
 // | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |
 //
+// * mma.sync on 9.0: under FLASHSAMPLE_NO_WGMMA, or where the tensor maps cannot be encoded (a
+//   driver without the encoder, or FLASHSAMPLE_NO_TENSOR_MAPS). kSampleFiltered needs wgmma and
+//   the tensor maps; without them filters.cu runs its chunked path.
 // Each tile's evidence (the measurement that chose it) is the line beside its definition.
 #pragma once
 
@@ -68,28 +70,31 @@ cudaError_t launch_mma_sync(GemmArgs a, cudaStream_t stream) {
   return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
 }
 
-// A ping-pong tile (kTma) on compute capability 9.0; its cp.async twin where the tensor maps cannot
-// be encoded. w_promotion: the L2 fill size of the W copies.
-template <class Cfg, bool kF16, Epi kEpi>
-cudaError_t launch_ws_pingpong(GemmArgs a, cudaStream_t stream,
-                               CUtensorMapL2promotion w_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
-  WsTensorMaps maps{};
-  if (encode_ws_maps<Cfg>(a, kF16, w_promotion, &maps))
-    return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
-  using Twin = WsCpAsyncTwin<Cfg>;
-  return launch_persistent<Twin, false, true>(wgmma_ws_kernel<Twin, kF16, kEpi>, a, stream);
+// The table's mma.sync rows. mma.sync draws several samples unpruned.
+template <bool kF16, Epi kEpi>
+cudaError_t launch_mma_sync_for_batch(const GemmArgs& a, cudaStream_t stream) {
+  constexpr Epi kMmaEpi = kEpi == Epi::kSampleFew ? Epi::kSampleMany : kEpi;
+  if (a.batch <= 8) return launch_mma_sync<Tile8, kF16, kMmaEpi, true>(a, stream);
+  if (a.batch <= 16) return launch_mma_sync<Tile16, kF16, kMmaEpi, true>(a, stream);
+  if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kMmaEpi>(a, stream);
+  if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kMmaEpi>(a, stream);
+  return launch_mma_sync<Tile128, kF16, kMmaEpi>(a, stream);
 }
 
-// kSampleOne runs the split tile; the other epilogues, and shapes whose tensor maps cannot be
-// encoded, the split tile's ping-pong tile (WsSplitTile::PingPong).
+// kSampleOne runs the split tile, the other epilogues its ping-pong tile (WsSplitTile::PingPong);
+// where their tensor maps cannot be encoded, the mma.sync tiles.
 template <class SplitCfg, bool kF16, Epi kEpi>
 cudaError_t launch_ws(GemmArgs a, cudaStream_t stream) {
+  WsTensorMaps maps{};
   if constexpr (kEpi == Epi::kSampleOne) {
-    WsTensorMaps maps{};
     if (encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps))
       return launch_persistent<SplitCfg, false, true>(wgmma_split_kernel<SplitCfg, kF16>, a, stream, maps);
+  } else {
+    using Cfg = typename SplitCfg::PingPong;
+    if (encode_ws_maps<Cfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps))
+      return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, kF16, kEpi>, a, stream, maps);
   }
-  return launch_ws_pingpong<typename SplitCfg::PingPong, kF16, kEpi>(a, stream);
+  return launch_mma_sync_for_batch<kF16, kEpi>(a, stream);
 }
 
 // The table's tensor-core rows: wgmma on compute capability 9.0, mma.sync elsewhere.
@@ -102,13 +107,7 @@ cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
     if (prefer_96_column_chunks(a.batch)) return launch_ws<WsSplitTile96, kF16, kEpi>(a, stream);
     return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
-  // mma.sync draws several samples unpruned
-  constexpr Epi kMmaEpi = kEpi == Epi::kSampleFew ? Epi::kSampleMany : kEpi;
-  if (a.batch <= 8) return launch_mma_sync<Tile8, kF16, kMmaEpi, true>(a, stream);
-  if (a.batch <= 16) return launch_mma_sync<Tile16, kF16, kMmaEpi, true>(a, stream);
-  if (a.batch <= 32) return launch_mma_sync<Tile32, kF16, kMmaEpi>(a, stream);
-  if (a.batch <= 64) return launch_mma_sync<Tile64, kF16, kMmaEpi>(a, stream);
-  return launch_mma_sync<Tile128, kF16, kMmaEpi>(a, stream);
+  return launch_mma_sync_for_batch<kF16, kEpi>(a, stream);
 }
 
 // The table's filtered row (filters.cu runs its chunked path where this is not usable).

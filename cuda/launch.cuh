@@ -182,8 +182,8 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
 // The two tensor maps of a kTma ws tile (WsTensorMaps): natural row order, SW128, zeros outside.
 // False when the shape cannot be described (int32 coordinates, 16-byte row pitch) or the driver
 // refuses, and always under FLASHSAMPLE_NO_TENSOR_MAPS (the tests' way into that row of the
-// dispatch table, and an escape hatch like FLASHSAMPLE_NO_WGMMA); the caller then runs the cp.async
-// twin of the ping-pong tile.
+// dispatch table, and an escape hatch like FLASHSAMPLE_NO_WGMMA); the caller then runs the mma.sync
+// tiles.
 template <class Cfg>
 bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promotion, WsTensorMaps* maps) {
   static const bool disabled = [] {

@@ -1,8 +1,8 @@
 // The dispatch table's fallback rows on a compute capability 9.0 GPU (cuda/dispatch.cuh): every
 // tensor-core kernel that the H200 does not pick by itself, reached through the escape hatches,
 // which are read once per process, so each runs test/fallback-child.js in a process of its own.
-//   FLASHSAMPLE_NO_TENSOR_MAPS: the ping-pong kernels' cp.async twins (one sample pruned as
-//     kSampleFew, several pruned or not), and the chunked filtered path;
+//   FLASHSAMPLE_NO_TENSOR_MAPS: the 9.0 table's way to the mma.sync kernels where tensor maps
+//     cannot be encoded (one sample, several unpruned), and the chunked filtered path;
 //   FLASHSAMPLE_NO_WGMMA: the mma.sync kernels of compute capability 8.x (compiled for 9.0).
 // Every case's tokens must equal reference(gumbel)'s (at most one in a thousand may differ) and
 // the logprobs of equal tokens agree within 1e-5.
@@ -52,7 +52,7 @@ function runChild(env: Record<string, string>, attempts = 3): CaseResult[] {
 
 suite(st.usable ? 'cuda fallbacks' : `cuda fallbacks — skipped: ${st.reason}`, () => {
   for (const [hatch, env] of [
-    ['FLASHSAMPLE_NO_TENSOR_MAPS (cp.async producers)', { FLASHSAMPLE_NO_TENSOR_MAPS: '1' }],
+    ['FLASHSAMPLE_NO_TENSOR_MAPS (mma.sync from the wgmma table)', { FLASHSAMPLE_NO_TENSOR_MAPS: '1' }],
     ['FLASHSAMPLE_NO_WGMMA (mma.sync)', { FLASHSAMPLE_NO_WGMMA: '1' }],
   ] as const) {
     test(`${hatch}: one and several samples, B 1 ... 130, filters: fused = reference(gumbel)`, () => {

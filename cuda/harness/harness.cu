@@ -534,7 +534,7 @@ static cudaError_t launch_split(GemmArgs a, Epi epi) {
   return launch_persistent<Cfg, false, true>(wgmma_split_kernel<Cfg, false>, a, 0, maps);
 }
 
-// The ping-pong tile with the TMA producer (no fallback to its twin).
+// The ping-pong tile.
 template <class Cfg>
 static cudaError_t launch_pingpong_tma(GemmArgs a, Epi epi) {
   using namespace cuda::detail;
@@ -542,16 +542,6 @@ static cudaError_t launch_pingpong_tma(GemmArgs a, Epi epi) {
   if (!encode_ws_maps<Cfg>(a, false, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
   return with_epi(epi, [&](auto e) {
     return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, false, decltype(e)::value>, a, 0, maps);
-  });
-}
-
-// Its cp.async twin (what launch_ws_pingpong runs where the tensor maps cannot be encoded).
-template <class Cfg>
-static cudaError_t launch_pingpong_cp_async(GemmArgs a, Epi epi) {
-  using namespace cuda::detail;
-  using Twin = WsCpAsyncTwin<Cfg>;
-  return with_epi(epi, [&](auto e) {
-    return launch_persistent<Twin, false, true>(wgmma_ws_kernel<Twin, false, decltype(e)::value>, a, 0);
   });
 }
 
@@ -593,17 +583,12 @@ static const TileEntry kTiles[] = {
     {"split64", Family::kWgmma, kOne, {64, 0}, launch_split<cuda::detail::WsSplitTile64>},
     {"split96", Family::kWgmma, kOne, {96, 192}, launch_split<cuda::detail::WsSplitTile96>},
     {"split128", Family::kWgmma, kOne, {128, 256}, launch_split<cuda::detail::WsSplitTile128>},
-    // 9.0, kSampleMany and kStore: the ping-pong tiles, TMA producer (kSampleOne: the split tile's fallback)
+    // 9.0, kSampleFew, kSampleMany and kStore: the ping-pong tiles (kSampleOne: for comparison)
     {"ws16", Family::kWgmma, kAll, {1, 16}, launch_pingpong_tma<cuda::detail::WsTileT<16>>},
     {"ws32", Family::kWgmma, kAll, {32, 0}, launch_pingpong_tma<cuda::detail::WsTileT<32>>},
     {"ws64", Family::kWgmma, kAll, {64, 0}, launch_pingpong_tma<cuda::detail::WsTileT<64>>},
     {"ws128", Family::kWgmma, kAll, {128, 256}, launch_pingpong_tma<cuda::detail::WsTileT<128>>},
-    // 9.0 where the tensor maps cannot be encoded (V or B >= 2^31, driver): their cp.async twins
-    {"ws16c", Family::kWgmma, kAll, {1, 16}, launch_pingpong_cp_async<cuda::detail::WsTileT<16>>},
-    {"ws32c", Family::kWgmma, kAll, {32, 0}, launch_pingpong_cp_async<cuda::detail::WsTileT<32>>},
-    {"ws64c", Family::kWgmma, kAll, {64, 0}, launch_pingpong_cp_async<cuda::detail::WsTileT<64>>},
-    {"ws128c", Family::kWgmma, kAll, {128, 256}, launch_pingpong_cp_async<cuda::detail::WsTileT<128>>},
-    // 8.x or FLASHSAMPLE_NO_WGMMA: mma.sync, balanced ranges for B <= 16
+    // 8.x, FLASHSAMPLE_NO_WGMMA, or no tensor maps: mma.sync, balanced ranges for B <= 16
     {"tile8", Family::kMmaSync, kAll, {1, 8}, launch_mma<cuda::detail::Tile8, true>},
     {"tile16", Family::kMmaSync, kAll, {16, 0}, launch_mma<cuda::detail::Tile16, true>},
     {"tile32", Family::kMmaSync, kAll, {32, 0}, launch_mma<cuda::detail::Tile32, false>},

@@ -1,23 +1,19 @@
-// wgmma_ws_tma_kernel / wgmma_ws_kernel: the warp-specialized ping-pong kernel (sm_90a). The fused
-// sampling epilogue of one work item runs while the other consumer warpgroup's wgmmas run. On
-// compute capability 9.0 it serves the reference's logits (kStore), several samples per row
-// (kSampleFew, each draw pruned, up to kPrunedSamples; kSampleMany beyond), and one sample per row
-// where the split tile's tensor maps cannot be encoded (kSampleOne, kSampleFew's code with one slot;
-// dispatch.cuh); ws_split.cuh reuses its producer and its k-slice MMAs.
-// Two producers of the same ring: wgmma_ws_tma_kernel (kTma tiles) has one thread issue bulk tensor
-// copies of W in natural row order; wgmma_ws_kernel, its cp.async twin, runs where tensor maps
-// cannot be encoded (same tile, same results).
-//
+// wgmma_ws_tma_kernel: the warp-specialized ping-pong kernel (sm_90a). The fused sampling epilogue
+// of one work item runs while the other consumer warpgroup's wgmmas run. On compute capability 9.0
+// it serves the reference's logits (kStore) and several samples per row (kSampleFew, each draw
+// pruned, up to kPrunedSamples; kSampleMany beyond). kSampleOne runs kSampleFew's code with one
+// slot (production takes the split tile; the harness compares the two). ws_split.cuh reuses its
+// producer and its k-slice MMAs. Where tensor maps cannot be encoded, dispatch.cuh runs the mma.sync
+// tiles instead.
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the work items (item =
 // (vocabulary tile of 128 rows, batch chunk of N columns), vtile-major, item = blockIdx.x +
 // j·gridDim.x for the CTA's local items j = 0, 1, ...; num_vtiles / num_chunks from
 // launch_persistent):
 //   * warpgroup 0 = producer: streams the k-slices (W tile 128 x 64 + H tile N x 64) of every local
-//     item, in item order, through a kStages-deep shared-memory ring: kTma, one thread issuing one
-//     bulk tensor copy per tile and stage (W rows in natural order); otherwise all 128 threads with
-//     cp.async, the W rows permuted so that each thread's accumulators hold 4 consecutive vocabulary
-//     rows of a column. Both tiles in the SW128 swizzle. setmaxnreg.dec to 40 registers;
+//     item, in item order, through a kStages-deep shared-memory ring: one thread issuing one bulk
+//     tensor copy per tile and stage (natural row order, SW128 swizzle). setmaxnreg.dec to 40
+//     registers;
 //   * warpgroups 1 and 2 = consumers (setmaxnreg.inc to 232): consumer c takes the local items
 //     j with j % 2 == c - 1, runs the whole K loop of its item (both m64 blocks, all N columns:
 //     128 fp32 accumulators per thread at N = 128), then the epilogue of that item while the other
@@ -30,13 +26,9 @@
 //     sample), and the max of packed candidates does not depend on the order.
 //
 // Synchronization (all in shared memory of the CTA; no __syncthreads after the set-up):
-//   full[s]  (mbarrier, count 128; kTma: count 1): stage slot s holds its k-slice. Each producer
-//            thread issues its cp.asyncs of the stage, then cp.async.mbarrier.arrive.noinc on
-//            full[s]: the arrive fires when all of that thread's earlier cp.asyncs have landed, and
-//            counts as one of the 128 expected arrivals (.noinc), so phase k of full[s] completes
-//            when the 128 threads' copies of stage k·S + s are all in shared memory. kTma: the one
-//            producer thread arrives with expect-tx of the stage's bytes before issuing the two
-//            copies, which complete the phase's transaction count as they land.
+//   full[s]  (mbarrier, count 1): stage slot s holds its k-slice. The producer thread arrives with
+//            expect-tx of the stage's bytes before issuing the two copies, which complete the
+//            phase's transaction count as they land.
 //   empty[s] (mbarrier, count 128): the 128 threads of the consumer that used stage k·S + s
 //            arrive after wgmma.wait_group has retired the wgmmas that read it (phase k completes).
 //   turn     (named barriers 1 and 2, 256 threads): consumer c may start the K loop of its item j
@@ -75,12 +67,11 @@
 // the other has synced it (it must first sync its own barrier, which the other arrives on only
 // after that sync). With an odd my_items consumer 1 simply has one item more.
 //
-// Proxies: cp.async writes shared memory through the generic proxy, wgmma reads it through the
-// async proxy. The consumer threads acquire the copies through the full[] mbarrier wait and then
-// execute fence.proxy.async.shared::cta before their wgmmas read the stage. The write-after-read direction (the
-// producer refilling a slot) is ordered by wgmma.wait_group before the empty[] arrive. kTma: the
-// bulk copies write through the async proxy and complete on the mbarrier, so the fence is not
-// needed there; it is kept (one instruction per stage) so that both producers share the consumer.
+// Proxies: the bulk copies write through the async proxy and complete on the mbarrier, which the
+// consumers wait for; their wgmmas read through the async proxy too. The consumers still execute
+// fence.proxy.async.shared::cta after each full[] wait (one instruction per stage; ws_split.cuh's
+// consumer does the same). The write-after-read direction (the producer refilling a slot) is
+// ordered by wgmma.wait_group before the empty[] arrive.
 #pragma once
 
 #include "wgmma_common.cuh"
@@ -97,20 +88,19 @@ namespace detail {
 // accumulators rotated down by one group per trip): unrolled, the kernel's code was 170 KB at N = 64
 // and 316 KB at N = 128, far beyond the instruction caches, and the epilogue ran ~25x slower than
 // its instruction count.
-// kTma: the producer is one thread issuing bulk tensor copies (expect-tx on full[]) of the W tile
-// in natural row order (one box of kBV rows x 64) and the H tile; the epilogue moves each thread's
+// The producer is one thread issuing bulk tensor copies (expect-tx on full[]) of the W tile in
+// natural row order (one box of kBV rows x 64) and the H tile; the epilogue moves each thread's
 // four values into a vocabulary quad with a 4 x 4 transpose over lanes g ^ 1, g ^ 2
 // (transpose_quad_lanes). Needs WsTensorMaps (D % 8 == 0 and 16-byte aligned W, H: tensor_core_path_ok;
-// V, B below 2^31: int32 coordinates). Without: 128 producer threads with cp.async.
+// V, B below 2^31: int32 coordinates).
 // kSampleFew prunes each sample's draw against its running winner, for up to this many samples a
 // row (a shared word per consumer, sample and column: 8 KB at N = 128); kSampleMany, for more,
 // draws every value.
 constexpr int kPrunedSamples = 4;
 
-template <int N, int STAGES, bool TMA>
+template <int N, int STAGES>
 struct WsTile {
-  static constexpr bool kTma = TMA;
-  static constexpr uint32_t kFullArrivals = TMA ? 1u : 128u;
+  static constexpr uint32_t kFullArrivals = 1u;
   static constexpr uint32_t kEmptyArrivals = 128u;
   static constexpr int kBV = 128;  // vocabulary rows per item
   static constexpr int kNB = N;    // batch columns per chunk = wgmma N of each consumer
@@ -145,13 +135,10 @@ struct WsTile {
 
 // WsTileT<N>: the ping-pong tile of N columns, its ring as deep as shared memory allows (12 x 18 KB
 // at N = 16, 11 x 20 KB, 9 x 24 KB, 6 x 32 KB at N = 128: W streamed with 192+ KB in flight per SM).
-// TMA against the cp.async producer of the same tile (llama3-8b, H200, harness.cu): B = 1 249.4 /
+// TMA against a cp.async producer of the same tile (llama3-8b, H200, harness.cu): B = 1 249.4 /
 // 259.8 us, B = 128 442.7 / 468.4, B = 256 739.8 / 867.8.
 template <int N>
-using WsTileT = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12), true>;
-// Its cp.async twin, for shapes whose tensor maps cannot be encoded.
-template <class Cfg>
-using WsCpAsyncTwin = WsTile<Cfg::kNB, Cfg::kStages, false>;
+using WsTileT = WsTile<N, (N >= 128 ? 6 : N >= 64 ? 9 : N >= 32 ? 11 : 12)>;
 
 template <class Cfg>
 __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, int64_t& chunk,
@@ -160,7 +147,7 @@ __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, 
   chunk = item % a.num_chunks;
 }
 
-// The TMA producer (kTma tiles; one thread): per stage one box of the W tile's kBV rows (natural
+// The producer (one thread): per stage one box of the W tile's kBV rows (natural
 // order) and one of the H tile's N rows, 64 k columns each, completing on full[slot] (expect-tx),
 // over the CTA's local items in order; a slot is refilled only after the release of its previous
 // stage (empty[slot], see the parity bookkeeping above).
@@ -187,69 +174,6 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
       tma_load_2d_hinted(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full, stream_once);
       tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
       ring_advance<Cfg::kStages>(slot, phase, wrapped);
-    }
-  }
-}
-
-// The cp.async producer (kTma false: shapes whose tensor maps cannot be encoded), run by each of
-// the producer warpgroup's 128 threads: the ring's stages of every local item, W rows permuted.
-template <class Cfg>
-__device__ __forceinline__ void ws_cp_async_produce(const GemmArgs& a, uint32_t smem_w, uint32_t smem_h,
-                                                    uint32_t bar_full, uint32_t bar_empty, int64_t my_items, int KT) {
-  constexpr int kBV = Cfg::kBV, kNB = Cfg::kNB, kStages = Cfg::kStages;
-  const int64_t V = a.vocab, D = a.dim, B = a.batch;
-  const int tid = threadIdx.x;
-  // Thread t copies 16-byte chunk c = t % 8 of rows r0 + 16 m (r0 = t / 8) of both tiles, W rows
-  // permuted (vocabulary row o = 32 wi + 4 g + 2 p + h of the tile to shared row prow(o) =
-  // 64 p + 16 wi + 8 h + g, so that consumer thread (wi, g) holds the quad 32 wi + 4 g + 0..3),
-  // SW128 swizzle, with the offsets worked out once: for o = r0 + 16 m, prow(o) = 64 ((r0 >> 1) & 1) +
-  // 16 (m >> 1) + 8 (r0 & 1) + (r0 >> 2) + 4 (m & 1), whose low 3 bits (the swizzle) are
-  // (r0 >> 2) + 4 (m & 1); an H row r0 + 16 m has swizzle r0 & 7 for every m.
-  const int c = tid & 7, r0 = tid >> 3;
-  const int g0 = r0 >> 2;
-  const int prb = ((r0 >> 1) & 1) * 64 + (r0 & 1) * 8 + g0;
-  const uint32_t wdst_even = static_cast<uint32_t>((prb * 8 + (c ^ g0)) * 16);
-  const uint32_t wdst_odd = static_cast<uint32_t>(((prb + 4) * 8 + (c ^ (g0 + 4))) * 16);
-  const uint32_t hdst = static_cast<uint32_t>((r0 * 8 + (c ^ (r0 & 7))) * 16);
-  const int64_t row_stride = 16 * D;  // elements between rows r and r + 16
-  int slot = 0;
-  uint32_t phase = 0;    // round parity of the stage being filled: (p / S) & 1
-  bool wrapped = false;  // p >= S: the slot held an earlier stage that must be released first
-  for (int64_t j = 0; j < my_items; ++j) {
-    const int64_t item = blockIdx.x + j * gridDim.x;
-    int64_t chunk, vtile;
-    ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int64_t v0 = vtile * kBV + r0, b0 = chunk * kNB + r0;  // this thread's first rows
-    // rows r0 + 16 m that exist: m < w_rows (W), m < h_rows (H)
-    constexpr int kWPasses = kBV / 16;
-    const int w_rows =
-        static_cast<int>(v0 >= V ? 0 : (V - v0 + 15) / 16 > kWPasses ? kWPasses : (V - v0 + 15) / 16);
-    const int h_rows = static_cast<int>(b0 >= B ? 0 : (B - b0 + 15) / 16 > 8 ? 8 : (B - b0 + 15) / 16);
-    const __nv_bfloat16* wsrc = static_cast<const __nv_bfloat16*>(a.weight) + (v0 < V ? v0 : 0) * D + c * 8;
-    const __nv_bfloat16* hsrc = static_cast<const __nv_bfloat16*>(a.hidden) + (b0 < B ? b0 : 0) * D + c * 8;
-    for (int kt = 0; kt < KT; ++kt) {
-      if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
-      const bool k_ok = static_cast<int64_t>(kt) * Cfg::kBK + c * 8 < D;
-      const uint32_t sw = smem_w + slot * Cfg::kWStageBytes;
-      const uint32_t sh = smem_h + slot * Cfg::kHStageBytes;
-      const __nv_bfloat16* pw = wsrc + kt * Cfg::kBK;
-      const __nv_bfloat16* ph = hsrc + kt * Cfg::kBK;
-#pragma unroll
-      for (int m = 0; m < kBV / 16; ++m) {
-        const bool ok = k_ok && m < w_rows;
-        // pass m of a 128-row half (m >> 3) at its permuted place in that half
-        const uint32_t dst =
-            sw + (m >> 3) * 128 * 128 + ((m & 1) ? wdst_odd : wdst_even) + ((m & 7) >> 1) * 16 * 128;
-        cp_async16(dst, ok ? static_cast<const void*>(pw + m * row_stride) : a.weight, ok ? 16 : 0);
-      }
-#pragma unroll
-      for (int m = 0; m < kNB / 16; ++m) {
-        const bool ok = k_ok && m < h_rows;
-        cp_async16(sh + hdst + m * 16 * 128,
-                   ok ? static_cast<const void*>(ph + m * row_stride) : a.hidden, ok ? 16 : 0);
-      }
-      cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
-      ring_advance<kStages>(slot, phase, wrapped);
     }
   }
 }
@@ -300,7 +224,7 @@ __device__ __forceinline__ void transpose_quad_stage(float (&x)[4], int g) {
 
 // 4 x 4 transpose of x over the lanes g = 4 k + r, r = 0..3 (lane = 4 g + t4, so g ^ 1 is lane ^ 4
 // and g ^ 2 lane ^ 8): afterwards lane r holds what lanes 4 k + i held in element r, for i = 0..3.
-// In the kTma layout element o = 2 p + h of lane g is vocabulary row 64 p + 16 wi + 8 h + g of the
+// In the ring's layout element o = 2 p + h of lane g is vocabulary row 64 p + 16 wi + 8 h + g of the
 // tile, so lane r ends up with the quad 64 (r >> 1) + 16 wi + 8 (r & 1) + 4 k + 0..3: four
 // consecutive vocabulary rows, the unit of one Philox call. Two xor-butterfly stages.
 __device__ __forceinline__ void transpose_quad_lanes(float (&x)[4], int g) {
@@ -309,25 +233,18 @@ __device__ __forceinline__ void transpose_quad_lanes(float (&x)[4], int g) {
 }
 
 // The logits of this thread's vocabulary quad vq + 0..3 in one column: accumulator e (and e + 2,
-// the row 8 below) of both m64 blocks, plus the bias. kTma: the accumulators are gathered into the
-// quad first (transpose_quad_lanes), then the quad's bias added; the same fp32 sums either way.
-template <class Cfg, int kAcc>
+// the row 8 below) of both m64 blocks, gathered into the quad (transpose_quad_lanes), plus the
+// quad's bias.
+template <int kAcc>
 __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[kAcc], const float (&acc1)[kAcc],
                                             int e, const float (&bias)[4], int g) {
-  if constexpr (Cfg::kTma) {
-    l[0] = acc0[e];
-    l[1] = acc0[e + 2];
-    l[2] = acc1[e];
-    l[3] = acc1[e + 2];
-    transpose_quad_lanes(l, g);
+  l[0] = acc0[e];
+  l[1] = acc0[e + 2];
+  l[2] = acc1[e];
+  l[3] = acc1[e + 2];
+  transpose_quad_lanes(l, g);
 #pragma unroll
-    for (int o = 0; o < 4; ++o) l[o] += bias[o];
-  } else {
-    l[0] = acc0[e] + bias[0];
-    l[1] = acc0[e + 2] + bias[1];
-    l[2] = acc1[e] + bias[2];
-    l[3] = acc1[e + 2] + bias[3];
-  }
+  for (int o = 0; o < 4; ++o) l[o] += bias[o];
 }
 
 // After an item (a ping-pong consumer's kSampleOne or kSampleFew item, or any split-kernel
@@ -466,8 +383,7 @@ __device__ __forceinline__ void ws_sampled_group(const GemmArgs& a, const float 
   }
 }
 
-// The kernel body, shared by wgmma_ws_kernel (cp.async producer, maps == nullptr) and
-// wgmma_ws_tma_kernel (kTma: maps points at the __grid_constant__ parameter).
+// The kernel body; maps points at the kernel's __grid_constant__ parameter.
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorMaps* maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -497,8 +413,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full + 8 * s, Cfg::kFullArrivals);  // cp.async: one .noinc arrive per producer
-                                                        // thread; kTma: the one expect-tx arrive
+      mbar_init(bar_full + 8 * s, Cfg::kFullArrivals);  // the producer's one expect-tx arrive
       mbar_init(bar_empty + 8 * s, Cfg::kEmptyArrivals);  // one arrive per consumer thread that reads it
     }
     mbar_init_fence();
@@ -524,15 +439,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   if (wg == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<Cfg::kProducerRegs>();
-    if constexpr (Cfg::kTma) {
-      if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
-      return;  // the copies complete on the mbarriers, which the consumers wait for
-    }
-    ws_cp_async_produce<Cfg>(a, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
-    // Keep the issuing threads alive until their copies have landed (their mbarrier arrivals are
-    // tied to them); the consumers wait on the full[] barriers anyway.
-    cp_async_wait_all();
-    return;
+    if (tid == 0) ws_tma_produce<Cfg>(a, maps, smem_w, smem_h, bar_full, bar_empty, my_items, KT);
+    return;  // the copies complete on the mbarriers, which the consumers wait for
   }
 
   // ================================ consumers ================================
@@ -610,10 +518,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
-    // This thread's vocabulary quad: the permuted layout's, or (kTma) the one transpose_quad_lanes
-    // gathers for it.
-    const int64_t vq = Cfg::kTma ? v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2)
-                                 : v0 + wi * 32 + 4 * g;
+    // This thread's vocabulary quad, the one transpose_quad_lanes gathers for it.
+    const int64_t vq = v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2);
 
     if constexpr (kPruned) {
 #pragma unroll
@@ -648,7 +554,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
           float l[2][4];
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
-            quad_logits<Cfg>(l[jj], acc0, acc1, e0 + jj, bias, g);
+            quad_logits(l[jj], acc0, acc1, e0 + jj, bias, g);
           }
           if constexpr (kRoll) {
 #pragma unroll
@@ -681,15 +587,8 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 }
 
 template <class Cfg, bool kF16, Epi kEpi>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) wgmma_ws_kernel(const GemmArgs a) {
-  static_assert(!Cfg::kTma, "kTma tiles launch wgmma_ws_tma_kernel");
-  wgmma_ws_body<Cfg, kF16, kEpi>(a, nullptr);
-}
-
-template <class Cfg, bool kF16, Epi kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_ws_tma_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
-  static_assert(Cfg::kTma, "cp.async tiles launch wgmma_ws_kernel");
   wgmma_ws_body<Cfg, kF16, kEpi>(a, &maps);
 }
 
