@@ -554,10 +554,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   merge_chunk_masses(r, tid, blockDim.x);
   __syncthreads();
   if (tid == 0) {
-    const int64_t top_k = p.top_k != nullptr ? p.top_k[b] : 0;
-    const double top_p = p.top_p != nullptr && p.top_p[b] < 1.0f ? static_cast<double>(p.top_p[b]) : 1.0;
-    const double min_p = p.min_p != nullptr && p.min_p[b] > 0.0f ? static_cast<double>(p.min_p[b]) : 0.0;
-    kept = merge_decide(r, top_k, top_p, min_p, p.filter_order == FilterOrder::kMinPFirst, p.top_logprobs);
+    kept = merge_decide(p, r, b);
     if (merge_undecided(r, kept)) merged_point_row(p, b, kRowUndecided, -1);
   }
   __syncthreads();

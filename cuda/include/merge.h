@@ -140,6 +140,7 @@ struct MergeRow {
 struct MergedKept {
   int64_t size;
   double total;
+  double log_mass;  // z_max + log(total): the logprobs' normalizer
   bool undecided;
 };
 
@@ -291,10 +292,14 @@ FS_HD double merge_mass(const MergeRow& r, int64_t count) {
   return sum + part;
 }
 
-// Fourth step (one thread): SEMANTICS §2.5-2.7 on the complete prefix (the CPU backend's
-// decide_kept on merged keys). A filter whose cut lies past the prefix leaves the row undecided.
-FS_HD MergedKept merge_decide(const MergeRow& r, int64_t top_k, double top_p, double min_p, bool min_p_first,
-                              int64_t top_logprobs) {
+// Fourth step (one thread): SEMANTICS §2.5-2.7 with row b's filters on the complete prefix (the
+// CPU backend's decide_kept on merged keys). A filter whose cut lies past the prefix leaves the row
+// undecided.
+FS_HD MergedKept merge_decide(const SampleParams& p, const MergeRow& r, int64_t b) {
+  const int64_t top_k = p.top_k != nullptr ? p.top_k[b] : 0;
+  const double top_p = p.top_p != nullptr && p.top_p[b] < 1.0f ? static_cast<double>(p.top_p[b]) : 1.0;
+  const double min_p = p.min_p != nullptr && p.min_p[b] > 0.0f ? static_cast<double>(p.min_p[b]) : 0.0;
+  const bool min_p_first = p.filter_order == FilterOrder::kMinPFirst;
   const MergedTier& t = r.t;
   MergedKept kept;
   kept.size = t.size;
@@ -345,8 +350,9 @@ FS_HD MergedKept merge_decide(const MergeRow& r, int64_t top_k, double top_p, do
       }
     }
   }
-  const int64_t reported = top_logprobs < kept.size ? top_logprobs : kept.size;
+  const int64_t reported = p.top_logprobs < kept.size ? p.top_logprobs : kept.size;
   if (!ok || reported > r.prefix) kept.undecided = true;
+  kept.log_mass = t.z_max + log(kept.total);
   return kept;
 }
 
@@ -376,8 +382,6 @@ FS_HD void merge_better(MergedPick* a, const MergedPick& b) {
   if (candidate_better(b.score, b.key, a->score, a->key)) *a = b;
 }
 
-FS_HD double merged_log_mass(const MergeRow& r, const MergedKept& kept) { return r.t.z_max + log(kept.total); }
-
 // Last step: sample j's token and logprob (`best` its pick over the kept keys, or with the whole
 // row kept the shards' winner).
 FS_HD void merge_write_sample(const SampleParams& p, const PartialSet& set, const MergeRow& r, int64_t b,
@@ -388,7 +392,7 @@ FS_HD void merge_write_sample(const SampleParams& p, const PartialSet& set, cons
     best = MergedPick{w.score, w.key, w.logit};
   }
   p.tokens[b * S + j] = static_cast<int32_t>(best.key & 0x7fffffffu);
-  if (p.logprobs != nullptr) p.logprobs[b * S + j] = static_cast<float>(merged_z(r.t, best.logit) - merged_log_mass(r, kept));
+  if (p.logprobs != nullptr) p.logprobs[b * S + j] = static_cast<float>(merged_z(r.t, best.logit) - kept.log_mass);
 }
 // ... and topLogprobs entry i, and the row's status.
 FS_HD void merge_write_top(const SampleParams& p, const MergeRow& r, int64_t b, const MergedKept& kept, int32_t i) {
@@ -396,7 +400,7 @@ FS_HD void merge_write_top(const SampleParams& p, const MergeRow& r, int64_t b, 
   const uint64_t k = present ? r.merged[i] : 0u;
   p.top_tokens[b * p.top_logprobs + i] = present ? static_cast<int32_t>(partial_key_index(k)) : -1;
   p.top_token_logprobs[b * p.top_logprobs + i] =
-      present ? static_cast<float>(merged_z(r.t, partial_key_logit(k)) - merged_log_mass(r, kept)) : -INFINITY;
+      present ? static_cast<float>(merged_z(r.t, partial_key_logit(k)) - kept.log_mass) : -INFINITY;
 }
 
 // Whether a decided row draws from its kept keys (else it is undecided, or keeps the whole row).
@@ -413,10 +417,7 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
   if (!merge_row_setup(p, set, b, scratch, &r)) return;
   merge_place(r, 0, 1);
   merge_chunk_masses(r, 0, 1);
-  const int64_t top_k = p.top_k != nullptr ? p.top_k[b] : 0;
-  const double top_p = p.top_p != nullptr && p.top_p[b] < 1.0f ? static_cast<double>(p.top_p[b]) : 1.0;
-  const double min_p = p.min_p != nullptr && p.min_p[b] > 0.0f ? static_cast<double>(p.min_p[b]) : 0.0;
-  const MergedKept kept = merge_decide(r, top_k, top_p, min_p, p.filter_order == FilterOrder::kMinPFirst, p.top_logprobs);
+  const MergedKept kept = merge_decide(p, r, b);
   if (merge_undecided(r, kept)) {
     merged_point_row(p, b, kRowUndecided, -1);
     return;
