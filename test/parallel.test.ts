@@ -407,6 +407,70 @@ describeDevices((name, dev) => {
       }
     });
 
+    // The gate's other side (cuda/partial.cu): at B = 64 a shard takes the one-pass path only when
+    // V_shard · D >= 200 · 2^20, so a 110000 × 2048 shard at offset 18256 runs it beside an 18256-row
+    // shard that materializes. CUDA only: the CPU would take minutes over 0.5 G weights.
+    (name === 'cuda' ? test : test.skip)('B = 64, shards of 18256 and 110000 rows × D 2048: one-pass beside materialized, the unsharded tokens', async () => {
+      const [VL, DL, BL] = [128256, 2048, 64];
+      // random bf16 bits from a table of 65536 values uniform in ±0.3: logits of std ~8, so the
+      // nuclei are small and no top-p boundary lies within the fp32 sums' rounding (SEMANTICS §6)
+      const table = new Uint16Array(65536);
+      const f = new Float32Array(1);
+      const bits = new Uint32Array(f.buffer);
+      const r = rng(91);
+      for (let i = 0; i < table.length; i++) {
+        f[0] = (r() - 0.5) * 0.6;
+        table[i] = bits[0] >>> 16;
+      }
+      let x = 2463534242;
+      const randomBits = (n: number) => {
+        const out = new Uint16Array(n);
+        for (let i = 0; i < n; i++) {
+          x ^= x << 13;
+          x ^= x >>> 17;
+          x ^= x << 5;
+          out[i] = table[x & 0xffff];
+        }
+        return out;
+      };
+      const w = randomBits(VL * DL);
+      const h = new Uint16Array(BL * DL);
+      for (let i = 0; i < h.length; i++) {
+        f[0] = (r() - 0.5) * 3.4;  // std ~1
+        h[i] = bits[0] >>> 16;
+      }
+      const d = dev();
+      const W = d.tensor(w, [VL, DL], 'bf16');
+      const H = d.tensor(h, [BL, DL], 'bf16');
+      const bounds: [number, number][] = [[0, 18256], [18256, 110000]];
+      const shardW = bounds.map(([offset, size]) => d.tensor(w.subarray(offset * DL, (offset + size) * DL), [size, DL], 'bf16'));
+      const seeds = perRowSeeds(BL);
+      for (const options of [
+        { temperature: 0.6, topP: 0.9, logprobs: true, seed: seeds },
+        { topK: 50, logprobs: true, topLogprobs: 5, seed: 21n },
+        { minP: 0.1, logprobs: true, temperature: 0.7, seed: seeds },
+      ] as SampleOptions[]) {
+        const want = await sampleFused(H, W, options);
+        const got = await sampleSharded(bounds.map(([offset], i) => ({ H, W: shardW[i], vocabOffset: offset })), { ...options, vocabSize: VL });
+        expectSameDraws(got, want);
+        // the large shard's state came from the one-pass GEMM: its tile sums differ in rounding
+        // from the materialized state's (4096 candidates materialize)
+        const [offset, size] = bounds[1];
+        const one = await sampleFused(H, shardW[1], { ...options, partial: true, vocabOffset: offset, vocabSize: VL });
+        const full = await sampleFused(H, shardW[1], { ...options, partial: true, vocabOffset: offset, vocabSize: VL, candidates: 4096 });
+        const [a, z] = [await one.read(), await full.read()];
+        expect(size * DL).toBeGreaterThanOrEqual(200 * 2 ** 20);
+        expect(a.rows.some((row, b) => row.sum !== z.rows[b].sum)).toBe(true);
+        for (let b = 0; b < BL; b++) {
+          expect(a.rows[b].winners[0].token).toBe(z.rows[b].winners[0].token);
+          expect(Math.abs(a.rows[b].sum - z.rows[b].sum)).toBeLessThanOrEqual(1e-6 * z.rows[b].sum);
+        }
+        one.dispose();
+        full.dispose();
+      }
+      for (const t of [W, H, ...shardW]) t.dispose();
+    }, 120000);
+
     const fitsOne: [string, FilterSpec][] = [
       ['top-k 7, T 0.7', { topK: 7, temperature: 0.7 }],
       ['top-p 0.8 and min-p 0.02', { topP: 0.8, minP: 0.02 }],
