@@ -162,7 +162,8 @@ std::string gpu_launch_sample(int ordinal, SamplerKind kind, const SampleParams&
                               const HostRowInputs& rows, int32_t* device_tokens,
                               uint64_t stream_handle, GpuCall** call);
 std::string gpu_wait(GpuCall* call, GpuOutputs* outputs);  // also frees `call`
-// Launches merge_partials (include/merge.h) over `set`'s device blocks; gpu_wait completes it.
+// Launches merge_partials (include/merge.h) over `set`'s device blocks; gpu_wait completes it. With
+// p.row_values set (and `set` empty): the rows pass's decision (cuda::launch_decide_row_values).
 std::string gpu_launch_merge(int ordinal, const SampleParams& params, const HostRowInputs& rows,
                              const PartialSet& set, uint64_t stream_handle, GpuCall** call);
 

@@ -10,6 +10,7 @@
 
 #include "../cpu/cpu_sampler.h"
 #include "../cuda/include/noise.h"
+#include "../cuda/include/partial.h"
 #include "cuda_api.h"
 #include "napi_util.h"
 #include "native_buffer.h"
@@ -176,7 +177,27 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
     call->keep_alive.push_back(s);
     p.partial = s->data();
   }
-  if (merge) {
+  // The rows pass (lib/parallel.ts built the rows and sized the segments): a shard call writes its
+  // segment (rowValues, one), a decide call (merge) reads valueSegments of them.
+  if (!spec.Get("rowValues").IsUndefined()) {
+    p.value_row_count = get_int(spec, "valueRowCount", 1, p.batch);
+    p.value_pitch = get_int(spec, "valuePitch", merge ? 1 : p.vocab, INT32_MAX);
+    p.value_segments = merge ? static_cast<int32_t>(get_int(spec, "valueSegments", 1, kMaxShards)) : 1;
+    if (!merge && p.partial == nullptr) throw_error(env, "rowValues: expected a shard call (partial)");
+    StorageRef values = NativeBuffer::storage_of(spec.Get("rowValues"), "rowValues");
+    StorageRef rows = NativeBuffer::storage_of(spec.Get("valueRows"), "valueRows");
+    if (values->bytes() < static_cast<size_t>(p.value_segments) * row_values_bytes(p.value_row_count, p.value_pitch))
+      throw_error(env, "rowValues: the tensor is smaller than its segments");
+    if (rows->bytes() < static_cast<size_t>(p.value_row_count) * 4) throw_error(env, "valueRows: the tensor is too small");
+    for (const StorageRef& s : {values, rows}) {
+      if ((s->kind() == MemoryKind::kDevice) != call->on_device)
+        throw_error(env, "rowValues, valueRows: tensors on another device than the call's");
+      call->keep_alive.push_back(s);
+    }
+    p.row_values = values->data();
+    p.value_rows = static_cast<const int32_t*>(rows->data());
+  }
+  if (merge && p.row_values == nullptr) {
     Napi::Value list = spec.Get("partials");
     if (!list.IsArray()) throw_error(env, "partials: expected an array");
     Napi::Array blocks = list.As<Napi::Array>();
@@ -406,6 +427,33 @@ Napi::Value MergePartials(const Napi::CallbackInfo& info) {
       env, [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); }, to_js);
 }
 
+// decideRows(spec): Promise<{tokens, rowStatus, logprobs?, topTokens?, topLogprobs?}>: the rows
+// pass's decision over the shards' segments (spec.rowValues); only the rows in valueRows are written.
+Napi::Value DecideRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "decideRows(spec): expected an object");
+  std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>(), true);
+  if (call->params.row_values == nullptr) throw_error(env, "rowValues: expected the shards' segments");
+  auto results = std::make_shared<GpuOutputs>();
+  auto to_js = [results](Napi::Env env) { return results_to_js(env, *results, false); };
+  if (!call->on_device) {
+    return PromiseWorker::Start(
+        env,
+        [call, results]() -> std::string {
+          SampleParams p = call->params;
+          bind_host(&p, call->rows, call->want_logprobs, nullptr, results.get());
+          return cpu::decide_row_values(p, 0);
+        },
+        to_js);
+  }
+  if (gpu_capturing()) throw_error(env, "decideRows: cannot run during graph capture: it copies results to the host");
+  GpuCall* gpu_call = nullptr;
+  const std::string error = gpu_launch_merge(call->ordinal, call->params, call->rows, call->partials, call->stream, &gpu_call);
+  if (!error.empty()) return rejected(env, error);
+  return PromiseWorker::Start(
+      env, [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); }, to_js);
+}
+
 // timeSampler(spec, inputs: {hidden, weight}[], warmup, iters): Promise<Float64Array> of
 // microseconds per call. CUDA: events around each launch. CPU: steady clock around each call.
 Napi::Value TimeSampler(const Napi::CallbackInfo& info) {
@@ -488,6 +536,7 @@ Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
 void register_sample(Napi::Env env, Napi::Object exports) {
   exports.Set("sample", Napi::Function::New<Sample>(env, "sample"));
   exports.Set("mergePartials", Napi::Function::New<MergePartials>(env, "mergePartials"));
+  exports.Set("decideRows", Napi::Function::New<DecideRows>(env, "decideRows"));
   exports.Set("timeSampler", Napi::Function::New<TimeSampler>(env, "timeSampler"));
   exports.Set("readBandwidth", Napi::Function::New<ReadBandwidth>(env, "readBandwidth"));
 }

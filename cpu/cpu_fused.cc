@@ -196,6 +196,7 @@ void write_partial_row(const SampleParams& p, const PartialHeader& h, int64_t b,
 std::string sample_fused(const SampleParams& p, int num_threads) {
   const std::string invalid = validate(p);
   if (!invalid.empty()) return invalid;
+  if (p.row_values != nullptr) return shard_row_values(p, num_threads);
   try {
     const int threads = resolve_threads(num_threads);
     const bool filtered = has_filters(p);

@@ -1,4 +1,8 @@
-// merge_partials on the CPU: include/merge.h's row merge over the rows, on the pool.
+// merge_partials on the CPU: include/merge.h's row merge over the rows, on the pool; and the
+// rows pass (SampleParams::row_values) for the rows a merge leaves undecided.
+#include <math.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "../cuda/include/merge.h"
@@ -25,6 +29,68 @@ std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t
                          [&](int64_t b) { merge_partial_row(p, set, b, scratch); });
   } catch (const std::exception& e) {
     return std::string("merge_partials: ") + e.what();
+  }
+  return std::string();
+}
+
+std::string shard_row_values(const SampleParams& p, int num_threads) {
+  if (p.partial == nullptr || p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 ||
+      p.value_row_count > p.batch || p.value_pitch < p.vocab)
+    return "shard_row_values: rows or their segment are missing or out of range";
+  try {
+    const int threads = detail::resolve_threads(num_threads);
+    const int64_t V = p.vocab, tiles = (V + detail::kVocabTile - 1) / detail::kVocabTile;
+    // every row's candidate values, as the reference computes them, then the asked rows copied
+    detail::LogitSource source(p);
+    std::vector<float> logits(static_cast<size_t>(p.batch * V));
+    const int64_t parts = std::min<int64_t>(threads, tiles);
+    detail::run_threads(static_cast<int>(parts), [&](int part) {
+      std::vector<float> scratch;
+      const int64_t v_begin = std::min(V, tiles * part / parts * detail::kVocabTile);
+      const int64_t v_end = std::min(V, tiles * (part + 1) / parts * detail::kVocabTile);
+      source.compute(0, p.batch, v_begin, v_end, logits.data() + v_begin, V, scratch);
+    });
+    auto* header = static_cast<RowValuesHeader*>(p.row_values);
+    *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
+    float* out = reinterpret_cast<float*>(header + 1);
+    for (int64_t i = 0; i < p.value_row_count; ++i) {
+      const float* src = logits.data() + static_cast<int64_t>(p.value_rows[i]) * V;
+      float* dst = out + i * p.value_pitch;
+      for (int64_t v = 0; v < V; ++v) dst[v] = src[v] > -INFINITY ? src[v] : NAN;  // as the GPU's: NaN
+    }
+  } catch (const std::exception& e) {
+    return std::string("shard_row_values: ") + e.what();
+  }
+  return std::string();
+}
+
+std::string decide_row_values(const SampleParams& p, int num_threads) {
+  if (p.tokens == nullptr || p.temperature == nullptr || p.seed == nullptr || p.offset == nullptr ||
+      p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 || p.value_row_count > p.batch ||
+      p.value_segments < 1 || p.value_segments > kMaxShards || p.value_pitch < 1)
+    return "decide_row_values: outputs, per-row inputs or segments are missing";
+  if (!row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, p.vocab)) {
+    for (int64_t i = 0; i < p.value_row_count; ++i)
+      if (p.row_status != nullptr) p.row_status[p.value_rows[i]] = kRowUndecided;
+    return std::string();
+  }
+  try {
+    const int64_t V = p.vocab;
+    detail::parallel_for(p.value_row_count, detail::resolve_threads(num_threads), [&](int64_t i) {
+      const int64_t b = p.value_rows[i];
+      std::vector<float> row(static_cast<size_t>(V));
+      for (int32_t r = 0; r < p.value_segments; ++r) {
+        const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r);
+        const float* src = reinterpret_cast<const float*>(h + 1) + i * p.value_pitch;
+        std::copy(src, src + h->vocab_size, row.begin() + h->vocab_offset);
+      }
+      detail::RowPlan plan;
+      detail::reference_row_plan(p, b, row.data(), plan);
+      detail::prepare_draw(plan, ReferenceMethod::kGumbel);
+      detail::draw_samples(p, b, plan, ReferenceMethod::kGumbel, 0, p.num_samples, nullptr);
+    });
+  } catch (const std::exception& e) {
+    return std::string("decide_row_values: ") + e.what();
   }
   return std::string();
 }

@@ -29,6 +29,13 @@ std::string sample_reference(const SampleParams& p, ReferenceMethod method, int 
 // status[2]: the most rows of W a shard holds.
 std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status, int num_threads);
 
+// The rows pass (SampleParams::row_values; SEMANTICS §6). A shard's side, which sample_fused runs
+// when p.row_values is set: its segment of the rows' candidate values. The decision: those rows
+// drawn from the segments, whole, as the unsharded call draws them (rows whose segments are not one
+// round's get kRowUndecided).
+std::string shard_row_values(const SampleParams& p, int num_threads);
+std::string decide_row_values(const SampleParams& p, int num_threads);
+
 // The rows whose lists nothing checked (tensors, an engine's tables) hold an invalid entry (an id
 // outside [0, V) other than -1, a non-finite bias, a negative count, an id repeated within the
 // bias or penalty list) or offsets outside [0, entries] or out of order: flags[b] = 1, else 0.

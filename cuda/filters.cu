@@ -35,6 +35,7 @@
 #include "internal_launchers.h"
 #include "include/launchers.h"
 #include "include/noise.h"
+#include "include/partial.h"
 #include "launch.cuh"
 
 namespace flashsample {
@@ -947,6 +948,35 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const Elems e{row, nullptr, V};
   decide_row(p, e, load_control(p, b), nullptr, nullptr, inverse_cdf);
+}
+
+// The rows pass's decision, its first step: blocks (x, i) copy row value_rows[i] from the shards'
+// segments (p.row_values) to its place in `rows` ([B, V], global order) and flag it 2 (stored
+// wholly) for the extra pass, which decides it as it decides the unsharded call's flagged rows.
+// Segments that are not one round's (row_values_segments_ok) leave the row unflagged, undecided.
+__global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t* flags, int32_t* flagged) {
+  const int64_t i = blockIdx.y, b = p.value_rows[i], V = p.vocab;
+  __shared__ bool s_ok;
+  if (threadIdx.x == 0)
+    s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V);
+  __syncthreads();
+  const bool leader = blockIdx.x == 0 && threadIdx.x == 0;
+  if (!s_ok) {
+    if (leader && p.row_status != nullptr) p.row_status[b] = kRowUndecided;
+    return;
+  }
+  if (leader) {
+    flags[b] = 2;
+    atomicAdd(flagged, 1);
+  }
+  float* row = rows + b * V;
+  for (int32_t r = 0; r < p.value_segments; ++r) {
+    const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r);
+    const float* src = reinterpret_cast<const float*>(h + 1) + i * p.value_pitch;
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < h->vocab_size;
+         v += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      row[h->vocab_offset + v] = src[v];
+  }
 }
 
 // Logits of the rows flagged in `rows` only (the fallback of the fused pass): one warp per
@@ -2076,6 +2106,31 @@ cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_
                               const int32_t* any, cudaStream_t stream) {
   return detail::launch_kernel(whole_rows_kernel, dim3(static_cast<unsigned>(p.batch)), dim3(kThreads), 0, stream,
                                detail::programmatic_launch_supported(), logits, p, only_rows, any, false);
+}
+
+cudaError_t launch_decide_row_values(const SampleParams& p, cudaStream_t stream) {
+  if (p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 || p.value_row_count > p.batch ||
+      p.value_segments < 1 || p.value_segments > kMaxShards || p.value_pitch < 1 || p.tokens == nullptr ||
+      p.temperature == nullptr || p.seed == nullptr || p.offset == nullptr || p.raw_logprobs != 0 ||
+      p.allowed != nullptr || p.softcap > 0.0f || has_penalties(p))
+    return cudaErrorInvalidValue;  // (the segments' values are final: no per-token step is left)
+  Scratch scratch(p, stream);
+  float* rows = nullptr;
+  int32_t* flags = nullptr;  // [B] and the flagged count after them
+  const size_t B = static_cast<size_t>(p.batch);
+  cudaError_t err = scratch.take(B * static_cast<size_t>(p.vocab) * sizeof(float), &rows);
+  if (err == cudaSuccess) err = scratch.take((B + 1) * sizeof(int32_t), &flags);
+  if (err == cudaSuccess) err = cudaMemsetAsync(flags, 0, (B + 1) * sizeof(int32_t), stream);
+  if (err == cudaSuccess) {
+    const int64_t blocks = (p.vocab + 255) / 256;
+    const dim3 grid(static_cast<unsigned>(blocks < 32 ? blocks : 32), static_cast<unsigned>(p.value_row_count));
+    assemble_row_values_kernel<<<grid, 256, 0, stream>>>(rows, p, flags, flags + B);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = launch_extra_pass(scratch.rest(p), flags, flags + B, rows, nullptr, stream);
+  const cudaError_t freed_flags = scratch.give_back(flags);
+  const cudaError_t freed = scratch.give_back(rows);
+  return err != cudaSuccess ? err : freed_flags != cudaSuccess ? freed_flags : freed;
 }
 
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row

@@ -183,7 +183,9 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {
   // Filters, logprobs and masks: launch_fused_filtered (filters.cu: the GEMM's one pass on compute
   // capability 9.0, the chunked candidate pass elsewhere; a shard's: partial.cu).
-  if (has_filters(p)) return p.partial != nullptr ? launch_partial_sample(p, stream) : launch_fused_filtered(p, stream);
+  // The rows pass's shard call (p.row_values) also takes partial.cu's materialized path.
+  if (has_filters(p) || p.row_values != nullptr)
+    return p.partial != nullptr ? launch_partial_sample(p, stream) : launch_fused_filtered(p, stream);
   cudaError_t err = detail::check_params(p);
   if (err == cudaSuccess && p.partial != nullptr && !partial_params_ok(p)) err = cudaErrorInvalidValue;
   if (err != cudaSuccess) return err;

@@ -572,12 +572,27 @@ __global__ void __launch_bounds__(kMergeThreads)
   if (tid == 0 && p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
+// The rows pass, a shard's side: the candidate values of rows value_rows[y] (NaN: not drawable) into
+// its segment of p.row_values, after the header that block (0, 0) writes.
+__global__ void shard_row_values_kernel(const float* __restrict__ logits, SampleParams p) {
+  const int64_t i = blockIdx.y, b = p.value_rows[i], V = p.vocab;
+  auto* header = static_cast<RowValuesHeader*>(p.row_values);
+  if (i == 0 && blockIdx.x == 0 && threadIdx.x == 0)
+    *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
+  float* out = reinterpret_cast<float*>(header + 1) + i * p.value_pitch;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < V;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[v] = detail::candidate_value(p, b, v, logits[b * V + v]);
+}
+
 }  // namespace
 
 bool partial_params_ok(const SampleParams& p) {
   const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
   return p.partial != nullptr && p.vocab_offset >= 0 && p.vocab_offset % 4 == 0 && p.vocab_offset + p.vocab <= total &&
-         p.partial_capacity >= 0 && p.partial_capacity <= kMaxPartialCapacity && p.partial_max_batch >= p.batch;
+         p.partial_capacity >= 0 && p.partial_capacity <= kMaxPartialCapacity && p.partial_max_batch >= p.batch &&
+         (p.row_values == nullptr ||
+          (p.value_rows != nullptr && p.value_row_count >= 1 && p.value_row_count <= p.batch && p.value_pitch >= p.vocab));
 }
 
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
@@ -599,9 +614,9 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (!partial_params_ok(call)) return cudaErrorInvalidValue;
   if (call.raw_logprobs != 0) return cudaErrorNotSupported;  // (lib/parallel.ts refuses it first)
   // One pass over the shard's W where its candidates can serve: one sample a row (the epilogue
-  // draws one), the keys a first round asks (the merge's later rounds materialize), and a shard
-  // whose first-tile costs the GEMM amortizes (kOnePassShardWeights) or a small batch.
-  if (call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
+  // draws one), at most kCandidateKeysMax keys, and a shard whose first-tile costs the GEMM
+  // amortizes (kOnePassShardWeights) or a small batch. The rows pass materializes.
+  if (call.row_values == nullptr && call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
       (call.batch <= kOnePassShardBatch || call.vocab * call.dim >= kOnePassShardWeights)) {
     err = launch_shard_one_pass(call, stream);
     if (err != cudaErrorNotSupported) return err;
@@ -635,7 +650,12 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (err == cudaSuccess && in_shared)
     err = detail::prepare_kernel(partial_rows_kernel, kRowThreads, static_cast<int>(kRowSmemMax), &per_sm);
   if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
-  if (err == cudaSuccess) {
+  if (err == cudaSuccess && call.row_values != nullptr) {  // the rows pass: the rows' values only
+    const int64_t blocks = (p.vocab + 255) / 256;
+    const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(call.value_row_count));
+    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p);
+    err = cudaGetLastError();
+  } else if (err == cudaSuccess) {
     const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
                         has_filters(call)};
     slices.winners = reinterpret_cast<Pick*>(slice_space + win_at);

@@ -75,6 +75,13 @@ export interface NativeSpec {
   /** partials[0] holds partialCount blocks of partialStride bytes (an all-gather's output). */
   partialStride?: number;
   partialCount?: number;
+  // The rows pass (SEMANTICS §6): a shard's segment of its rows' candidate values, or the
+  // decision's valueSegments segments; valueRows the batch rows, ascending.
+  rowValues?: NativeBufferHandle;
+  valueRows?: NativeBufferHandle;
+  valueRowCount?: number;
+  valuePitch?: number;
+  valueSegments?: number;
 }
 
 export interface NativeResult {
@@ -188,6 +195,7 @@ export interface NativeAddon {
   mergePartials(
     spec: NativeSpec,
   ): Promise<NativeResult & { tokens: Int32Array; mergeError: number; mergeWhich: number; largestShard: number }>;
+  decideRows(spec: NativeSpec): Promise<NativeResult & { tokens: Int32Array }>;
   ncclStatus(): { loaded: boolean; path: string; version: number; error: string };
   ncclUniqueId(): Uint8Array;
   ncclInitRank(id: Uint8Array, nranks: number, rank: number, ordinal: number, timeoutMs: number): Promise<NativeCommHandle>;

@@ -7,7 +7,7 @@ import { checkKnownKeys, raw, rangeError, typeError } from './errors';
 import { native, NativeSpec } from './native';
 import { Communicator } from './nccl';
 import { buildRowSpec, buildSpec, ROW_KEYS, SampleOptions } from './options';
-import { checkRows, ROW_UNDECIDED, SampleResult } from './result';
+import { checkRows, ROW_NO_CANDIDATE, ROW_UNDECIDED, SampleResult } from './result';
 import { Tensor } from './tensor';
 
 /** sampleFused's options for one shard of the LM head. */
@@ -29,9 +29,6 @@ export const MAX_SHARDS = 64;
 export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
 /** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
 const FILTER_CANDIDATES = 1024;
-/** A later round's least candidates a row: above what a CUDA shard's one-pass candidates serve
- *  (2048, cuda/partial.cu), whose prefix a second round would not widen, so it materializes. */
-const LATER_ROUND_CANDIDATES = 4096;
 export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
 /** Options a shard applies to its own slice of W; a merge cannot take them. */
 const SHARD_ONLY = [
@@ -386,8 +383,8 @@ export interface TPShard {
  * Samples from a head sharded by vocabulary across the ranks of an NCCL communicator: the fused
  * pass on this rank's shard, an all-gather of the partial states (a few bytes per row, not V),
  * then the merge on every rank, so every rank returns the tokens of the unsharded call. Rows the
- * candidates cannot settle get further rounds, each with 8 times the candidates (at most a
- * shard's whole rows, which settles every row).
+ * candidates cannot settle get the rows pass (SEMANTICS §6): each rank's candidate values of those
+ * rows, all-gathered, and the rows decided whole on every rank.
  * One process per GPU: sampleFusedTP(comm, H, Wshard, options). One process driving several GPUs
  * (nccl.initAll): sampleFusedTP(comms, shards, options), one shard per communicator, one NCCL
  * group per exchange; it resolves with one result per local rank.
@@ -426,24 +423,68 @@ function rowOptionsOf(options: SampleOptions): SampleOptions {
   return Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
 }
 
-interface Round<T> {
-  value: T;
-  undecided: number;
-  /** Candidates per row this round's states held. */
-  capacity: number;
-  /** The most rows of W a shard holds: that many candidates settle every row. */
-  largest: number;
+/** Bytes of one shard's segment in the rows pass (include/partial.h, RowValuesHeader): a 32-byte
+ *  header, then `rows` rows of `pitch` float32 candidate values. */
+function rowValuesBytes(rows: number, pitch: number): number {
+  return 32 + rows * pitch * 4;
 }
 
-/** Runs `round` with `candidates`, then, while rows stay undecided, with 8 times the candidates
- *  (LATER_ROUND_CANDIDATES at least, a shard's whole rows at most): a few passes over the shards
- *  cost less than sorting their whole rows at once. */
-async function inRounds<T>(candidates: number | undefined, round: (candidates: number | undefined) => Promise<Round<T>>): Promise<T> {
-  let r = await round(candidates);
-  while (r.undecided > 0 && r.capacity < r.largest) {
-    r = await round(Math.min(r.largest, Math.max(LATER_ROUND_CANDIDATES, 8 * r.capacity)));
+/** The rows pass's shard call: the candidate values of `rows` (the merge's undecided rows) of the
+ *  shard's vocabulary into a segment of `pitch` floats a row, instead of a partial state. */
+function buildRowValuesSpec(s: TPShard, options: ShardOptions, rows: Int32Array, pitch: number) {
+  const { spec, partial } = buildPartialSpec(s.H, s.W, { ...options, candidates: 0 });
+  const device = partial.state.device;
+  const values = device.empty([rowValuesBytes(rows.length, pitch) / 4], 'i32');
+  const rowIds = device.tensor(rows, [rows.length], 'i32');
+  spec.rowValues = values.handle('rowValues');
+  spec.valueRows = rowIds.handle('valueRows');
+  spec.valueRowCount = rows.length;
+  spec.valuePitch = pitch;
+  return { spec, values, dispose: () => [partial, rowIds].forEach((t) => t.dispose()) };
+}
+
+/** The rows pass's decision on `device`: the rows of `first` in `rowIds` drawn whole from the
+ *  shards' `segments` segments in `values`, written into a copy of `first`'s outputs. */
+async function decideRows(
+  device: Device, first: MergeResult, rowIds: Int32Array, rowOptions: SampleOptions, vocabTotal: number,
+  values: Tensor, segments: number, pitch: number,
+): Promise<MergeResult> {
+  const batch = first.tokens.length / ((rowOptions.numSamples as number | undefined) ?? 1);
+  const spec = mergeSpec(device, batch, vocabTotal, rowOptions);
+  const rows = device.tensor(rowIds, [rowIds.length], 'i32');
+  try {
+    spec.rowValues = values.handle('rowValues');
+    spec.valueRows = rows.handle('valueRows');
+    spec.valueRowCount = rowIds.length;
+    spec.valuePitch = pitch;
+    spec.valueSegments = segments;
+    const r = await native.decideRows(spec);
+    const out: MergeResult = { ...first, tokens: first.tokens.slice(), undecidedRows: new Int32Array(0) };
+    if (first.logprobs) out.logprobs = first.logprobs.slice();
+    if (first.topTokens) {
+      out.topTokens = first.topTokens.slice();
+      out.topLogprobs = first.topLogprobs!.slice();
+    }
+    const S = first.tokens.length / batch;
+    const n = first.topTokens ? first.topTokens.length / batch : 0;
+    for (const b of rowIds) {
+      if (r.rowStatus[b] === ROW_UNDECIDED) {
+        throw new RangeError(`the rows pass: the ranks' segments do not cover the vocabulary [0, ${vocabTotal}) exactly once`);
+      }
+      if (r.rowStatus[b] === ROW_NO_CANDIDATE) {
+        throw new RangeError(`row ${b}: no token can be drawn: every logit of the row is NaN or -Infinity, or masked out by allowedTokens`);
+      }
+      out.tokens.set(r.tokens.subarray(b * S, (b + 1) * S), b * S);
+      if (out.logprobs && r.logprobs) out.logprobs.set(r.logprobs.subarray(b * S, (b + 1) * S), b * S);
+      if (n && r.topTokens) {
+        out.topTokens!.set(r.topTokens.subarray(b * n, (b + 1) * n), b * n);
+        out.topLogprobs!.set(r.topLogprobs!.subarray(b * n, (b + 1) * n), b * n);
+      }
+    }
+    return out;
+  } finally {
+    rows.dispose();
   }
-  return r.value;
 }
 
 async function runTP(comms: Communicator[], shards: TPShard[], options: TPOptions): Promise<MergeResult[]> {
@@ -492,25 +533,53 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
       const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
       const results = await Promise.all(merged);
-      return {
-        value: results.map(({ largestShard: _largest, ...r }) => r), undecided: results[0].undecidedRows.length,
-        capacity: built[0].partial.capacity, largest: results[0].largestShard,
-      };
+      return { value: results.map(({ largestShard: _largest, ...r }) => r), largest: results[0].largestShard };
     } finally {
       for (const b of built) b.partial.dispose();
       for (const r of recvs) r.dispose();
     }
   };
-  // Every rank merged the same states: they agree on the undecided rows and take each round together.
-  return inRounds(options.candidates, round);
+  const first = await round(options.candidates);
+  // Every rank merged the same states, so they agree on the undecided rows. The rows pass: each
+  // rank's candidate values of those rows, all-gathered (rows × the largest shard, not B × V), and
+  // every rank decides them whole; enqueued at once as the round is.
+  const rowIds = first.value[0].undecidedRows;
+  if (rowIds.length === 0) return first.value;
+  const pitch = first.largest;
+  const bytes = rowValuesBytes(rowIds.length, pitch);
+  const built: ReturnType<typeof buildRowValuesSpec>[] = [];
+  const recvs: Tensor[] = [];
+  try {
+    for (const s of shards) built.push(buildRowValuesSpec(s, roundOptions(options, s, undefined), rowIds, pitch));
+    for (const b of built) recvs.push(b.values.device.empty([(size * bytes) / 4], 'i32'));
+    const pending: Promise<unknown>[] = built.map((b) => native.sample(b.spec));
+    pending.push(
+      native.ncclAllGather(
+        comms.map((c) => c.handle), built.map((b) => b.values.handle('rowValues')), recvs.map((r) => r.handle('recv')),
+        bytes, options.stream, timeoutMs,
+      ),
+    );
+    const decided = recvs.map((recv, i) =>
+      decideRows(recv.device, first.value[i], rowIds, rowOptions, options.vocabSize, recv, size, pitch));
+    const settled = await Promise.allSettled([...pending, ...decided]);
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return await Promise.all(decided);
+  } finally {
+    for (const b of built) {
+      b.values.dispose();
+      b.dispose();
+    }
+    for (const r of recvs) r.dispose();
+  }
 }
 
 /**
  * Samples from a head whose vocabulary shards live on devices of this process, without NCCL (a
  * machine without libnccl, shards on the CPU and the GPU): each shard's partial state, the states
  * copied through the host to the first shard's device, the merge there. Rows the candidates cannot
- * settle take further rounds with 8 times the candidates (at most a shard's whole rows), as in
- * sampleFusedTP. The tokens are the unsharded call's.
+ * settle take the rows pass, as in sampleFusedTP, their values gathered through the host. The
+ * tokens are the unsharded call's.
  */
 export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 'vocabOffset'>): Promise<MergeResult> {
   if (!Array.isArray(shards) || shards.length < 1 || shards.length > MAX_SHARDS) {
@@ -534,11 +603,33 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
         partials[i] = new PartialState({ ...p, state: device.tensor(words, [words.length], 'i32') });
         p.dispose();
       }
-      const result = await mergePartials(partials, rowOptions);
-      return { value: result, undecided: result.undecidedRows.length, capacity: partials[0].capacity, largest };
+      return await mergePartials(partials, rowOptions);
     } finally {
       for (const p of partials) p.dispose();
     }
   };
-  return inRounds(options.candidates, round);
+  const first = await round(options.candidates);
+  // The rows pass: each shard's candidate values of the undecided rows, through the host into one
+  // buffer on the first shard's device, where the rows are decided whole.
+  const rowIds = first.undecidedRows;
+  if (rowIds.length === 0) return first;
+  const words = rowValuesBytes(rowIds.length, largest) / 4;
+  const gathered = new Int32Array(shards.length * words);
+  for (let i = 0; i < shards.length; i++) {
+    const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, largest);
+    try {
+      await native.sample(b.spec);
+      gathered.set((await b.values.toRawArray()) as Int32Array, i * words);
+    } finally {
+      b.values.dispose();
+      b.dispose();
+    }
+  }
+  const device = (shards[0].W as Tensor).device;
+  const values = device.tensor(gathered, [gathered.length], 'i32');
+  try {
+    return await decideRows(device, first, rowIds, rowOptions, options.vocabSize, values, shards.length, largest);
+  } finally {
+    values.dispose();
+  }
 }

@@ -1,6 +1,6 @@
 // The NCCL communicator (issue 18): libnccl loaded at run time, and sampleFusedTP end to end with
 // the real NCCL on one GPU (one rank through initRank, one through initAll): the same tokens as
-// sampleFused, a second round for undecided rows, a rank that never joins timing out, and the
+// sampleFused, the rows pass for undecided rows (their values all-gathered), a rank that never joins timing out, and the
 // argument errors. The multi-GPU runs are issue 19's (scripts/tp-session.sh).
 
 import { execFileSync } from 'child_process';
@@ -93,12 +93,14 @@ describe('loading libnccl', () => {
     if (want.topTokens) expect(Array.from(got.topTokens!)).toEqual(Array.from(want.topTokens));
   });
 
-  test('rows 16 candidates cannot settle take a second round', async () => {
-    const options: SampleOptions = { topP: 0.95, seed: 6n };
+  test('rows 16 candidates cannot settle take the rows pass over NCCL', async () => {
+    const options: SampleOptions = { topP: 0.95, seed: 6n, logprobs: true, topLogprobs: 3 };
     const want = await sampleFused(H, W, options);
     const got = await sampleFusedTP(comm, H, W, { ...options, vocabOffset: 0, vocabSize: V, candidates: 16 });
     expect(got.undecidedRows.length).toBe(0);
     expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
+    for (let i = 0; i < want.logprobs!.length; i++) expect(Math.abs(got.logprobs![i] - want.logprobs![i])).toBeLessThan(1e-5);
+    expect(Array.from(got.topTokens!)).toEqual(Array.from(want.topTokens!));
   });
 
   test('initAll: a process driving its GPUs, one shard per communicator', async () => {

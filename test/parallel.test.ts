@@ -259,6 +259,35 @@ describeDevices((name, dev) => {
     small.dispose();
   });
 
+  const throughRowsPass: [string, FilterSpec][] = [
+    ['top-p 0.9, T 0.8', { topP: 0.9, temperature: 0.8 }],
+    ['top-k 60 and min-p 0.01', { topK: 60, minP: 0.01 }],
+  ];
+  test.each(throughRowsPass)('chi-square: rows through the rows pass at V = 1000, TP = 3 match float64 (%s)', async (_label, f) => {
+    // 4 candidates a shard settle no row of this Zipf head: every draw comes from the rows pass
+    // (each shard's candidate values of the row, decided whole).
+    const V3 = 1000;
+    const row = zipfLogits(V3, 0.8, 23);
+    const small = plantedHead(dev(), [row]);
+    const kept = keptDistribution(small.logits[0], f);
+    const S = scaled(60000, 65536);
+    const options: SampleOptions = { temperature: f.temperature ?? 1, seed: 5n, numSamples: S };
+    if (f.topK) options.topK = f.topK;
+    if (f.topP) options.topP = f.topP;
+    if (f.minP) options.minP = f.minP;
+    const bounds = shardBounds(V3, 3, 9);
+    const first = await shardAndMerge(small, bounds, options, () => ({}), { candidates: 4 });
+    expect(Array.from(first.result.undecidedRows)).toEqual([0]);
+    const shards = bounds.map(([offset, size]) => ({ H: small.H, W: small.shard(offset, size), vocabOffset: offset }));
+    const got = await sampleSharded(shards, { ...options, vocabSize: V3, candidates: 4 });
+    expect(got.undecidedRows.length).toBe(0);
+    const want = await sampleFused(small.H, small.W, options);
+    expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
+    const fit = goodnessOfFit(rowCounts(got.tokens, 1, S, V3)[0], kept.probs);
+    if (!fit.ok) throw new Error(fit.summary);
+    small.dispose();
+  });
+
   test("filterOrder 'vllm' (min-p first): the merged shards draw the unsharded tokens", async () => {
     // min-p and top-p both set: the nucleus differs between the orders, and the merge must follow vLLM's.
     const options: SampleOptions = { minP: 0.05, topP: 0.6, filterOrder: 'vllm', logprobs: true, seed: 77n, numSamples: 8 };
@@ -271,7 +300,7 @@ describeDevices((name, dev) => {
     for (const p of partials) p.dispose();
   });
 
-  test('sampleSharded: the shards in turn, no NCCL, further rounds for undecided rows', async () => {
+  test('sampleSharded: the shards in turn, no NCCL, the rows pass for undecided rows', async () => {
     const V2 = 5000;
     const flat = plantedHead(dev(), [flatLogits(V2, 4, 1), dominantLogits(V2, 5, 12)]);
     const bounds = shardBounds(V2, 3, 41);
@@ -282,7 +311,8 @@ describeDevices((name, dev) => {
       { temperature: 1.1, seed: 3n, numSamples: 3 },
     ] as SampleOptions[]) {
       const want = await sampleFused(flat.H, flat.W, options);
-      // 16 candidates a shard cannot settle the flat row's nucleus: rounds of 4096 and then whole shards do.
+      // 16 candidates a shard cannot settle the flat row's nucleus: the rows pass draws it from its
+      // whole row, beside the peaked row the merge decided.
       const got = await sampleSharded(shards, { ...options, vocabSize: V2, candidates: 16 });
       expect(got.undecidedRows.length).toBe(0);
       expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));

@@ -107,6 +107,7 @@ std::string launch_call(int ordinal, SamplerKind kind, const PartialSet* merge, 
       report.list_invalid = p.listed_invalid;
       return cuda::launch_record_tokens(report, nullptr, p.batch, p.row_status, stream);
     }
+    if (p.row_values != nullptr) return cuda::launch_decide_row_values(p, stream);
     return cuda::launch_merge_partials(p, *merge, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(scratch) + layout.merge_status),
                                        stream);
   });

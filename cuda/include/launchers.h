@@ -52,6 +52,11 @@ cudaError_t launch_record_tokens(const RecordTargets& t, const int32_t* drawn, i
 // launch_fused_sample calls it (and writes a plain shard's state itself).
 cudaError_t launch_partial_sample(const SampleParams& p, cudaStream_t stream);
 
+// The rows pass's decision (SampleParams::row_values): rows value_rows[] of p (p.vocab: the
+// unsharded vocabulary) drawn from the shards' segments of their candidate values, whole, as the
+// unsharded call draws them; only those rows' outputs are written.
+cudaError_t launch_decide_row_values(const SampleParams& p, cudaStream_t stream);
+
 // merge_partials (include/merge.h) over `set`'s device blocks into p's outputs (p.vocab: the
 // unsharded vocabulary); status[0] = PartialError, status[1] = the partial it concerns, status[2]
 // the most rows of W a shard holds.

@@ -108,6 +108,17 @@ struct SampleParams {
   int32_t partial_capacity = 0;    // candidate keys per row
   int32_t partial_max_batch = 0;   // rows the block is sized for (>= batch)
   uint64_t options_hash = 0;       // written to the header; merge_partials checks it
+  // The rows pass (SEMANTICS §6; include/partial.h, RowValuesHeader), for the rows a merge left
+  // undecided. A shard call (`partial` and `row_values` set) writes one segment there instead of
+  // its partial state: the candidate values of rows value_rows[0 .. value_row_count). A decide call
+  // (cuda::launch_decide_row_values, cpu::decide_row_values) reads value_segments segments of
+  // row_values_bytes(value_row_count, value_pitch) bytes each, one a shard, and draws those rows
+  // from their whole rows, writing their outputs only.
+  const int32_t* value_rows = nullptr;  // [value_row_count] batch rows, ascending
+  int64_t value_row_count = 0;
+  void* row_values = nullptr;
+  int64_t value_pitch = 0;              // floats per row in a segment (>= every shard's vocab)
+  int32_t value_segments = 0;           // decide call: segments in row_values
 
   // ---- workspace -------------------------------------------------------------------------------
   // The fused launchers' temporary arrays: carved from this caller-owned device block (256-byte

@@ -70,6 +70,43 @@ FS_HD size_t partial_bytes(int32_t max_batch, int32_t num_samples, int32_t capac
   return sizeof(PartialHeader) + static_cast<size_t>(max_batch) * partial_row_bytes(num_samples, capacity);
 }
 
+// One shard's segment of the rows pass (SampleParams::value_rows): this header, then `rows` rows of
+// `pitch` floats, row i holding the candidate values (softcap, the shard's bias, lists and mask
+// applied; NaN where a token cannot be drawn) of its vocab_size tokens from global id vocab_offset.
+constexpr uint32_t kRowValuesMagic = 0x31565346u;  // "FSV1" in memory order
+struct RowValuesHeader {
+  uint32_t magic;
+  int32_t rows;
+  int64_t vocab_offset;
+  int64_t vocab_size;
+  int64_t pitch;
+};
+static_assert(sizeof(RowValuesHeader) == 32, "the segment header is 32 bytes");
+FS_HD size_t row_values_bytes(int64_t rows, int64_t pitch) {
+  return sizeof(RowValuesHeader) + static_cast<size_t>(rows) * static_cast<size_t>(pitch) * 4u;
+}
+FS_HD const RowValuesHeader* row_values_segment(const void* values, int64_t rows, int64_t pitch, int32_t r) {
+  return reinterpret_cast<const RowValuesHeader*>(static_cast<const char*>(values) + r * row_values_bytes(rows, pitch));
+}
+// Whether the decide call's segments are one round's: every header intact and sized as the call,
+// and their ranges tile [0, vocab_total) exactly (each at most 64 segments: a quadratic check).
+FS_HD bool row_values_segments_ok(const void* values, int64_t rows, int64_t pitch, int32_t segments,
+                                  int64_t vocab_total) {
+  int64_t covered = 0;
+  for (int32_t r = 0; r < segments; ++r) {
+    const RowValuesHeader& h = *row_values_segment(values, rows, pitch, r);
+    if (h.magic != kRowValuesMagic || h.rows != rows || h.pitch != pitch || h.vocab_size < 1 ||
+        h.vocab_size > pitch || h.vocab_offset < 0 || h.vocab_offset + h.vocab_size > vocab_total)
+      return false;
+    for (int32_t q = 0; q < r; ++q) {
+      const RowValuesHeader& o = *row_values_segment(values, rows, pitch, q);
+      if (h.vocab_offset < o.vocab_offset + o.vocab_size && o.vocab_offset < h.vocab_offset + h.vocab_size) return false;
+    }
+    covered += h.vocab_size;
+  }
+  return covered == vocab_total;
+}
+
 // Row b of a partial block: its row, winners and candidate keys.
 struct PartialRowView {
   PartialRow* row;
