@@ -534,14 +534,15 @@ static cudaError_t launch_split(GemmArgs a, Epi epi) {
   return launch_persistent<Cfg, false, true>(wgmma_split_kernel<Cfg, false>, a, 0, maps);
 }
 
-// The ping-pong tile.
+// The ping-pong tile (several samples a row, or the logits; one sample is the split tile's).
 template <class Cfg>
 static cudaError_t launch_pingpong_tma(GemmArgs a, Epi epi) {
   using namespace cuda::detail;
   WsTensorMaps maps{};
   if (!encode_ws_maps<Cfg>(a, false, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
-  return with_epi(epi, [&](auto e) {
-    return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, false, decltype(e)::value>, a, 0, maps);
+  return with_epi(epi, [&](auto e) -> cudaError_t {
+    if constexpr (decltype(e)::value == Epi::kSampleOne) return cudaErrorNotSupported;
+    else return launch_persistent<Cfg, false, true>(wgmma_ws_tma_kernel<Cfg, false, decltype(e)::value>, a, 0, maps);
   });
 }
 
@@ -563,7 +564,7 @@ static cudaError_t launch_simt(GemmArgs a, Epi epi) {
 }
 
 enum class Family { kWgmma, kMmaSync, kSimt };
-constexpr unsigned kOne = 1u << int(Epi::kSampleOne), kAll = 7u;
+constexpr unsigned kOne = 1u << int(Epi::kSampleOne), kAll = 7u, kNotOne = kAll & ~kOne;
 
 struct TileEntry {
   const char* name;  // row label and --profile name
@@ -583,11 +584,11 @@ static const TileEntry kTiles[] = {
     {"split64", Family::kWgmma, kOne, {64, 0}, launch_split<cuda::detail::WsSplitTile64>},
     {"split96", Family::kWgmma, kOne, {96, 192}, launch_split<cuda::detail::WsSplitTile96>},
     {"split128", Family::kWgmma, kOne, {128, 256}, launch_split<cuda::detail::WsSplitTile128>},
-    // 9.0, kSampleFew, kSampleMany and kStore: the ping-pong tiles (kSampleOne: for comparison)
-    {"ws16", Family::kWgmma, kAll, {1, 16}, launch_pingpong_tma<cuda::detail::WsTileT<16>>},
-    {"ws32", Family::kWgmma, kAll, {32, 0}, launch_pingpong_tma<cuda::detail::WsTileT<32>>},
-    {"ws64", Family::kWgmma, kAll, {64, 0}, launch_pingpong_tma<cuda::detail::WsTileT<64>>},
-    {"ws128", Family::kWgmma, kAll, {128, 256}, launch_pingpong_tma<cuda::detail::WsTileT<128>>},
+    // 9.0, several samples and kStore: the ping-pong tiles
+    {"ws16", Family::kWgmma, kNotOne, {1, 16}, launch_pingpong_tma<cuda::detail::WsTileT<16>>},
+    {"ws32", Family::kWgmma, kNotOne, {32, 0}, launch_pingpong_tma<cuda::detail::WsTileT<32>>},
+    {"ws64", Family::kWgmma, kNotOne, {64, 0}, launch_pingpong_tma<cuda::detail::WsTileT<64>>},
+    {"ws128", Family::kWgmma, kNotOne, {128, 256}, launch_pingpong_tma<cuda::detail::WsTileT<128>>},
     // 8.x, FLASHSAMPLE_NO_WGMMA, or no tensor maps: mma.sync, balanced ranges for B <= 16
     {"tile8", Family::kMmaSync, kAll, {1, 8}, launch_mma<cuda::detail::Tile8, true>},
     {"tile16", Family::kMmaSync, kAll, {16, 0}, launch_mma<cuda::detail::Tile16, true>},

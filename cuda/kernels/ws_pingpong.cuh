@@ -1,10 +1,9 @@
 // wgmma_ws_tma_kernel: the warp-specialized ping-pong kernel (sm_90a). The fused sampling epilogue
 // of one work item runs while the other consumer warpgroup's wgmmas run. On compute capability 9.0
 // it serves the reference's logits (kStore) and several samples per row (kSampleFew, each draw
-// pruned, up to kPrunedSamples; kSampleMany beyond). kSampleOne runs kSampleFew's code with one
-// slot (production takes the split tile; the harness compares the two). ws_split.cuh reuses its
-// producer and its k-slice MMAs. Where tensor maps cannot be encoded, dispatch.cuh runs the mma.sync
-// tiles instead.
+// pruned, up to kPrunedSamples; kSampleMany beyond); one sample a row is the split tile's
+// (ws_split.cuh), which reuses this kernel's producer and its k-slice MMAs. Where tensor maps
+// cannot be encoded, dispatch.cuh runs the mma.sync tiles instead.
 //
 // CTA = 3 warpgroups (384 threads), 1 CTA per SM, persistent over the work items (item =
 // (vocabulary tile of 128 rows, batch chunk of N columns), vtile-major, item = blockIdx.x +
@@ -247,7 +246,7 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
   for (int o = 0; o < 4; ++o) l[o] += bias[o];
 }
 
-// After an item (a ping-pong consumer's kSampleOne or kSampleFew item, or any split-kernel
+// After an item (a ping-pong consumer's kSampleFew item, or any split-kernel
 // item): the running winners `win` (kSlots samples a column; the call draws `samples` <= kSlots of
 // them, so the slots past it stay 0) go to the grid's when the next local item (j + kItemStep) is
 // another chunk, or there is none (flush, then reset); otherwise the thread's column publishes its
@@ -316,7 +315,7 @@ __device__ __forceinline__ void ws_store_group(const GemmArgs& a, const float (&
   }
 }
 
-// kSampleOne / kSampleFew: both columns together (quads_update_pruned<2>: one branch for both
+// kSampleFew: both columns together (quads_update_pruned<2>: one branch for both
 // Philox calls), each sample's draw pruned against its column's running winner in win_s, which a
 // lane whose best beats the winner it read raises (no cross-lane reduction per group).
 template <Epi kEpi, int kSlots, int kNB>
@@ -336,7 +335,7 @@ __device__ __forceinline__ void ws_pruned_group(const GemmArgs& a, float (&l)[2]
     vend[jj] = b < a.batch ? a.vocab + a.vocab_base : 0;  // global ids: a shard's noise and tokens
     rp[jj] = staged_row_params(a, row_inv_t, row_greedy, row_seed, row_offset, n, b);
   }
-  const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
+  const int samples = a.num_samples;
   for (int s = 0; s < samples; ++s) {
     float thr[2], bs[2];
     uint32_t bk[2];
@@ -399,12 +398,13 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
   __shared__ float row_inv_t[2][kNB];
   __shared__ unsigned long long row_seed[2][kNB], row_offset[2][kNB];
   __shared__ uint8_t row_greedy[2][kNB];
-  // kSampleOne and kSampleFew (kPruned): the running winner of each (consumer, sample, column),
+  // kSampleFew (kPruned): the running winner of each (consumer, sample, column),
   // packed (pack_candidate): the threshold of the sample's pruned draw in that column, raised with
   // a shared-memory atomicMax by any lane whose candidate beats the value it read (the max of
   // packed candidates does not depend on the order), merged with the grid's winners before each
   // item's epilogue, published to them after it.
-  constexpr bool kPruned = kEpi == Epi::kSampleOne || kEpi == Epi::kSampleFew;
+  static_assert(kEpi != Epi::kSampleOne, "one sample a row takes the split tile (ws_split.cuh)");
+  constexpr bool kPruned = kEpi == Epi::kSampleFew;
   constexpr int kSlots = kEpi == Epi::kSampleFew ? kPrunedSamples : 1;
   __shared__ unsigned long long win_s[2][kSlots][kNB];
 
@@ -482,7 +482,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
       int64_t chunk0, vtile0;
       ws_item_coords<Cfg>(item, a, chunk0, vtile0);
       const int64_t b = chunk0 * kNB + ctid;
-      const int samples = kEpi == Epi::kSampleOne ? 1 : a.num_samples;
+      const int samples = a.num_samples;
       if (ctid < kNB && b < B) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s)
@@ -577,7 +577,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // (no zeroing: the next item's first wgmmas overwrite the accumulators, scale-d = 0)
 
     if constexpr (kPruned)
-      ws_flush_or_publish<Cfg, kItemStep, 128, kSlots>(a, win_s[cw], kEpi == Epi::kSampleOne ? 1 : a.num_samples,
+      ws_flush_or_publish<Cfg, kItemStep, 128, kSlots>(a, win_s[cw], a.num_samples,
                                                        kParamsBarrier + cw, ctid, j, my_items, item, chunk, b0, B,
                                                        grid_best);
   }
