@@ -29,6 +29,8 @@ export interface TpRow {
   stepUs: number | null;
   exchangeUs: number | null;
   oneGpuWallUs: number | null;
+  /** Rows of one step that the rows pass decided (MergeResult.rowsPassRows). */
+  rowsPass: number | null;
   error?: string;
 }
 
@@ -93,7 +95,7 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
             plan.onProgress?.(`${shape.name} B=${B} ${set.label}: one GPU`);
             const oneGpuUs = summarize(await timeSampler('fused', [{ H, W }], options, plan)).medianUs;
             for (const n of plan.degrees) {
-              const row: TpRow = { shape: shape.name, batch: B, options: set.label, tp: n, oneGpuUs, shardUs: NaN, bytes: NaN, stepUs: null, exchangeUs: null, oneGpuWallUs: null };
+              const row: TpRow = { shape: shape.name, batch: B, options: set.label, tp: n, oneGpuUs, shardUs: NaN, bytes: NaN, stepUs: null, exchangeUs: null, oneGpuWallUs: null, rowsPass: null };
               try {
                 plan.onProgress?.(`${shape.name} B=${B} ${set.label}: TP-${n} shard`);
                 const [[start, rows]] = shardRanges(shape.vocab, n);
@@ -114,6 +116,7 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
                   });
                   const step = () => sampleFusedTP(cs, shards, { ...options, vocabSize: shape.vocab });
                   for (let i = 0; i < plan.warmup; i++) await step();
+                  row.rowsPass = (await step())[0].rowsPassRows.length;
                   row.stepUs = await wallUs(plan.iters, step);
                   row.oneGpuWallUs = await wallUs(plan.iters, () => sampleFused(H, W, options));
                   const partials = await Promise.all(shards.map((s) => samplePartial(s.H, s.W, { ...options, partial: true, vocabOffset: s.vocabOffset, vocabSize: shape.vocab })));
@@ -147,6 +150,7 @@ export function tpTable(rows: TpRow[]): string {
     { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const }, { title: 'TP' },
     { title: 'one GPU µs' }, { title: 'shard µs' }, { title: 'shard/one' }, { title: 'bytes' },
     { title: 'step µs' }, { title: 'exchange µs' }, { title: 'one GPU wall µs' }, { title: 'step/one' },
+    { title: 'rows pass' },
   ];
   const errors = rows.some((r) => r.error !== undefined);
   if (errors) columns.push({ title: 'error', align: 'left' as const });
@@ -154,11 +158,13 @@ export function tpTable(rows: TpRow[]): string {
     r.shape, String(r.batch), r.options, String(r.tp), fmtUs(r.oneGpuUs), fmtUs(r.shardUs), fmtRatio(r.shardUs / r.oneGpuUs),
     Number.isFinite(r.bytes) ? String(r.bytes) : DASH, fmtUs(r.stepUs), fmtUs(r.exchangeUs), fmtUs(r.oneGpuWallUs),
     r.stepUs !== null && r.oneGpuWallUs !== null ? fmtRatio(r.stepUs / r.oneGpuWallUs) : DASH,
+    r.rowsPass !== null ? `${r.rowsPass}/${r.batch}` : DASH,
     ...(errors ? [r.error ?? ''] : []),
   ]);
   return [
     formatTable(columns, cells),
     '  one GPU / shard µs: CUDA events (timeSampler) on cuda:0: the whole head, and one rank\'s V/TP rows as a partial call',
     '  step / exchange / one GPU wall µs: medians of awaited calls (sampleFusedTP; the all-gather alone; sampleFused), where TP <= the GPUs',
+    '  rows pass: N/B rows of a step that the candidates left undecided and the rows pass decided (MergeResult.rowsPassRows)',
   ].join('\n');
 }

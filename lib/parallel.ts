@@ -268,6 +268,9 @@ export interface MergeResult extends SampleResult {
   /** Rows whose kept set the shards' candidates could not settle (tokens -1): run the shards again
    *  with more `candidates` (as many as the largest shard's rows settles every row). */
   undecidedRows: Int32Array;
+  /** sampleSharded / sampleFusedTP: the rows the candidates could not settle, which the rows pass
+   *  decided (SEMANTICS §6); raise `candidates` if they are many. mergePartials: empty. */
+  rowsPassRows: Int32Array;
 }
 
 // PartialError (include/partial.h) -> message; `who` names the partial (partials[i], or a rank).
@@ -297,7 +300,8 @@ async function mergeNative(spec: NativeSpec, who: (i: number) => string): Promis
   const undecided: number[] = [];
   for (let b = 0; b < r.rowStatus.length; b++) if (r.rowStatus[b] === ROW_UNDECIDED) undecided.push(b);
   const out: MergeResult & { largestShard: number } = {
-    tokens: r.tokens, fallbackRows: 0, undecidedRows: Int32Array.from(undecided), largestShard: r.largestShard,
+    tokens: r.tokens, fallbackRows: 0, undecidedRows: Int32Array.from(undecided), rowsPassRows: new Int32Array(0),
+    largestShard: r.largestShard,
   };
   if (r.logprobs) out.logprobs = r.logprobs;
   if (r.topTokens) {
@@ -459,7 +463,7 @@ async function decideRows(
     spec.valuePitch = pitch;
     spec.valueSegments = segments;
     const r = await native.decideRows(spec);
-    const out: MergeResult = { ...first, tokens: first.tokens.slice(), undecidedRows: new Int32Array(0) };
+    const out: MergeResult = { ...first, tokens: first.tokens.slice(), undecidedRows: new Int32Array(0), rowsPassRows: rowIds.slice() };
     if (first.logprobs) out.logprobs = first.logprobs.slice();
     if (first.topTokens) {
       out.topTokens = first.topTokens.slice();

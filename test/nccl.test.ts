@@ -98,6 +98,7 @@ describe('loading libnccl', () => {
     const want = await sampleFused(H, W, options);
     const got = await sampleFusedTP(comm, H, W, { ...options, vocabOffset: 0, vocabSize: V, candidates: 16 });
     expect(got.undecidedRows.length).toBe(0);
+    expect(Array.from(got.rowsPassRows)).toContain(0);  // (the flat row at least)
     expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
     for (let i = 0; i < want.logprobs!.length; i++) expect(Math.abs(got.logprobs![i] - want.logprobs![i])).toBeLessThan(1e-5);
     expect(Array.from(got.topTokens!)).toEqual(Array.from(want.topTokens!));

@@ -281,6 +281,7 @@ describeDevices((name, dev) => {
     const shards = bounds.map(([offset, size]) => ({ H: small.H, W: small.shard(offset, size), vocabOffset: offset }));
     const got = await sampleSharded(shards, { ...options, vocabSize: V3, candidates: 4 });
     expect(got.undecidedRows.length).toBe(0);
+    expect(Array.from(got.rowsPassRows)).toEqual([0]);
     const want = await sampleFused(small.H, small.W, options);
     expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
     const fit = goodnessOfFit(rowCounts(got.tokens, 1, S, V3)[0], kept.probs);
@@ -315,6 +316,7 @@ describeDevices((name, dev) => {
       // whole row, beside the peaked row the merge decided.
       const got = await sampleSharded(shards, { ...options, vocabSize: V2, candidates: 16 });
       expect(got.undecidedRows.length).toBe(0);
+      expect(Array.from(got.rowsPassRows)).toEqual(options.topP !== undefined ? [0] : []);
       expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
       if (want.logprobs) expectClose(got.logprobs, want.logprobs, 1e-5);
     }
