@@ -390,7 +390,9 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
 }
 
 // mergePartials(spec): Promise<{tokens, rowStatus, logprobs?, topTokens?, topLogprobs?,
-// mergeError, mergeWhich}>: the shards' partial states merged as the unsharded call draws.
+// mergeError, mergeWhich, largestShard}>: the shards' partial states merged as the unsharded call
+// draws; with spec.rowValues, the rows pass's decision over the shards' segments instead (only the
+// rows in valueRows are written).
 Napi::Value MergePartials(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "mergePartials(spec): expected an object");
@@ -410,7 +412,8 @@ Napi::Value MergePartials(const Napi::CallbackInfo& info) {
           SampleParams p = call->params;
           bind_host(&p, call->rows, call->want_logprobs, nullptr, results.get());
           int32_t status[3] = {0, 0, 0};
-          const std::string error = cpu::merge_partials(p, call->partials, status, 0);
+          const std::string error = p.row_values != nullptr ? cpu::decide_row_values(p, 0)
+                                                             : cpu::merge_partials(p, call->partials, status, 0);
           results->merge_error = status[0];
           results->merge_which = status[1];
           results->merge_largest_shard = status[2];
@@ -422,33 +425,6 @@ Napi::Value MergePartials(const Napi::CallbackInfo& info) {
   GpuCall* gpu_call = nullptr;
   const std::string error =
       gpu_launch_merge(call->ordinal, call->params, call->rows, call->partials, call->stream, &gpu_call);
-  if (!error.empty()) return rejected(env, error);
-  return PromiseWorker::Start(
-      env, [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); }, to_js);
-}
-
-// decideRows(spec): Promise<{tokens, rowStatus, logprobs?, topTokens?, topLogprobs?}>: the rows
-// pass's decision over the shards' segments (spec.rowValues); only the rows in valueRows are written.
-Napi::Value DecideRows(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() != 1 || !info[0].IsObject()) throw_error(env, "decideRows(spec): expected an object");
-  std::shared_ptr<CallInputs> call = parse_spec(info[0].As<Napi::Object>(), true);
-  if (call->params.row_values == nullptr) throw_error(env, "rowValues: expected the shards' segments");
-  auto results = std::make_shared<GpuOutputs>();
-  auto to_js = [results](Napi::Env env) { return results_to_js(env, *results, false); };
-  if (!call->on_device) {
-    return PromiseWorker::Start(
-        env,
-        [call, results]() -> std::string {
-          SampleParams p = call->params;
-          bind_host(&p, call->rows, call->want_logprobs, nullptr, results.get());
-          return cpu::decide_row_values(p, 0);
-        },
-        to_js);
-  }
-  if (gpu_capturing()) throw_error(env, "decideRows: cannot run during graph capture: it copies results to the host");
-  GpuCall* gpu_call = nullptr;
-  const std::string error = gpu_launch_merge(call->ordinal, call->params, call->rows, call->partials, call->stream, &gpu_call);
   if (!error.empty()) return rejected(env, error);
   return PromiseWorker::Start(
       env, [call, results, gpu_call]() -> std::string { return gpu_wait(gpu_call, results.get()); }, to_js);
@@ -536,7 +512,6 @@ Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
 void register_sample(Napi::Env env, Napi::Object exports) {
   exports.Set("sample", Napi::Function::New<Sample>(env, "sample"));
   exports.Set("mergePartials", Napi::Function::New<MergePartials>(env, "mergePartials"));
-  exports.Set("decideRows", Napi::Function::New<DecideRows>(env, "decideRows"));
   exports.Set("timeSampler", Napi::Function::New<TimeSampler>(env, "timeSampler"));
   exports.Set("readBandwidth", Napi::Function::New<ReadBandwidth>(env, "readBandwidth"));
 }

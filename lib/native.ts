@@ -195,7 +195,6 @@ export interface NativeAddon {
   mergePartials(
     spec: NativeSpec,
   ): Promise<NativeResult & { tokens: Int32Array; mergeError: number; mergeWhich: number; largestShard: number }>;
-  decideRows(spec: NativeSpec): Promise<NativeResult & { tokens: Int32Array }>;
   ncclStatus(): { loaded: boolean; path: string; version: number; error: string };
   ncclUniqueId(): Uint8Array;
   ncclInitRank(id: Uint8Array, nranks: number, rank: number, ordinal: number, timeoutMs: number): Promise<NativeCommHandle>;

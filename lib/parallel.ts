@@ -462,7 +462,7 @@ async function decideRows(
     spec.valueRowCount = rowIds.length;
     spec.valuePitch = pitch;
     spec.valueSegments = segments;
-    const r = await native.decideRows(spec);
+    const r = await native.mergePartials(spec);  // (spec.rowValues: the rows pass's decision)
     const out: MergeResult = { ...first, tokens: first.tokens.slice(), undecidedRows: new Int32Array(0), rowsPassRows: rowIds.slice() };
     if (first.logprobs) out.logprobs = first.logprobs.slice();
     if (first.topTokens) {
