@@ -175,6 +175,48 @@ describeDevices((name, dev) => {
     bias.dispose();
   });
 
+  test("the rows pass applies each shard's mask, bias, softcap and logit bias: the unsharded tokens", async () => {
+    // 4 candidates settle none of these rows under top-p 0.9: every row's values come from the
+    // shards with their own adjustments (indexed locally), gathered and decided whole.
+    const r = rng(78);
+    const mask = makeMask(B, V, (b, v) => (v * 3 + b) % 7 !== 0 || r() < 0.1);
+    const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 11 === 0 ? 1.25 : 0));
+    const bias = dev().tensor(biasValues, [V], 'f32');
+    // row b: tokens 3b + 1, 500 + b and 1000 (the last shard's one row) biased by 2, -1.5 and 3
+    const ids = Array.from({ length: B }, (_, b) => [3 * b + 1, 500 + b, 1000]);
+    const lists = (offset: number, size: number) => {
+      const rowOffsets = new Int32Array(B + 1);
+      const tokenIds: number[] = [];
+      const values: number[] = [];
+      ids.forEach((row, b) => {
+        row.forEach((id, k) => {
+          if (id >= offset && id < offset + size) {
+            tokenIds.push(id - offset);
+            values.push([2, -1.5, 3][k]);
+          }
+        });
+        rowOffsets[b + 1] = tokenIds.length;
+      });
+      return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(values) };
+    };
+    const options: SampleOptions = { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 2, seed: perRowSeeds(B), numSamples: 2 };
+    const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 5, logitBias: lists(0, V) });
+    const bounds = shardBounds(V, 3, 13, true);
+    const owned: Tensor[] = [bias];
+    const shards = bounds.map(([offset, size]) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      owned.push(t);
+      return {
+        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
+        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 5, logitBias: lists(offset, size) },
+      };
+    });
+    const got = await sampleSharded(shards, { ...options, vocabSize: V, candidates: 4 });
+    expect(got.rowsPassRows.length).toBeGreaterThan(0);
+    expectSameDraws(got, want);
+    for (const t of owned) t.dispose();
+  });
+
   test('+Inf logits in two shards share the mass: the merged tokens are the unsharded ones', async () => {
     const biasValues = new Float32Array(V);
     biasValues[5] = Infinity;
