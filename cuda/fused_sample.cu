@@ -1,6 +1,7 @@
 // launch_fused_sample: the LM-head GEMM + Gumbel-max sampler that never materializes [B, V].
 //
-// Options beyond temperature (filters, logprobs, masks) go to launch_fused_filtered (filters.cu).
+// Options beyond temperature (filters, logprobs, masks) go to launch_fused_filtered (filters.cu);
+// a vocabulary shard's, and the rows pass's shard call, to launch_partial_sample (partial.cu).
 // Otherwise three kernels:
 //   1. clear_winners_kernel zeroes one 64-bit winner word per (row, sample) (a kernel rather than a
 //      memset so that the GEMM can be launched programmatically after it);
