@@ -23,8 +23,9 @@ std::string merge_partials(const SampleParams& p, const PartialSet& set, int32_t
   try {
     const int64_t stride = merge_scratch_keys(p, set);
     std::vector<uint64_t> merged(static_cast<size_t>(p.batch * stride));
+    std::vector<double> weight(static_cast<size_t>(p.batch * stride));
     std::vector<double> chunk_mass(static_cast<size_t>(p.batch * merge_chunks(stride)));
-    const MergeScratch scratch{merged.data(), chunk_mass.data(), stride};
+    const MergeScratch scratch{merged.data(), weight.data(), chunk_mass.data(), stride};
     detail::parallel_for(p.batch, detail::resolve_threads(num_threads),
                          [&](int64_t b) { merge_partial_row(p, set, b, scratch); });
   } catch (const std::exception& e) {

@@ -551,6 +551,8 @@ __global__ void __launch_bounds__(kMergeThreads)
   if (!s_go) return;
   merge_place(r, tid, blockDim.x);
   __syncthreads();
+  merge_weights(r, tid, blockDim.x);
+  __syncthreads();
   merge_chunk_masses(r, tid, blockDim.x);
   __syncthreads();
   if (tid == 0) {
@@ -688,6 +690,7 @@ cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, 
   MergeScratch scratch;
   scratch.stride = merge_scratch_keys(p, set);
   cudaError_t err = space.take(static_cast<size_t>(p.batch * scratch.stride) * 8u, &scratch.merged);
+  if (err == cudaSuccess) err = space.take(static_cast<size_t>(p.batch * scratch.stride) * 8u, &scratch.weight);
   if (err == cudaSuccess)
     err = space.take(static_cast<size_t>(p.batch * merge_chunks(scratch.stride)) * 8u, &scratch.chunk_mass);
   if (err == cudaSuccess) {
@@ -695,8 +698,9 @@ cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, 
     err = cudaGetLastError();
   }
   const cudaError_t freed = space.give_back(scratch.chunk_mass);
+  const cudaError_t freed_weights = space.give_back(scratch.weight);
   const cudaError_t freed_keys = space.give_back(scratch.merged);
-  return err != cudaSuccess ? err : freed != cudaSuccess ? freed : freed_keys;
+  return err != cudaSuccess ? err : freed != cudaSuccess ? freed : freed_weights != cudaSuccess ? freed_weights : freed_keys;
 }
 
 }  // namespace cuda

@@ -7,8 +7,9 @@
 // are a prefix of that shard's order, so the merged keys down to the largest last key of an
 // incomplete shard are a complete prefix of the row's order. A row whose kept set or topLogprobs
 // reach past that prefix is kRowUndecided: the shards must send more candidates. A row's merge is
-// a few steps (setup, the prefix placed in the row's order, its chunks' masses, the decision, the
-// draw) that one CPU thread runs in turn and a GPU block runs with a thread per key or chunk.
+// a few steps (setup, the prefix placed in the row's order, its keys' weights, its chunks' masses,
+// the decision, the draw) that one CPU thread runs in turn and a GPU block runs with a thread per
+// key or chunk.
 #pragma once
 
 #include <math.h>
@@ -89,6 +90,7 @@ constexpr int64_t kMergeChunk = 256;
 // chunks' masses. Rows `stride` keys apart (>= the keys the shards hold for a row together).
 struct MergeScratch {
   uint64_t* merged;     // [rows, stride]
+  double* weight;       // [rows, stride]
   double* chunk_mass;   // [rows, merge_chunks(stride)]
   int64_t stride;
 };
@@ -133,6 +135,7 @@ struct MergeRow {
   MergedTier t;
   int64_t prefix;                 // merged keys in the complete prefix (at most t.size)
   uint64_t* merged;               // the prefix in the row's order (merge_place)
+  double* weight;                 // its keys' exp(z - z_max) (merge_weights)
   double* chunk_mass;             // its chunks' masses (merge_chunk_masses)
 };
 
@@ -252,6 +255,7 @@ FS_HD bool merge_row_setup(const SampleParams& p, const PartialSet& set, int64_t
   r->prefix = prefix < t.size ? prefix : t.size;
   if (r->prefix > scratch.stride) r->prefix = scratch.stride;  // (a corrupted state's counts)
   r->merged = scratch.merged + b * scratch.stride;
+  r->weight = scratch.weight + b * scratch.stride;
   r->chunk_mass = scratch.chunk_mass + b * merge_chunks(scratch.stride);
   return true;
 }
@@ -270,9 +274,16 @@ FS_HD void merge_place(const MergeRow& r, int64_t first, int64_t step) {
   }
 }
 
-FS_HD double merged_key_weight(const MergeRow& r, int64_t i) { return merged_weight(r.t, partial_key_logit(r.merged[i])); }
+FS_HD double merged_key_weight(const MergeRow& r, int64_t i) { return r.weight[i]; }
 
-// Third step: each chunk's mass (threads take chunks first, first + step, ...).
+// Third step: the keys' weights (threads take keys first, first + step, ...), so that the sums
+// below and the decision's are chains of additions, not of exponentials; then, after the caller's
+// barrier, merge_chunk_masses.
+FS_HD void merge_weights(const MergeRow& r, int64_t first, int64_t step) {
+  for (int64_t i = first; i < r.prefix; i += step) r.weight[i] = merged_weight(r.t, partial_key_logit(r.merged[i]));
+}
+
+// Fourth step: each chunk's mass (threads take chunks first, first + step, ...).
 FS_HD void merge_chunk_masses(const MergeRow& r, int64_t first, int64_t step) {
   for (int64_t c = first; c < merge_chunks(r.prefix); c += step) {
     const int64_t end = (c + 1) * kMergeChunk < r.prefix ? (c + 1) * kMergeChunk : r.prefix;
@@ -292,7 +303,7 @@ FS_HD double merge_mass(const MergeRow& r, int64_t count) {
   return sum + part;
 }
 
-// Fourth step (one thread): SEMANTICS §2.5-2.7 with row b's filters on the complete prefix (the
+// Fifth step (one thread): SEMANTICS §2.5-2.7 with row b's filters on the complete prefix (the
 // CPU backend's decide_kept on merged keys). A filter whose cut lies past the prefix leaves the row
 // undecided.
 FS_HD MergedKept merge_decide(const SampleParams& p, const MergeRow& r, int64_t b) {
@@ -416,6 +427,7 @@ FS_HD void merge_partial_row(const SampleParams& p, const PartialSet& set, int64
   MergeRow r;
   if (!merge_row_setup(p, set, b, scratch, &r)) return;
   merge_place(r, 0, 1);
+  merge_weights(r, 0, 1);
   merge_chunk_masses(r, 0, 1);
   const MergedKept kept = merge_decide(p, r, b);
   if (merge_undecided(r, kept)) {
