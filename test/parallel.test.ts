@@ -123,6 +123,15 @@ function expectSameDraws(result: MergeResult, want: Awaited<ReturnType<typeof sa
   }
 }
 
+/** numSamples S draws of one row under the filters of `f`, from `seed`. */
+function samplesOf(f: FilterSpec, seed: bigint, S: number): SampleOptions {
+  const options: SampleOptions = { temperature: f.temperature ?? 1, seed, numSamples: S };
+  if (f.topK) options.topK = f.topK;
+  if (f.topP) options.topP = f.topP;
+  if (f.minP) options.minP = f.minP;
+  return options;
+}
+
 const perRowSeeds = (B: number) => BigUint64Array.from({ length: B }, (_, b) => BigInt(4242 + 17 * b));
 
 describeDevices((name, dev) => {
@@ -290,10 +299,7 @@ describeDevices((name, dev) => {
     const small = plantedHead(dev(), [row]);
     const kept = keptDistribution(small.logits[0], f);
     const S = scaled(60000, 65536);
-    const options: SampleOptions = { temperature: f.temperature ?? 1, seed: 99n, numSamples: S };
-    if (f.topK) options.topK = f.topK;
-    if (f.topP) options.topP = f.topP;
-    if (f.minP) options.minP = f.minP;
+    const options = samplesOf(f, 99n, S);
     const { result } = await shardAndMerge(small, shardBounds(V3, 3, 8), options);
     const counts = rowCounts(result.tokens, 1, S, V3)[0];
     const fit = goodnessOfFit(counts, kept.probs);
@@ -313,10 +319,7 @@ describeDevices((name, dev) => {
     const small = plantedHead(dev(), [row]);
     const kept = keptDistribution(small.logits[0], f);
     const S = scaled(60000, 65536);
-    const options: SampleOptions = { temperature: f.temperature ?? 1, seed: 5n, numSamples: S };
-    if (f.topK) options.topK = f.topK;
-    if (f.topP) options.topP = f.topP;
-    if (f.minP) options.minP = f.minP;
+    const options = samplesOf(f, 5n, S);
     const bounds = shardBounds(V3, 3, 9);
     const first = await shardAndMerge(small, bounds, options, () => ({}), { candidates: 4 });
     expect(Array.from(first.result.undecidedRows)).toEqual([0]);
