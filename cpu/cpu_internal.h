@@ -60,6 +60,10 @@ class LogitSource {
   int64_t chunk_rows_;         // W rows converted per chunk: the chunk stays in L1/L2
 };
 
+// Every row's final logits [batch, vocab] (LogitSource), the vocabulary's tiles split over up to
+// `threads` threads.
+std::vector<float> materialize_logits(const SampleParams& p, int threads);
+
 // ---- row probability mass -----------------------------------------------------------------------
 
 // z = logit / T in float64: the scale of probabilities and log-probabilities.

@@ -206,6 +206,21 @@ const std::vector<Entry>& BestEntries::finish() {
 
 namespace detail {
 
+std::vector<float> materialize_logits(const SampleParams& p, int threads) {
+  const int64_t vocab = p.vocab;
+  const int64_t tiles = (vocab + kVocabTile - 1) / kVocabTile;
+  LogitSource source(p);
+  std::vector<float> logits(static_cast<size_t>(p.batch * vocab));
+  const int64_t parts = std::min<int64_t>(threads, tiles);
+  run_threads(static_cast<int>(parts), [&](int part) {
+    std::vector<float> scratch;
+    const int64_t v_begin = std::min(vocab, tiles * part / parts * kVocabTile);
+    const int64_t v_end = std::min(vocab, tiles * (part + 1) / parts * kVocabTile);
+    source.compute(0, p.batch, v_begin, v_end, logits.data() + v_begin, vocab, scratch);
+  });
+  return logits;
+}
+
 void write_raw_logprobs(const SampleParams& p, int num_threads) {
   if (!reports_raw_logprobs(p)) return;
   // the raw logits: the same source without the mask and the listed tokens

@@ -39,18 +39,9 @@ std::string shard_row_values(const SampleParams& p, int num_threads) {
       p.value_row_count > p.batch || p.value_pitch < p.vocab)
     return "shard_row_values: rows or their segment are missing or out of range";
   try {
-    const int threads = detail::resolve_threads(num_threads);
-    const int64_t V = p.vocab, tiles = (V + detail::kVocabTile - 1) / detail::kVocabTile;
+    const int64_t V = p.vocab;
     // every row's candidate values, as the reference computes them, then the asked rows copied
-    detail::LogitSource source(p);
-    std::vector<float> logits(static_cast<size_t>(p.batch * V));
-    const int64_t parts = std::min<int64_t>(threads, tiles);
-    detail::run_threads(static_cast<int>(parts), [&](int part) {
-      std::vector<float> scratch;
-      const int64_t v_begin = std::min(V, tiles * part / parts * detail::kVocabTile);
-      const int64_t v_end = std::min(V, tiles * (part + 1) / parts * detail::kVocabTile);
-      source.compute(0, p.batch, v_begin, v_end, logits.data() + v_begin, V, scratch);
-    });
+    const std::vector<float> logits = detail::materialize_logits(p, detail::resolve_threads(num_threads));
     auto* header = static_cast<RowValuesHeader*>(p.row_values);
     *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
     float* out = reinterpret_cast<float*>(header + 1);

@@ -21,16 +21,7 @@ std::string sample_reference(const SampleParams& p, ReferenceMethod method, int 
   try {
     const int threads = resolve_threads(num_threads);
     const int64_t vocab = p.vocab;
-    const int64_t tiles = (vocab + kVocabTile - 1) / kVocabTile;
-    LogitSource source(p);
-    std::vector<float> logits(static_cast<size_t>(p.batch * vocab));
-    const int64_t parts = std::min<int64_t>(threads, tiles);
-    run_threads(static_cast<int>(parts), [&](int part) {
-      std::vector<float> scratch;
-      const int64_t v_begin = std::min(vocab, tiles * part / parts * kVocabTile);
-      const int64_t v_end = std::min(vocab, tiles * (part + 1) / parts * kVocabTile);
-      source.compute(0, p.batch, v_begin, v_end, logits.data() + v_begin, vocab, scratch);
-    });
+    const std::vector<float> logits = materialize_logits(p, threads);
 
     std::vector<RowPlan> plans(static_cast<size_t>(p.batch));
     parallel_for(p.batch, threads, [&](int64_t b) {
