@@ -205,6 +205,11 @@ std::string nccl_all_gather(const std::vector<std::shared_ptr<NcclComm>>& comms,
                             const std::vector<const void*>& send, const std::vector<void*>& recv, size_t bytes,
                             uint64_t stream, NcclWait** wait);
 std::string nccl_wait(NcclWait* wait, int timeout_ms);
+// Enqueues one all-gather of `bytes` from `send` into `recv` (size x bytes) on `stream` and returns
+// once NCCL has enqueued it (captured, when the stream is capturing): no wait for completion, no
+// timeout (an engine's sharded step). Refuses a communicator of another device than `ordinal`.
+std::string nccl_all_gather_enqueue(NcclComm& comm, int ordinal, const void* send, void* recv, size_t bytes,
+                                    uint64_t stream);
 void nccl_abort(NcclComm& comm);
 void nccl_destroy(NcclComm& comm);
 
@@ -261,6 +266,24 @@ struct SamplerBlock {
 SamplerBlock sampler_block_layout(int64_t max_batch, const int64_t capacity[kListKinds]);
 
 // A sampler's state, shared by its JS object, the graphs that captured it and its work in flight.
+// An engine sampler whose head is one rank's vocabulary shard (createSampler's tp): enqueue writes
+// the shard's partial state, all-gathers the ranks' states, merges them into the outputs and runs
+// the rows pass (its values all-gathered too), every step on the stream (capturable). One device
+// block holds every buffer, at the offsets below.
+struct ShardedStep {
+  std::shared_ptr<NcclComm> comm;
+  int ranks = 1;
+  int64_t vocab_offset = 0, vocab_total = 0;
+  int32_t capacity = 0;       // candidates a row
+  int32_t rows_pass_rows = 0; // undecided rows the rows pass takes per step
+  int64_t pitch = 0;          // floats a row in a rows-pass segment (every rank's largest shard)
+  uint64_t options_hash = 0;
+  size_t state_bytes = 0, segment_bytes = 0;
+  StorageRef buffers;
+  size_t state = 0, states = 0, merge_status = 0, row_status = 0, shard_flags = 0, decide_flags = 0, rows = 0,
+         logits = 0, segment = 0, segments = 0;
+};
+
 struct EngineSampler {
   int ordinal = 0;
   bool on_device = false;
@@ -276,6 +299,7 @@ struct EngineSampler {
   bool used = false;
   void* order_event = nullptr; // cudaEvent_t that joins a new stream to last_stream
   std::shared_ptr<void> launch_graphs;  // CUDA: graphs of repeated enqueues (binding/gpu/engine.cc)
+  std::shared_ptr<ShardedStep> sharded;  // a rank's shard (createSampler's tp), else null
   ~EngineSampler();
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +84,17 @@ inline double get_number(const Napi::Object& o, const char* name, double fallbac
   return v.As<Napi::Number>().DoubleValue();
 }
 
+// A bigint field as 64 bits (0 when undefined).
+inline uint64_t get_u64(const Napi::Object& o, const char* name) {
+  Napi::Value v = o.Get(name);
+  if (v.IsUndefined()) return 0;
+  if (!v.IsBigInt()) throw_error(o.Env(), std::string(name) + ": expected a bigint");
+  bool lossless = false;
+  const uint64_t x = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw_error(o.Env(), std::string(name) + ": expected a 64-bit value");
+  return x;
+}
+
 inline bool get_bool(const Napi::Object& o, const char* name) {
   Napi::Value v = o.Get(name);
   return v.IsBoolean() && v.As<Napi::Boolean>().Value();
@@ -123,6 +135,10 @@ Napi::TypedArrayOf<T> to_typed_array(Napi::Env env, const std::vector<T>& values
   if (!values.empty()) std::copy(values.begin(), values.end(), array.Data());
   return array;
 }
+
+struct NcclComm;
+// binding/nccl.cc: the communicator a NativeComm wraps; throws naming `name` for anything else.
+std::shared_ptr<NcclComm> communicator_arg(Napi::Env env, Napi::Value v, const std::string& name);
 
 }  // namespace binding
 }  // namespace flashsample

@@ -60,12 +60,17 @@ class NativeComm : public Napi::ObjectWrap<NativeComm> {
   }
 };
 
-std::shared_ptr<NcclComm> comm_of(Napi::Env env, Napi::Value v, const std::string& name) {
+
+}  // namespace
+
+std::shared_ptr<NcclComm> communicator_arg(Napi::Env env, Napi::Value v, const std::string& name) {
   if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(g_comm_constructor->Value())) {
     throw_error(env, name + ": expected a communicator");
   }
   return NativeComm::Unwrap(v.As<Napi::Object>())->comm;
 }
+
+namespace {
 
 // ncclStatus(): {loaded, path, version, error}
 Napi::Value Status(const Napi::CallbackInfo& info) {
@@ -145,7 +150,7 @@ Napi::Value AllGather(const Napi::CallbackInfo& info) {
   std::vector<void*> recvs;
   auto keep = std::make_shared<std::vector<StorageRef>>();
   for (uint32_t i = 0; i < comms_js.Length(); ++i) {
-    auto c = comm_of(env, comms_js.Get(i), "comms[" + std::to_string(i) + "]");
+    auto c = communicator_arg(env, comms_js.Get(i), "comms[" + std::to_string(i) + "]");
     const NcclCommInfo ci = nccl_comm_info(*c);
     StorageRef send = NativeBuffer::storage_of(sends_js.Get(i), "send");
     StorageRef recv = NativeBuffer::storage_of(recvs_js.Get(i), "recv");

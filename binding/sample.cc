@@ -109,15 +109,6 @@ bool read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, 
   return true;
 }
 
-uint64_t get_u64(const Napi::Object& spec, const char* name) {
-  Napi::Value v = spec.Get(name);
-  if (v.IsUndefined()) return 0;
-  if (!v.IsBigInt()) throw_error(spec.Env(), std::string(name) + ": expected a bigint");
-  bool lossless = false;
-  const uint64_t x = v.As<Napi::BigInt>().Uint64Value(&lossless);
-  if (!lossless) throw_error(spec.Env(), std::string(name) + ": expected a 64-bit value");
-  return x;
-}
 
 // `merge`: a mergePartials spec (no operands; the partial blocks instead).
 std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = false) {

@@ -11,6 +11,7 @@
 
 #include "../cpu/cpu_sampler.h"
 #include "../cuda/include/noise.h"
+#include "../cuda/include/partial.h"
 #include "../cuda/include/regions.h"
 #include "cuda_api.h"
 #include "napi_util.h"
@@ -111,6 +112,53 @@ class NativeGraph : public Napi::ObjectWrap<NativeGraph> {
   }
   Napi::Value Disposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !graph); }
 };
+
+// createSampler's tp ({comm, vocabOffset, vocabSize, candidates, rowsPassRows, maxShardVocab,
+// optionsHash}; lib/sampler.ts checked them): the sharded step's buffers in one device block. Its
+// calls' temporaries are stream-ordered allocations (a captured graph's own allocation nodes).
+std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s, const Napi::Object& c) {
+  const SampleParams& p = s.shape;
+  if (!s.on_device) throw_error(env, "tp: a sharded sampler needs a 'cuda' device");
+  auto t = std::make_shared<ShardedStep>();
+  t->comm = communicator_arg(env, c.Get("comm"), "tp.comm");
+  const NcclCommInfo info = nccl_comm_info(*t->comm);
+  if (info.closed) throw_error(env, "tp.comm: the communicator was aborted or disposed");
+  if (info.ordinal != s.ordinal) {
+    throw_error(env, "tp.comm: a communicator of cuda:" + std::to_string(info.ordinal) + ", the sampler's device is cuda:" +
+                         std::to_string(s.ordinal));
+  }
+  if (info.size > kMaxShards) throw_error(env, "tp.comm: at most " + std::to_string(kMaxShards) + " ranks");
+  if (has_penalties(p) || p.raw_logprobs != 0) {
+    throw_error(env, "tp: list tables and logprobsMode 'raw' are not supported on a sharded sampler");
+  }
+  t->ranks = info.size;
+  t->vocab_total = get_int(c, "vocabSize", p.vocab, INT32_MAX - 1);
+  t->vocab_offset = get_int(c, "vocabOffset", 0, t->vocab_total - p.vocab);
+  if (t->vocab_offset % 4 != 0) throw_error(env, "tp.vocabOffset: expected a multiple of 4");
+  t->capacity = static_cast<int32_t>(get_int(c, "candidates", 0, kMaxPartialCapacity));
+  t->rows_pass_rows = static_cast<int32_t>(get_int(c, "rowsPassRows", 0, s.max_batch));
+  t->pitch = get_int(c, "maxShardVocab", p.vocab, t->vocab_total);
+  t->options_hash = get_u64(c, "optionsHash");
+  const size_t B = static_cast<size_t>(s.max_batch), ranks = static_cast<size_t>(t->ranks);
+  t->state_bytes = partial_bytes(static_cast<int32_t>(s.max_batch), p.num_samples, t->capacity);
+  t->segment_bytes = t->rows_pass_rows > 0 ? row_values_bytes(t->rows_pass_rows, t->pitch) : 0;
+  RegionLayout regions;
+  t->state = regions.take(t->state_bytes);
+  t->states = regions.take(ranks * t->state_bytes);
+  t->merge_status = regions.take(4 * 4);
+  t->row_status = regions.take(4 * B);
+  t->shard_flags = regions.take(4 * (B + 1));
+  t->decide_flags = regions.take(4 * (B + 1));
+  t->rows = regions.take(4 * static_cast<size_t>(t->rows_pass_rows));
+  // the shard's [B, V shard] logits, then (stream order) the deciding side's [B, vocabSize] rows
+  t->logits = regions.take(t->rows_pass_rows > 0 ? 4 * B * static_cast<size_t>(t->vocab_total) : 0);
+  t->segment = regions.take(t->segment_bytes);
+  t->segments = regions.take(ranks * t->segment_bytes);
+  std::string error;
+  t->buffers = Storage::allocate(MemoryKind::kDevice, s.ordinal, regions.bytes, &error);
+  if (!t->buffers) throw_error(env, "createSampler: the sharded step's " + std::to_string(regions.bytes) + " bytes: " + error);
+  return t;
+}
 
 class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
  public:
@@ -226,7 +274,11 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     p.listed_entries = static_cast<int64_t>(B) * (t[kListPenalty].capacity + t[kListBias].capacity + t[kListBanned].capacity);
     if (p.listed_entries > 0) p.listed_invalid = reinterpret_cast<int32_t*>(block + s->layout.list_invalid);
 
-    if (s->on_device) {
+    const Napi::Value tp = c.Get("tp");
+    if (!tp.IsUndefined()) {
+      if (!tp.IsObject()) throw_error(env, "tp: expected an object");
+      s->sharded = sharded_step(env, *s, tp.As<Napi::Object>());
+    } else if (s->on_device) {
       // Sized with stand-ins for the per-call pointers whose presence picks the path.
       static float marker;
       static uint32_t allowed_marker;

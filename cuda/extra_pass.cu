@@ -1311,6 +1311,31 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   return l;
 }
 
+// The extra pass's regions in the block at `ws` (laid out by extra_pass_layout).
+Work work_in(uint8_t* ws, const ExtraPassLayout& l, int logit_blocks, const uint8_t* stored_tiles, const SampleParams& p) {
+  Work w;
+  w.list = reinterpret_cast<int32_t*>(ws + l.list);
+  w.whole_row = reinterpret_cast<int32_t*>(ws + l.whole);
+  w.parts = reinterpret_cast<RowPart*>(ws + l.parts);
+  w.logit_blocks = logit_blocks;
+  w.plans = reinterpret_cast<RowPlan*>(ws + l.plans);
+  w.hist_count = reinterpret_cast<uint32_t*>(ws + l.hc);
+  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + l.hm);
+  w.shapes = reinterpret_cast<RowShape*>(ws + l.shapes);
+  w.gathered = reinterpret_cast<unsigned long long*>(ws + l.gathered);
+  w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gc);
+  w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cd);
+  w.draw_done = reinterpret_cast<uint32_t*>(ws + l.dd);
+  w.part_z = reinterpret_cast<double*>(ws + l.pz);
+  w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
+  w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
+  w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
+  w.next_task = reinterpret_cast<uint32_t*>(ws + l.tasks);
+  w.stored_tiles = stored_tiles;
+  w.num_vtiles = (p.vocab + 127) / 128;
+  return w;
+}
+
 bool use_tensor_cores(const SampleParams& p) {
   return p.dtype != DType::kF32 && p.dim % 8 == 0 && reinterpret_cast<uintptr_t>(p.hidden) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
@@ -1342,26 +1367,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
   Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
   if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
-  Work w;
-  w.list = reinterpret_cast<int32_t*>(ws + l.list);
-  w.whole_row = reinterpret_cast<int32_t*>(ws + l.whole);
-  w.parts = reinterpret_cast<RowPart*>(ws + l.parts);
-  w.logit_blocks = logit_blocks;
-  w.plans = reinterpret_cast<RowPlan*>(ws + l.plans);
-  w.hist_count = reinterpret_cast<uint32_t*>(ws + l.hc);
-  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + l.hm);
-  w.shapes = reinterpret_cast<RowShape*>(ws + l.shapes);
-  w.gathered = reinterpret_cast<unsigned long long*>(ws + l.gathered);
-  w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gc);
-  w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cd);
-  w.draw_done = reinterpret_cast<uint32_t*>(ws + l.dd);
-  w.part_z = reinterpret_cast<double*>(ws + l.pz);
-  w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
-  w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
-  w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
-  w.next_task = reinterpret_cast<uint32_t*>(ws + l.tasks);
-  w.stored_tiles = stored_tiles;
-  w.num_vtiles = (p.vocab + 127) / 128;
+  const Work w = work_in(ws, l, logit_blocks, stored_tiles, p);
 
   // Five kernels that return at once when no row was flagged (the common case): each is launched
   // programmatically, and the four after the logits kernel read the final flagged count before
@@ -1401,6 +1407,24 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                                 programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, flagged_count, stream);
+  const cudaError_t freed = scratch.give_back(ws);
+  return err != cudaSuccess ? err : freed;
+}
+
+cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
+                                  float* row_logits, cudaStream_t stream) {
+  if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr) return cudaErrorInvalidValue;
+  const LogitsKernel logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
+  int logit_blocks = 0;
+  cudaError_t err = logit_blocks_for(p, logits_kernel, &logit_blocks);
+  if (err != cudaSuccess) return err;
+  const ExtraPassLayout l = extra_pass_layout(p, logit_blocks);
+  Scratch scratch(p, stream);
+  uint8_t* ws = nullptr;
+  if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
+  const Work w = work_in(ws, l, logit_blocks, nullptr, p);
+  err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0, stream,
+                              detail::programmatic_launch_supported(), p, flags, flagged_count, w, row_logits);
   const cudaError_t freed = scratch.give_back(ws);
   return err != cudaSuccess ? err : freed;
 }

@@ -954,8 +954,12 @@ __global__ void __launch_bounds__(kThreads)
 // segments (p.row_values) to its place in `rows` ([B, V], global order) and flag it 2 (stored
 // wholly) for the extra pass, which decides it as it decides the unsharded call's flagged rows.
 // Segments that are not one round's (row_values_segments_ok) leave the row unflagged, undecided.
-__global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t* flags, int32_t* flagged) {
-  const int64_t i = blockIdx.y, b = p.value_rows[i], V = p.vocab;
+// With `live`, only the first *live rows of value_rows are assembled.
+__global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t* flags, int32_t* flagged,
+                                           const int32_t* live) {
+  const int64_t i = blockIdx.y;
+  if (live != nullptr && i >= *live) return;
+  const int64_t b = p.value_rows[i], V = p.vocab;
   __shared__ bool s_ok;
   if (threadIdx.x == 0)
     s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V);
@@ -2108,29 +2112,51 @@ cudaError_t launch_whole_rows(const SampleParams& p, float* logits, const int32_
                                detail::programmatic_launch_supported(), logits, p, only_rows, any, false);
 }
 
+namespace {
+
+bool row_values_call_ok(const SampleParams& p) {
+  return p.row_values != nullptr && p.value_rows != nullptr && p.value_row_count >= 1 && p.value_row_count <= p.batch &&
+         p.value_segments >= 1 && p.value_segments <= kMaxShards && p.value_pitch >= 1 && p.tokens != nullptr &&
+         p.temperature != nullptr && p.seed != nullptr && p.offset != nullptr && p.raw_logprobs == 0 &&
+         p.allowed == nullptr && p.softcap <= 0.0f && !has_penalties(p);  // (the segments' values are final)
+}
+
+// The segments' rows laid out in `rows` ([B, V]) and flagged (`flags`: [B] and the count, zeroed
+// here), then decided by the extra pass.
+cudaError_t decide_assembled_rows(const SampleParams& p, const int32_t* live, float* rows, int32_t* flags,
+                                  cudaStream_t stream) {
+  const size_t B = static_cast<size_t>(p.batch);
+  cudaError_t err = cudaMemsetAsync(flags, 0, (B + 1) * sizeof(int32_t), stream);
+  if (err == cudaSuccess) {
+    const int64_t blocks = (p.vocab + 255) / 256;
+    const dim3 grid(static_cast<unsigned>(blocks < 32 ? blocks : 32), static_cast<unsigned>(p.value_row_count));
+    assemble_row_values_kernel<<<grid, 256, 0, stream>>>(rows, p, flags, flags + B, live);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = launch_extra_pass(p, flags, flags + B, rows, nullptr, stream);
+  return err;
+}
+
+}  // namespace
+
 cudaError_t launch_decide_row_values(const SampleParams& p, cudaStream_t stream) {
-  if (p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 || p.value_row_count > p.batch ||
-      p.value_segments < 1 || p.value_segments > kMaxShards || p.value_pitch < 1 || p.tokens == nullptr ||
-      p.temperature == nullptr || p.seed == nullptr || p.offset == nullptr || p.raw_logprobs != 0 ||
-      p.allowed != nullptr || p.softcap > 0.0f || has_penalties(p))
-    return cudaErrorInvalidValue;  // (the segments' values are final: no per-token step is left)
+  if (!row_values_call_ok(p)) return cudaErrorInvalidValue;
   Scratch scratch(p, stream);
   float* rows = nullptr;
   int32_t* flags = nullptr;  // [B] and the flagged count after them
   const size_t B = static_cast<size_t>(p.batch);
   cudaError_t err = scratch.take(B * static_cast<size_t>(p.vocab) * sizeof(float), &rows);
   if (err == cudaSuccess) err = scratch.take((B + 1) * sizeof(int32_t), &flags);
-  if (err == cudaSuccess) err = cudaMemsetAsync(flags, 0, (B + 1) * sizeof(int32_t), stream);
-  if (err == cudaSuccess) {
-    const int64_t blocks = (p.vocab + 255) / 256;
-    const dim3 grid(static_cast<unsigned>(blocks < 32 ? blocks : 32), static_cast<unsigned>(p.value_row_count));
-    assemble_row_values_kernel<<<grid, 256, 0, stream>>>(rows, p, flags, flags + B);
-    err = cudaGetLastError();
-  }
-  if (err == cudaSuccess) err = launch_extra_pass(scratch.rest(p), flags, flags + B, rows, nullptr, stream);
+  if (err == cudaSuccess) err = decide_assembled_rows(scratch.rest(p), nullptr, rows, flags, stream);
   const cudaError_t freed_flags = scratch.give_back(flags);
   const cudaError_t freed = scratch.give_back(rows);
   return err != cudaSuccess ? err : freed_flags != cudaSuccess ? freed_flags : freed;
+}
+
+cudaError_t launch_rows_pass_decide(const SampleParams& p, const int32_t* live, float* rows, int32_t* flags,
+                                    cudaStream_t stream) {
+  if (!row_values_call_ok(p) || live == nullptr || rows == nullptr || flags == nullptr) return cudaErrorInvalidValue;
+  return decide_assembled_rows(p, live, rows, flags, stream);
 }
 
 // The one-pass path (filtered_gemm_supported): the split kernel's filtered epilogue, the per-row

@@ -548,7 +548,11 @@ __global__ void __launch_bounds__(kMergeThreads)
     s_go = s_error == kPartialOk && merge_row_setup(p, set, b, scratch, &r);
   }
   __syncthreads();
-  if (!s_go) return;
+  if (!s_go) {
+    // (an engine's sharded step reads no status word: its rows say that the states did not fit)
+    if (tid == 0 && s_error != kPartialOk) merged_point_row(p, b, kRowShardMismatch, -1);
+    return;
+  }
   merge_place(r, tid, blockDim.x);
   __syncthreads();
   merge_weights(r, tid, blockDim.x);
@@ -574,13 +578,38 @@ __global__ void __launch_bounds__(kMergeThreads)
   if (tid == 0 && p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
+// An engine's sharded step, after the merge: its first `max_rows` undecided rows (row_status
+// kRowUndecided), in batch order, into rows[] (-1 past them) and flags[b] = 1 (the flagged logits'
+// input), their count in flags[batch]. One warp; the same on every rank, which merged the same states.
+__global__ void list_undecided_rows_kernel(const int32_t* __restrict__ row_status, int64_t batch, int32_t max_rows,
+                                           int32_t* flags, int32_t* rows) {
+  const int lane = threadIdx.x;
+  int32_t n = 0;
+  for (int64_t first = 0; first < batch; first += 32) {
+    const int64_t b = first + lane;
+    const bool undecided = b < batch && row_status[b] == kRowUndecided;
+    const unsigned mask = __ballot_sync(0xffffffffu, undecided);
+    const int32_t at = n + __popc(mask & ((1u << lane) - 1u));
+    const bool listed = undecided && at < max_rows;
+    if (b < batch) flags[b] = listed ? 1 : 0;
+    if (listed) rows[at] = static_cast<int32_t>(b);
+    n += __popc(mask);
+  }
+  const int32_t count = n < max_rows ? n : max_rows;
+  for (int32_t i = count + lane; i < max_rows; i += 32) rows[i] = -1;
+  if (lane == 0) flags[batch] = count;
+}
+
 // The rows pass, a shard's side: the candidate values of rows value_rows[y] (NaN: not drawable) into
-// its segment of p.row_values, after the header that block (0, 0) writes.
-__global__ void shard_row_values_kernel(const float* __restrict__ logits, SampleParams p) {
-  const int64_t i = blockIdx.y, b = p.value_rows[i], V = p.vocab;
+// its segment of p.row_values, after the header that block (0, 0) writes; with `live`, only the
+// first *live rows (the others' slots are left as they are).
+__global__ void shard_row_values_kernel(const float* __restrict__ logits, SampleParams p, const int32_t* live) {
+  const int64_t i = blockIdx.y, V = p.vocab;
   auto* header = static_cast<RowValuesHeader*>(p.row_values);
   if (i == 0 && blockIdx.x == 0 && threadIdx.x == 0)
     *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
+  if (live != nullptr && i >= *live) return;
+  const int64_t b = p.value_rows[i];
   float* out = reinterpret_cast<float*>(header + 1) + i * p.value_pitch;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < V;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -655,7 +684,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (err == cudaSuccess && call.row_values != nullptr) {  // the rows pass: the rows' values only
     const int64_t blocks = (p.vocab + 255) / 256;
     const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(call.value_row_count));
-    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p);
+    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, nullptr);
     err = cudaGetLastError();
   } else if (err == cudaSuccess) {
     const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
@@ -679,6 +708,25 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
     if (freed == cudaSuccess) freed = e;
   }
   return err != cudaSuccess ? err : freed;
+}
+
+cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_status, int32_t* flags, float* logits,
+                                    cudaStream_t stream) {
+  if (p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 || p.value_row_count > p.batch ||
+      p.value_pitch < p.vocab || row_status == nullptr || flags == nullptr || logits == nullptr || has_penalties(p) ||
+      p.hidden == nullptr || p.weight == nullptr)
+    return cudaErrorInvalidValue;
+  list_undecided_rows_kernel<<<1, 32, 0, stream>>>(row_status, p.batch, static_cast<int32_t>(p.value_row_count), flags,
+                                                   const_cast<int32_t*>(p.value_rows));
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = launch_flagged_logits(p, flags, flags + p.batch, logits, stream);
+  if (err == cudaSuccess) {
+    const int64_t blocks = (p.vocab + 255) / 256;
+    const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(p.value_row_count));
+    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, flags + p.batch);
+    err = cudaGetLastError();
+  }
+  return err;
 }
 
 cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status,

@@ -3,7 +3,7 @@ export { open, gpuStatus, Device } from './device';
 export type { DeviceSpec, DeviceKind, GpuStatus } from './device';
 export { Tensor } from './tensor';
 export { Sampler, CudaGraph, ROW_FIELDS, MAX_LIST_CAPACITY } from './sampler';
-export type { SamplerConfig, RowFilter, RowValues, Rows, RowLayout, EnqueueArgs, PenaltyTable } from './sampler';
+export type { SamplerConfig, SamplerShardConfig, RowFilter, RowValues, Rows, RowLayout, EnqueueArgs, PenaltyTable } from './sampler';
 export type { TensorData } from './tensor';
 export { sampleFused, sampleFusedInto, sampleReference, timeSampler, measureReadBandwidth } from './sample';
 export type { SampleResult, SamplerKind } from './sample';

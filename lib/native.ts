@@ -146,6 +146,11 @@ export interface NativeSamplerHandle {
 }
 
 export interface NativeSamplerConfig {
+  /** A rank's shard (binding/sampler.cc, sharded_step). */
+  tp?: {
+    comm: NativeCommHandle; vocabOffset: number; vocabSize: number; candidates: number; rowsPassRows: number;
+    maxShardVocab: number; optionsHash: bigint;
+  };
   device: 0 | 1;
   ordinal: number;
   maxBatch: number;

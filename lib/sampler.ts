@@ -4,7 +4,8 @@
 import type { Device } from './device';
 import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
-import { native, NativeGraphHandle, NativeSamplerHandle } from './native';
+import { native, NativeGraphHandle, NativeSamplerConfig, NativeSamplerHandle } from './native';
+import { Communicator } from './nccl';
 import {
   checkBannedTokens, checkFilterOrder, checkLogitBias, checkLogprobsMode, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
 } from './options';
@@ -50,6 +51,56 @@ export interface SamplerConfig {
    * recordTokens counts minTokens down. setBannedTokens. Needs numSamples 1.
    */
   bannedCapacity?: number;
+  /** One rank's vocabulary shard, over NCCL (CUDA; no list tables, logprobsMode 'processed'). */
+  tp?: SamplerShardConfig;
+}
+
+/**
+ * A sampler whose head is one rank's vocabulary shard (one process per GPU): enqueue's W holds rows
+ * [vocabOffset, vocabOffset + vocab) of a vocabulary of vocabSize, and every rank's enqueue writes
+ * the unsharded call's tokens (README, "Vocabulary-parallel heads"). Every rank creates its sampler
+ * with the same configuration but for vocabOffset, vocab and its own communicator.
+ */
+export interface SamplerShardConfig {
+  /** This rank's communicator (nccl.initRank), on the sampler's device. */
+  comm: Communicator;
+  /** The shard's first global token id (a multiple of 4). */
+  vocabOffset: number;
+  /** The unsharded vocabulary. */
+  vocabSize: number;
+  /** Candidates a row in the exchanged state (0 .. 2^20); default: topLogprobs, at least 1024 with any filter. */
+  candidates?: number;
+  /**
+   * Rows a step's rows pass can take (0 .. maxBatch): rows whose kept set the candidates cannot
+   * settle, decided from their whole rows. Their values are exchanged every step (rowsPassRows x
+   * maxShardVocab x 4 bytes a rank); rows beyond it come back with status 2 and token -1.
+   * Default ceil(maxBatch / 8) with filters, else 0 (plain rows are always settled).
+   */
+  rowsPassRows?: number;
+  /** The most rows of W any rank's shard holds; default ceil(vocabSize / ranks) up to a multiple of 4. */
+  maxShardVocab?: number;
+}
+
+const SHARD_CONFIG_KEYS = ['comm', 'vocabOffset', 'vocabSize', 'candidates', 'rowsPassRows', 'maxShardVocab'] as const;
+const SHARD_FILTER_CANDIDATES = 1024;
+const MAX_SHARD_CANDIDATES = 2 ** 20;
+
+function intIn(name: string, value: unknown, min: number, max: number, why = ''): number {
+  const expected = `an integer in [${min}, ${max}]${why}`;
+  if (typeof value !== 'number') throw typeError(name, expected, value);
+  if (!Number.isInteger(value) || value < min || value > max) throw rangeError(name, expected, value);
+  return value;
+}
+
+/** FNV-1a (two lanes) of the numbers every rank's sampler must agree on: the merge compares it. */
+function configHash(values: number[]): bigint {
+  let a = 0x811c9dc5 | 0;
+  let b = 0x01000193 ^ 0x5bd1e995;
+  for (const x of new Uint8Array(new Float64Array(values).buffer)) {
+    a = Math.imul(a ^ x, 0x01000193);
+    b = Math.imul(b ^ x, 0x01000193) ^ (b >>> 15);
+  }
+  return (BigInt(a >>> 0) << 32n) | BigInt(b >>> 0);
 }
 
 /** The most slots a row of a sampler's list tables (penalties, logit bias, bans) can have. */
@@ -57,7 +108,7 @@ export const MAX_LIST_CAPACITY = 65536;
 
 const CONFIG_KEYS = [
   'maxBatch', 'vocab', 'hidden', 'dtype', 'numSamples', 'filters', 'logprobs', 'topLogprobs', 'softcap',
-  'allowedTokens', 'filterOrder', 'logprobsMode', 'penaltyCapacity', 'logitBiasCapacity', 'bannedCapacity',
+  'allowedTokens', 'filterOrder', 'logprobsMode', 'penaltyCapacity', 'logitBiasCapacity', 'bannedCapacity', 'tp',
 ] as const;
 
 /** Per-row values for setRows: typed arrays of one length n, for rows first .. first + n - 1. */
@@ -238,6 +289,8 @@ export class Sampler {
   readonly penaltyCapacity: number;
   readonly logitBiasCapacity: number;
   readonly bannedCapacity: number;
+  /** A sharded sampler's settings (createSampler's tp, defaults filled in), else null. */
+  readonly shard: Readonly<Omit<Required<SamplerShardConfig>, 'comm'> & { rank: number; ranks: number }> | null;
   #native: NativeSamplerHandle | null;
 
   /** @internal Use device.createSampler. */
@@ -284,7 +337,13 @@ export class Sampler {
     this.penaltyCapacity = capacity('penaltyCapacity', true);
     this.logitBiasCapacity = capacity('logitBiasCapacity', false);
     this.bannedCapacity = capacity('bannedCapacity', true);
+    const tp = config.tp === undefined ? undefined : this.#shardConfig(config.tp, filterOrder);
+    this.shard = tp === undefined ? null : Object.freeze({
+      vocabOffset: tp.vocabOffset, vocabSize: tp.vocabSize, candidates: tp.candidates, rowsPassRows: tp.rowsPassRows,
+      maxShardVocab: tp.maxShardVocab, rank: config.tp!.comm.rank, ranks: config.tp!.comm.size,
+    });
     this.#native = new native.NativeSampler({
+      ...(tp === undefined ? {} : { tp }),
       device: device.kind === 'cuda' ? 1 : 0,
       ordinal: device.ordinal,
       maxBatch: this.maxBatch,
@@ -305,6 +364,45 @@ export class Sampler {
       logitBiasCapacity: this.logitBiasCapacity,
       bannedCapacity: this.bannedCapacity,
     });
+  }
+
+  #shardConfig(tp: SamplerShardConfig, filterOrder: number): NativeSamplerConfig['tp'] {
+    if (tp === null || typeof tp !== 'object' || Array.isArray(tp)) throw typeError('tp', 'an object {comm, vocabOffset, vocabSize}', tp);
+    checkKnownKeys('tp', tp, SHARD_CONFIG_KEYS);
+    if (this.device.kind !== 'cuda') throw new TypeError(`tp: a sharded sampler needs a 'cuda' device, got ${this.device}`);
+    if (!(tp.comm instanceof Communicator)) throw typeError('tp.comm', 'a Communicator (nccl.initRank)', tp.comm);
+    if (tp.comm.closed) throw new TypeError('tp.comm: the communicator was aborted or disposed');
+    if (!tp.comm.device.sameAs(this.device)) {
+      throw typeError('tp.comm', `a communicator on ${this.device} (the sampler's device)`, raw(`one on ${tp.comm.device}`));
+    }
+    if (this.penaltyCapacity + this.logitBiasCapacity + this.bannedCapacity > 0) {
+      throw new TypeError('tp: penalty, logit-bias and banned-token tables are not supported on a sharded sampler yet (give them capacity 0)');
+    }
+    if (this.logprobsMode === 'raw') {
+      throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)");
+    }
+    const vocabSize = intIn('tp.vocabSize', tp.vocabSize, this.vocab, 2 ** 31 - 2, ' (the unsharded vocabulary, >= vocab)');
+    const vocabOffset = intIn('tp.vocabOffset', tp.vocabOffset, 0, vocabSize - this.vocab, ` (vocabOffset + vocab ${this.vocab} <= vocabSize)`);
+    if (vocabOffset % 4 !== 0) {
+      throw rangeError('tp.vocabOffset', 'a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4)', vocabOffset);
+    }
+    const filtered = this.filters.length > 0;
+    const candidates = tp.candidates === undefined
+      ? Math.min(Math.max(this.topLogprobs, filtered ? SHARD_FILTER_CANDIDATES : 0), vocabSize)
+      : intIn('tp.candidates', tp.candidates, 0, MAX_SHARD_CANDIDATES);
+    const rowsPassRows = tp.rowsPassRows === undefined
+      ? (filtered ? Math.ceil(this.maxBatch / 8) : 0)
+      : intIn('tp.rowsPassRows', tp.rowsPassRows, 0, this.maxBatch, ' (at most maxBatch)');
+    const even = Math.ceil(Math.ceil(vocabSize / tp.comm.size) / 4) * 4;
+    const maxShardVocab = tp.maxShardVocab === undefined ? Math.min(even, vocabSize) : intIn('tp.maxShardVocab', tp.maxShardVocab, 1, vocabSize);
+    if (maxShardVocab < this.vocab) {
+      throw rangeError('tp.maxShardVocab', `at least this shard's vocab ${this.vocab} (the most rows any rank's shard holds; every rank the same)`, maxShardVocab);
+    }
+    const optionsHash = configHash([
+      vocabSize, this.maxBatch, this.numSamples, this.topLogprobs, filterOrder, this.logprobs ? 1 : 0,
+      ...ROW_FILTERS.map((f) => (this.filters.includes(f) ? 1 : 0)), candidates, rowsPassRows, maxShardVocab,
+    ]);
+    return { comm: tp.comm.handle, vocabOffset, vocabSize, candidates, rowsPassRows, maxShardVocab, optionsHash };
   }
 
   #handle(what: string): NativeSamplerHandle {

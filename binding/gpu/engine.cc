@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../cuda/include/launchers.h"
+#include "../../cuda/include/merge.h"
 #include "../cuda_api.h"
 #include "host_steps.h"
 #include "launch.h"
@@ -235,6 +236,74 @@ cudaError_t launch_direct(const EngineSampler& s, const SampleParams& p, bool ad
   return e;
 }
 
+// An engine's sharded step (ShardedStep): the shard's partial state, the all-gather of the ranks'
+// states, their merge into p's outputs, the rows pass (its values all-gathered too) and the
+// offsets' advance, all on `stream`; the kernels of a step without undecided rows return at once.
+std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, bool advance, cudaStream_t stream) {
+  const ShardedStep& t = *s.sharded;
+  uint8_t* base = static_cast<uint8_t*>(t.buffers->data());
+  const uint64_t handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream));
+  SampleParams shard = p;
+  shard.partial = base + t.state;
+  shard.partial_capacity = t.capacity;
+  shard.partial_max_batch = static_cast<int32_t>(s.max_batch);
+  shard.options_hash = t.options_hash;
+  shard.vocab_offset = t.vocab_offset;
+  shard.vocab_total = t.vocab_total;
+  shard.row_status = nullptr;
+  cudaError_t e = cuda::launch_fused_sample(shard, stream);
+  if (e != cudaSuccess) return "enqueue (the shard's partial state): " + launch_message(SamplerKind::kFused, e);
+  std::string error = nccl_all_gather_enqueue(*t.comm, s.ordinal, base + t.state, base + t.states, t.state_bytes, handle);
+  if (!error.empty()) return error;
+  // The merge takes the per-row options only: the shard's operands, mask and softcap are in its state.
+  SampleParams merge = p;
+  merge.hidden = merge.weight = merge.bias = nullptr;
+  merge.allowed = nullptr;
+  merge.softcap = 0.0f;
+  merge.vocab = t.vocab_total;
+  merge.vocab_offset = 0;
+  merge.vocab_total = 0;
+  merge.options_hash = t.options_hash;
+  merge.row_status = p.row_status != nullptr ? p.row_status : reinterpret_cast<int32_t*>(base + t.row_status);
+  PartialSet set{};
+  set.count = t.ranks;
+  for (int i = 0; i < t.ranks; ++i) {
+    set.blocks[i] = base + t.states + static_cast<size_t>(i) * t.state_bytes;
+    set.bytes[i] = t.state_bytes;
+  }
+  e = cuda::launch_merge_partials(merge, set, reinterpret_cast<int32_t*>(base + t.merge_status), stream);
+  if (e != cudaSuccess) return cuda_message("enqueue (the merge of the ranks' states)", e);
+  if (t.rows_pass_rows > 0) {
+    auto* shard_flags = reinterpret_cast<int32_t*>(base + t.shard_flags);
+    auto* rows = reinterpret_cast<int32_t*>(base + t.rows);
+    auto* logits = reinterpret_cast<float*>(base + t.logits);
+    SampleParams values = shard;
+    values.partial = nullptr;
+    values.row_values = base + t.segment;
+    values.value_rows = rows;
+    values.value_row_count = t.rows_pass_rows;
+    values.value_pitch = t.pitch;
+    e = cuda::launch_rows_pass_values(values, merge.row_status, shard_flags, logits, stream);
+    if (e != cudaSuccess) return cuda_message("enqueue (the rows pass's values)", e);
+    error = nccl_all_gather_enqueue(*t.comm, s.ordinal, base + t.segment, base + t.segments, t.segment_bytes, handle);
+    if (!error.empty()) return error;
+    SampleParams decide = merge;
+    decide.row_values = base + t.segments;
+    decide.value_rows = rows;
+    decide.value_row_count = t.rows_pass_rows;
+    decide.value_pitch = t.pitch;
+    decide.value_segments = t.ranks;
+    e = cuda::launch_rows_pass_decide(decide, shard_flags + p.batch, logits,
+                                      reinterpret_cast<int32_t*>(base + t.decide_flags), stream);
+    if (e != cudaSuccess) return cuda_message("enqueue (the rows pass's decision)", e);
+  }
+  if (advance) {
+    e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
+    if (e != cudaSuccess) return cuda_message("enqueue (advancing the offsets)", e);
+  }
+  return "";
+}
+
 cudaStream_t g_private_streams[64];  // JS thread only: where repeated enqueues are captured
 
 cudaError_t capture_launches(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
@@ -407,7 +476,12 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
   });
   if (!error.empty()) return error;
   cudaError_t status = cudaSuccess;
+  std::string step_error;  // a sharded step's (it names its step, NCCL's message)
   status = timed(HostStep::kEnqueueKernels, [&] {
+    if (s->sharded) {
+      step_error = launch_sharded_step(*s, p, advance_offset, target);
+      return cudaSuccess;
+    }
     return capturing ? launch_direct(*s, p, advance_offset, record_tokens, target)
                      : launch_eager(s.get(), p, advance_offset, record_tokens, target);
   });
@@ -425,6 +499,10 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
       r.hold = s;
       retire_after(s->ordinal, target, std::move(r));
     });
+  }
+  if (!step_error.empty()) {
+    (void)cudaGetLastError();
+    return step_error;
   }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();

@@ -332,6 +332,24 @@ std::string nccl_wait(NcclWait* raw_wait, int timeout_ms) {
   return "";
 }
 
+std::string nccl_all_gather_enqueue(NcclComm& c, int ordinal, const void* send, void* recv, size_t bytes,
+                                    uint64_t stream) {
+  const NcclLibrary& lib = nccl();
+  if (!lib.status.loaded) return lib.status.error;
+  if (c.aborted || c.destroyed) return "enqueue: the communicator of rank " + std::to_string(c.rank) + " was aborted or disposed";
+  if (c.ordinal != ordinal) {
+    return "enqueue: the communicator is on cuda:" + std::to_string(c.ordinal) + ", the sampler on cuda:" + std::to_string(ordinal);
+  }
+  const NcclResult r = lib.all_gather(send, recv, bytes, kNcclUint8, c.comm,
+                                      reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream)));
+  if (r != kNcclSuccess && r != kNcclInProgress) return nccl_message("ncclAllGather", r, c.comm);
+  // A non-blocking communicator may return before the collective is enqueued: settle it (bounded).
+  std::string error = settle(c.comm, "ncclAllGather", Clock::now() + std::chrono::seconds(10),
+                             "enqueue: NCCL did not enqueue the all-gather within 10 s; the communicator was aborted");
+  if (!error.empty()) c.aborted = true;
+  return error;
+}
+
 void nccl_abort(NcclComm& c) {
   std::lock_guard<std::mutex> lock(c.mutex);
   if (c.aborted || c.destroyed || !nccl().status.loaded) return;

@@ -80,6 +80,7 @@ std::string nccl_all_gather(const std::vector<std::shared_ptr<NcclComm>>&, const
   return kNoCuda;
 }
 std::string nccl_wait(NcclWait*, int) { return kNoCuda; }
+std::string nccl_all_gather_enqueue(NcclComm&, int, const void*, void*, size_t, uint64_t) { return kNoCuda; }
 void nccl_abort(NcclComm&) {}
 void nccl_destroy(NcclComm&) {}
 

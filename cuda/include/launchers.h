@@ -57,6 +57,19 @@ cudaError_t launch_partial_sample(const SampleParams& p, cudaStream_t stream);
 // unsharded call draws them; only those rows' outputs are written.
 cudaError_t launch_decide_row_values(const SampleParams& p, cudaStream_t stream);
 
+// An engine's sharded step (a sampler created with a communicator), its rows pass on the device
+// with fixed grids, so that the step can be captured: each kernel returns at once when no row is
+// undecided. The shard's side: the first p.value_row_count rows that the merge left undecided
+// (row_status), listed into p.value_rows (-1 past them; their count in flags[p.batch]; flags [batch
+// + 1]), their logits computed into `logits` ([batch, p.vocab] fp32) and their candidate values
+// written into the segment p.row_values (value_pitch floats a row, every slot's place reserved).
+cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_status, int32_t* flags, float* logits,
+                                    cudaStream_t stream);
+// The deciding side: as launch_decide_row_values, for the first *live rows of p.value_rows only,
+// with the caller's `rows` ([batch, p.vocab] fp32) and `flags` ([batch + 1] int32).
+cudaError_t launch_rows_pass_decide(const SampleParams& p, const int32_t* live, float* rows, int32_t* flags,
+                                    cudaStream_t stream);
+
 // merge_partials (include/merge.h) over `set`'s device blocks into p's outputs (p.vocab: the
 // unsharded vocabulary); status[0] = PartialError, status[1] = the partial it concerns, status[2]
 // the most rows of W a shard holds.

@@ -30,6 +30,7 @@ enum RowStatus : int32_t {
   kRowUndecided = 2,    // merge_partials: the shards' candidates do not settle the kept set
   kRowTableFull = 3,    // an engine sampler's penalty table had no free slot: drawn, not recorded
   kRowListInvalid = 4,  // an engine sampler's list tables hold an id outside [0, V) other than -1: skipped
+  kRowShardMismatch = 5,  // merge_partials: the partial states do not fit together (batch, options, ranges)
 };
 
 struct SampleParams {
