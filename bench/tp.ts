@@ -9,11 +9,15 @@
 // libnccl), wall times of awaited calls (each includes one host round trip, ~10-30 µs):
 //   step µs      sampleFusedTP: partials, the all-gather, the merge on every rank
 //   exchange µs  the all-gather of the partial states alone
+// and at TP 1 (a process that drives one GPU, as engines run TP):
+//   graph µs     a replayed CUDA graph of a sharded sampler's enqueue (createSampler's tp): the
+//                shard, the all-gather, the merge and the rows pass on the device, back to back
 import { performance } from 'perf_hooks';
-import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type Tensor } from '../lib/index';
+import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type Sampler, type Tensor } from '../lib/index';
 import { native } from '../lib/native';
 import { samplePartial } from '../lib/parallel';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
+import type { OptionSet } from './args';
 import { optionsFor, rowsFor, type ModePlan } from './step';
 import { summarize } from './stats';
 import { DASH, fmtRatio, fmtUs, formatTable } from './table';
@@ -31,6 +35,8 @@ export interface TpRow {
   oneGpuWallUs: number | null;
   /** Rows of one step that the rows pass decided (MergeResult.rowsPassRows). */
   rowsPass: number | null;
+  /** TP 1: µs a step of a replayed graph of a sharded sampler's enqueue. */
+  graphUs: number | null;
   error?: string;
 }
 
@@ -58,6 +64,50 @@ async function wallUs(iters: number, call: () => Promise<unknown>): Promise<numb
     times.push((performance.now() - t0) * 1e3);
   }
   return summarize(times).medianUs;
+}
+
+/** Back-to-back replays of a captured sharded step (a TP-1 sampler over `comm`), µs a step; null
+ *  for option sets a sharded sampler does not take (lists, masks, raw logprobs). */
+async function graphStepUs(plan: TpPlan, comm: Communicator, H: Tensor, W: Tensor, vocabSize: number, set: OptionSet): Promise<number | null> {
+  if (set.listed || set.mask || set.logprobsMode) return null;
+  const dev = H.device;
+  const B = H.shape[0];
+  const owned: Tensor[] = [];
+  let sampler: Sampler | undefined;
+  try {
+    sampler = dev.createSampler({
+      maxBatch: B, vocab: W.shape[0], hidden: W.shape[1], dtype: plan.dtype, numSamples: set.numSamples ?? 1,
+      filters: (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined),
+      logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, filterOrder: set.filterOrder ?? 'hf',
+      tp: { comm, vocabOffset: 0, vocabSize },
+    });
+    sampler.setRows(0, rowsFor(set, B));
+    const make = (n: number, dtype: 'i32' | 'f32') => {
+      const t = dev.empty([n], dtype);
+      owned.push(t);
+      return t;
+    };
+    const S = set.numSamples ?? 1, n = set.topLogprobs ?? 0;
+    const s = sampler;
+    const args = {
+      H, W, out: make(B * S, 'i32'), statusOut: make(B, 'i32'), logprobsOut: set.logprobs ? make(B * S, 'f32') : undefined,
+      topTokensOut: n ? make(B * n, 'i32') : undefined, topLogprobsOut: n ? make(B * n, 'f32') : undefined, advanceOffset: true,
+    };
+    const graph = dev.captureGraph(() => s.enqueue(args));
+    try {
+      for (let i = 0; i < plan.warmup; i++) graph.launch();
+      await dev.synchronize();
+      const t0 = performance.now();
+      for (let i = 0; i < plan.iters; i++) graph.launch();
+      await dev.synchronize();
+      return ((performance.now() - t0) * 1e3) / plan.iters;
+    } finally {
+      graph.dispose();
+    }
+  } finally {
+    sampler?.dispose();
+    for (const t of owned) t.dispose();
+  }
 }
 
 function sliceRows(host: Float32Array | Uint16Array, D: number, start: number, rows: number): Float32Array | Uint16Array {
@@ -95,7 +145,7 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
             plan.onProgress?.(`${shape.name} B=${B} ${set.label}: one GPU`);
             const oneGpuUs = summarize(await timeSampler('fused', [{ H, W }], options, plan)).medianUs;
             for (const n of plan.degrees) {
-              const row: TpRow = { shape: shape.name, batch: B, options: set.label, tp: n, oneGpuUs, shardUs: NaN, bytes: NaN, stepUs: null, exchangeUs: null, oneGpuWallUs: null, rowsPass: null };
+              const row: TpRow = { shape: shape.name, batch: B, options: set.label, tp: n, oneGpuUs, shardUs: NaN, bytes: NaN, stepUs: null, exchangeUs: null, oneGpuWallUs: null, rowsPass: null, graphUs: null };
               try {
                 plan.onProgress?.(`${shape.name} B=${B} ${set.label}: TP-${n} shard`);
                 const [[start, rows]] = shardRanges(shape.vocab, n);
@@ -127,6 +177,10 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
                   row.exchangeUs = await wallUs(plan.iters, gather);
                   for (const p of partials) p.dispose();
                   for (const r of recvs) r.dispose();
+                  if (n === 1) {
+                    plan.onProgress?.(`${shape.name} B=${B} ${set.label}: TP-1 graph step`);
+                    row.graphUs = await graphStepUs(plan, cs[0], H, shards[0].W, shape.vocab, set);
+                  }
                 }
               } catch (e) {
                 row.error = e instanceof Error ? e.message : String(e);
@@ -150,7 +204,7 @@ export function tpTable(rows: TpRow[]): string {
     { title: 'shape', align: 'left' as const }, { title: 'B' }, { title: 'options', align: 'left' as const }, { title: 'TP' },
     { title: 'one GPU µs' }, { title: 'shard µs' }, { title: 'shard/one' }, { title: 'bytes' },
     { title: 'step µs' }, { title: 'exchange µs' }, { title: 'one GPU wall µs' }, { title: 'step/one' },
-    { title: 'rows pass' },
+    { title: 'rows pass' }, { title: 'graph µs' }, { title: 'graph/one' },
   ];
   const errors = rows.some((r) => r.error !== undefined);
   if (errors) columns.push({ title: 'error', align: 'left' as const });
@@ -159,6 +213,7 @@ export function tpTable(rows: TpRow[]): string {
     Number.isFinite(r.bytes) ? String(r.bytes) : DASH, fmtUs(r.stepUs), fmtUs(r.exchangeUs), fmtUs(r.oneGpuWallUs),
     r.stepUs !== null && r.oneGpuWallUs !== null ? fmtRatio(r.stepUs / r.oneGpuWallUs) : DASH,
     r.rowsPass !== null ? `${r.rowsPass}/${r.batch}` : DASH,
+    fmtUs(r.graphUs), r.graphUs !== null ? fmtRatio(r.graphUs / r.oneGpuUs) : DASH,
     ...(errors ? [r.error ?? ''] : []),
   ]);
   return [
@@ -166,5 +221,6 @@ export function tpTable(rows: TpRow[]): string {
     '  one GPU / shard µs: CUDA events (timeSampler) on cuda:0: the whole head, and one rank\'s V/TP rows as a partial call',
     '  step / exchange / one GPU wall µs: medians of awaited calls (sampleFusedTP; the all-gather alone; sampleFused), where TP <= the GPUs',
     '  rows pass: N/B rows of a step that the candidates left undecided and the rows pass decided (MergeResult.rowsPassRows)',
+    '  graph µs: TP 1, back-to-back replays of a captured sharded-sampler step (createSampler tp), per step; graph/one against one GPU µs',
   ].join('\n');
 }

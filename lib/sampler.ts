@@ -74,7 +74,7 @@ export interface SamplerShardConfig {
    * Rows a step's rows pass can take (0 .. maxBatch): rows whose kept set the candidates cannot
    * settle, decided from their whole rows. Their values are exchanged every step (rowsPassRows x
    * maxShardVocab x 4 bytes a rank); rows beyond it come back with status 2 and token -1.
-   * Default ceil(maxBatch / 8) with filters, else 0 (plain rows are always settled).
+   * Default with filters or topLogprobs max(4, ceil(maxBatch / 8)) (at most maxBatch), else 0 (other rows are always settled).
    */
   rowsPassRows?: number;
   /** The most rows of W any rank's shard holds; default ceil(vocabSize / ranks) up to a multiple of 4. */
@@ -391,7 +391,7 @@ export class Sampler {
       ? Math.min(Math.max(this.topLogprobs, filtered ? SHARD_FILTER_CANDIDATES : 0), vocabSize)
       : intIn('tp.candidates', tp.candidates, 0, MAX_SHARD_CANDIDATES);
     const rowsPassRows = tp.rowsPassRows === undefined
-      ? (filtered ? Math.ceil(this.maxBatch / 8) : 0)
+      ? (filtered || this.topLogprobs > 0 ? Math.min(this.maxBatch, Math.max(4, Math.ceil(this.maxBatch / 8))) : 0)
       : intIn('tp.rowsPassRows', tp.rowsPassRows, 0, this.maxBatch, ' (at most maxBatch)');
     const even = Math.ceil(Math.ceil(vocabSize / tp.comm.size) / 4) * 4;
     const maxShardVocab = tp.maxShardVocab === undefined ? Math.min(even, vocabSize) : intIn('tp.maxShardVocab', tp.maxShardVocab, 1, vocabSize);
