@@ -673,15 +673,16 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   const int64_t sort_stride = pow2_at_least(most > 0 ? most : 1);
   const size_t row_smem = (per_row * static_cast<size_t>(slices.slice_keys) + static_cast<size_t>(sort_stride)) * 8u;
   const bool in_shared = row_smem <= kRowSmemMax;
+  const bool rows_pass = call.row_values != nullptr;  // (its values only: no slices, no sort)
   err = build_listed_table(call, scratch, &p, &listed, stream);
   if (err == cudaSuccess) err = scratch.take(B * static_cast<size_t>(p.vocab) * sizeof(float), &logits);
-  if (err == cudaSuccess) err = scratch.take(layout.bytes, &slice_space);
-  if (err == cudaSuccess && !in_shared) err = scratch.take(B * static_cast<size_t>(sort_stride) * 8u, &sort_space);
+  if (err == cudaSuccess && !rows_pass) err = scratch.take(layout.bytes, &slice_space);
+  if (err == cudaSuccess && !rows_pass && !in_shared) err = scratch.take(B * static_cast<size_t>(sort_stride) * 8u, &sort_space);
   int per_sm = 0;  // (the limit raised once to the largest the rows may ask)
-  if (err == cudaSuccess && in_shared)
+  if (err == cudaSuccess && !rows_pass && in_shared)
     err = detail::prepare_kernel(partial_rows_kernel, kRowThreads, static_cast<int>(kRowSmemMax), &per_sm);
   if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
-  if (err == cudaSuccess && call.row_values != nullptr) {  // the rows pass: the rows' values only
+  if (err == cudaSuccess && rows_pass) {
     const int64_t blocks = (p.vocab + 255) / 256;
     const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(call.value_row_count));
     shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, nullptr);
