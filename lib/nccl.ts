@@ -57,11 +57,14 @@ export class Communicator {
   readonly timeoutMs: number;
   /** @internal */
   readonly handle: NativeCommHandle;
+  /** @internal The ranks this process drives with it (nccl.initAll's GPUs; 1 for initRank). */
+  readonly localRanks: number;
 
   /** @internal Use nccl.initRank or nccl.initAll. */
-  constructor(handle: NativeCommHandle, timeoutMs: number) {
+  constructor(handle: NativeCommHandle, timeoutMs: number, localRanks = 1) {
     const info = handle.info;
     this.handle = handle;
+    this.localRanks = localRanks;
     this.rank = info.rank;
     this.size = info.size;
     this.device = open(`cuda:${info.ordinal}`);
@@ -128,6 +131,6 @@ export const nccl = {
     const timeout = checkTimeout(options.timeoutMs, COLLECTIVE_TIMEOUT_MS);
     loaded();
     const handles = await native.ncclInitAll(ordinals);
-    return handles.map((h) => new Communicator(h, timeout));
+    return handles.map((h) => new Communicator(h, timeout, handles.length));
   },
 };

@@ -372,6 +372,12 @@ export class Sampler {
     if (this.device.kind !== 'cuda') throw new TypeError(`tp: a sharded sampler needs a 'cuda' device, got ${this.device}`);
     if (!(tp.comm instanceof Communicator)) throw typeError('tp.comm', 'a Communicator (nccl.initRank)', tp.comm);
     if (tp.comm.closed) throw new TypeError('tp.comm: the communicator was aborted or disposed');
+    if (tp.comm.localRanks > 1) {
+      // (NCCL needs one thread's collectives on several GPUs in one group; a step is one rank's)
+      throw new TypeError(
+        `tp.comm: one of nccl.initAll's ${tp.comm.localRanks} communicators, driven from one thread: a sharded sampler needs one process per GPU (nccl.initRank); use sampleFusedTP(comms, shards) here`,
+      );
+    }
     if (!tp.comm.device.sameAs(this.device)) {
       throw typeError('tp.comm', `a communicator on ${this.device} (the sampler's device)`, raw(`one on ${tp.comm.device}`));
     }

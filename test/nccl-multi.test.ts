@@ -3,7 +3,8 @@
 // - TP-2/4/8 through nccl.initAll (one process driving its GPUs): sampleFusedTP's tokens equal
 //   sampleFused's on one GPU, for plain sampling, filters, logprobs (1e-5) and numSamples > 1;
 // - one process per GPU (test/tp-rank.js), the unique id handed over by the parent: every rank
-//   returns the one-GPU tokens;
+//   returns the one-GPU tokens, through sampleFusedTP and through a sharded sampler's captured
+//   graph; a sharded sampler refuses initAll's communicators;
 // - a rank that exits after joining: the others fail within their timeout, naming it, no hang.
 
 import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, type SampleOptions } from '../lib/index';
@@ -74,16 +75,27 @@ const CASES: [string, SampleOptions][] = [
       }
     });
 
-    test(`TP-${n}, one process per GPU: every rank returns the one-GPU tokens`, async () => {
+    test.each([false, true])(`TP-${n}, one process per GPU: every rank returns the one-GPU tokens (a sharded sampler's graph: %s)`, async (sampler) => {
       const raw: SampleOptions = { topK: 40, topP: 0.95, logprobs: true, numSamples: 1 };
       const { H, W } = one();
       const want = await sampleFused(H, W, optionsOf(raw, B));
       H.dispose();
       W.dispose();
-      const outputs = await runRanks(n, { V, D, B, options: raw }, 120_000);
+      const outputs = await runRanks(n, { V, D, B, options: raw, sampler }, 120_000);
       for (const o of outputs) {
         expect(o.error).toBeUndefined();
         expect(o.tokens).toEqual(Array.from(want.tokens));
+        for (let i = 0; i < want.logprobs!.length; i++) expect(Math.abs(o.logprobs![i] - want.logprobs![i])).toBeLessThan(1e-5);
+      }
+    });
+
+    test(`TP-${n}: a sharded sampler refuses nccl.initAll's communicators (one thread, several GPUs)`, async () => {
+      const comms = await nccl.initAll(Array.from({ length: n }, (_, i) => i));
+      try {
+        expect(() => open('cuda:0').createSampler({ maxBatch: 2, vocab: 100, hidden: 8, dtype: 'f32', tp: { comm: comms[0], vocabOffset: 0, vocabSize: 100 * n } }))
+          .toThrow(/^tp\.comm: one of nccl\.initAll's \d+ communicators, driven from one thread: a sharded sampler needs one process per GPU/);
+      } finally {
+        for (const c of comms) c.dispose();
       }
     });
   }

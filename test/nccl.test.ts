@@ -124,7 +124,7 @@ describe('loading libnccl', () => {
     expect(Date.now() - start).toBeLessThan(30_000);
   });
 
-  test('one process per GPU: a rank in its own process, the unique id handed over by the parent', async () => {
+  test.each([false, true])('one process per GPU: a rank in its own process, the unique id handed over by the parent (a sharded sampler\'s graph: %s)', async (sampler) => {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const { headOf, optionsOf } = require('./tp-head.js') as {
       headOf: (V: number, D: number, B: number) => { h: Uint16Array; w: Uint16Array };
@@ -139,7 +139,7 @@ describe('loading libnccl', () => {
     const want = await sampleFused(H2, W2, optionsOf(options, B2));
     H2.dispose();
     W2.dispose();
-    const [out] = await runRanks(1, { V: V2, D: D2, B: B2, options }, 60_000);
+    const [out] = await runRanks(1, { V: V2, D: D2, B: B2, options, sampler }, 60_000);
     expect(out.error).toBeUndefined();
     expect(out.tokens).toEqual(Array.from(want.tokens));
   });

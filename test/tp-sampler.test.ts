@@ -6,8 +6,8 @@
 // draws against float64, graph replays equal to eager steps, and the argument errors. The
 // multi-GPU runs are issue 19's (scripts/tp-session.sh).
 
-import { Communicator, nccl, open, sampleFused, type Sampler, type SampleOptions } from '../lib/index';
-import { cudaStatus, failure, flatLogits, goodnessOfFit, keptDistribution, plantLogits, rowCounts, zipfLogits } from './helpers';
+import { Communicator, nccl, open, sampleFused, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
+import { cudaStatus, failure, flatLogits, goodnessOfFit, keptDistribution, makeMask, plantLogits, rowCounts, zipfLogits } from './helpers';
 
 process.env.NCCL_NVLS_ENABLE = '0';  // NVLink multicast stays off (the GPU machines forbid it)
 
@@ -48,13 +48,14 @@ describe('createSampler({ tp }) on the CPU', () => {
    *  each step's tokens, statuses and logprobs. */
   async function steps(
     sampler: Sampler, p: ReturnType<typeof plantLogits>, count: number, graph: boolean, logprobs = false,
+    extra: { bias?: Tensor; allowedTokens?: Tensor } = {},
   ): Promise<{ tokens: number[]; status: number[]; logprobs?: Float32Array }[]> {
     const d = dev();
     const S = sampler.numSamples;
     const out = d.empty([p.B * S], 'i32');
     const st = d.empty([p.B], 'i32');
     const lp = logprobs ? d.empty([p.B * S], 'f32') : undefined;
-    const enqueue = () => sampler.enqueue({ H: p.H, W: p.W, out, statusOut: st, logprobsOut: lp, advanceOffset: true });
+    const enqueue = () => sampler.enqueue({ H: p.H, W: p.W, out, statusOut: st, logprobsOut: lp, advanceOffset: true, ...extra });
     const g = graph ? d.captureGraph(enqueue) : undefined;
     const results = [];
     for (let i = 0; i < count; i++) {
@@ -148,6 +149,35 @@ describe('createSampler({ tp }) on the CPU', () => {
     const [bare] = await steps(none, p, 1, false, true);
     expect(bare.status).toEqual([2, 0, 2, 0, 2]);
     none.dispose();
+    p.dispose();
+  });
+
+  test("the shard's bias, mask and softcap reach the rows pass", async () => {
+    const d = dev();
+    const V = 3001, B = 4;
+    const p = plantLogits(d, 'bf16', [flatLogits(V, 11, 1), flatLogits(V, 12, 2), zipfLogits(V, 3, 13), flatLogits(V, 14, 1)], {
+      D: 16, biasLogits: zipfLogits(V, 0.7, 15),
+    });
+    const mask = makeMask(B, V, (b, v) => (v * 7 + b) % 5 !== 0);
+    const allowed = d.tensor(new Int32Array(mask.buffer), [mask.length], 'i32');
+    const rows = { seed: seeds(B, 300), topP: new Float32Array(B).fill(0.9), temperature: new Float32Array(B).fill(0.9) };
+    const sampler = d.createSampler({
+      maxBatch: B, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topP'], logprobs: true, softcap: 6, allowedTokens: true,
+      tp: { comm, vocabOffset: 0, vocabSize: V, candidates: 8, rowsPassRows: B },
+    });
+    sampler.setRows(0, rows);
+    const got = await steps(sampler, p, 3, true, true, { bias: p.bias, allowedTokens: allowed });
+    for (let step = 0; step < 3; step++) {
+      const want = await sampleFused(p.H, p.W, {
+        ...rows, logprobs: true, softcap: 6, bias: p.bias, allowedTokens: mask, offset: new BigUint64Array(B).fill(BigInt(step)),
+      });
+      expect(got[step].status).toEqual(new Array(B).fill(0));
+      expect(got[step].tokens).toEqual(Array.from(want.tokens));
+      want.logprobs!.forEach((x, i) => expect(Math.abs(got[step].logprobs![i] - x)).toBeLessThan(1e-5));
+      got[step].tokens.forEach((t, b) => expect((t * 7 + b) % 5).not.toBe(0));
+    }
+    sampler.dispose();
+    allowed.dispose();
     p.dispose();
   });
 
