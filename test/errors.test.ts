@@ -66,10 +66,23 @@ function gpu(): Device {
   return open('cuda');
 }
 
+// A sharded sampler (createSampler's tp) of a one-rank communicator, made once.
+const shardedConfig: SamplerConfig = { maxBatch: 4, vocab: 1000, hidden: 8, dtype: 'f32' };
+let commMade: Promise<Communicator> | undefined;
+function sharedComm(): Promise<Communicator> {
+  commMade ??= nccl.initRank(nccl.createUniqueId(), 1, 0, 'cuda:0');
+  return commMade;
+}
+afterAll(async () => (commMade ? (await commMade).dispose() : undefined));
+async function sharded(config: Partial<SamplerConfig>, tp: Record<string, unknown>): Promise<Sampler> {
+  const comm = await sharedComm();
+  return gpu().createSampler({ ...shardedConfig, ...config, tp: { comm, vocabOffset: 0, vocabSize: 1000, ...tp } as never });
+}
+
 type Run = () => unknown;
 interface Case {
-  /** 'gpu': needs a usable GPU; 'no-gpu': only where none is usable. */
-  needs?: 'gpu' | 'no-gpu';
+  /** 'gpu': needs a usable GPU; 'nccl': a usable GPU and libnccl; 'no-gpu': only where none is usable. */
+  needs?: 'gpu' | 'nccl' | 'no-gpu';
   /** Each call must fail with the message (a sync throw or a rejection). */
   runs: Run[];
 }
@@ -593,6 +606,54 @@ const cases: Record<string, Case> = {
   [`TypeError: comm: expected a Communicator (nccl.initRank or nccl.initAll), got an object`]: {
     runs: [() => sampleFusedTP({} as Communicator, operands().H, operands().W, { vocabOffset: 0, vocabSize: 111 })],
   },
+  [`TypeError: tp: a sharded sampler needs a 'cuda' device, got cpu`]: {
+    runs: [() => cpu.createSampler({ ...shardedConfig, tp: { comm: {} as Communicator, vocabOffset: 0, vocabSize: 1000 } })],
+  },
+  [`TypeError: tp: penalty, logit-bias and banned-token tables are not supported on a sharded sampler yet (give them capacity 0)`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({ penaltyCapacity: 8 }, {}), async () => sharded({ logitBiasCapacity: 8 }, {})],
+  },
+  [`TypeError: tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({ logprobs: true, logprobsMode: 'raw' }, {})],
+  },
+  [`TypeError: tp.comm: the communicator was aborted or disposed`]: {
+    needs: 'nccl',
+    runs: [async () => {
+      const comm = await nccl.initRank(nccl.createUniqueId(), 1, 0, 'cuda:0');
+      comm.dispose();
+      return gpu().createSampler({ ...shardedConfig, tp: { comm, vocabOffset: 0, vocabSize: 1000 } });
+    }],
+  },
+  [`TypeError: tp.comm: expected a Communicator (nccl.initRank), got an object`]: {
+    needs: 'gpu',
+    runs: [() => gpu().createSampler({ ...shardedConfig, tp: { comm: {} as Communicator, vocabOffset: 0, vocabSize: 1000 } })],
+  },
+  [`TypeError: tp.comm: one of nccl.initAll's 2 communicators, driven from one thread: a sharded sampler needs one process per GPU (nccl.initRank); use sampleFusedTP(comms, shards) here`]: {
+    needs: 'nccl',
+    // (one GPU here: a communicator of this process's rank, counted as one of initAll's two)
+    runs: [async () => {
+      const comm = await sharedComm();
+      const Ctor = comm.constructor as new (handle: unknown, timeoutMs: number, localRanks: number) => Communicator;
+      return gpu().createSampler({ ...shardedConfig, tp: { comm: new Ctor(comm.handle, 30_000, 2), vocabOffset: 0, vocabSize: 1000 } });
+    }],
+  },
+  [`RangeError: tp.vocabOffset: expected a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4), got 2`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({}, { vocabOffset: 2, vocabSize: 1002 })],
+  },
+  [`RangeError: tp.vocabOffset: expected an integer in [0, 0] (vocabOffset + vocab 1000 <= vocabSize), got 4`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({}, { vocabOffset: 4 })],
+  },
+  [`RangeError: tp.maxShardVocab: expected at least this shard's vocab 1000 (the most rows any rank's shard holds; every rank the same), got 999`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({}, { maxShardVocab: 999 })],
+  },
+  [`RangeError: tp.rowsPassRows: expected an integer in [0, 4] (at most maxBatch), got 5`]: {
+    needs: 'nccl',
+    runs: [async () => sharded({}, { rowsPassRows: 5 })],
+  },
   [`Error: stream: expected a stream that createStream made on this device and not yet destroyed`]: {
     needs: 'gpu',
     runs: [() => gpu().destroyStream(12345n)],
@@ -644,8 +705,10 @@ test('every error in the README table has a case here, and every case is in the 
 describe('README error table', () => {
   for (const [message, c] of Object.entries(cases)) {
     const skip =
-      c.needs === 'gpu' && !gpuState.usable
+      (c.needs === 'gpu' || c.needs === 'nccl') && !gpuState.usable
         ? `needs a GPU: ${gpuState.reason}`
+        : c.needs === 'nccl' && !nccl.status().loaded
+          ? `needs libnccl: ${nccl.status().error}`
         : c.needs === 'no-gpu' && gpuState.usable
           ? 'a GPU is usable here'
           : '';
