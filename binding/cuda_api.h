@@ -281,7 +281,8 @@ struct ShardedStep {
   size_t state_bytes = 0, segment_bytes = 0;
   StorageRef buffers;
   size_t state = 0, states = 0, merge_status = 0, row_status = 0, shard_flags = 0, decide_flags = 0, rows = 0,
-         logits = 0, segment = 0, segments = 0;
+         logits = 0, stored_tiles = 0, segment = 0, segments = 0;
+  size_t stored_tiles_bytes = 0;
 };
 
 struct EngineSampler {

@@ -152,6 +152,9 @@ std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s,
   t->rows = regions.take(4 * static_cast<size_t>(t->rows_pass_rows));
   // the shard's [B, V shard] logits, then (stream order) the deciding side's [B, vocabSize] rows
   t->logits = regions.take(t->rows_pass_rows > 0 ? 4 * B * static_cast<size_t>(t->vocab_total) : 0);
+  // the tiles of [B, V shard] a one-pass shard's top-p rows stored into the logits (read back)
+  t->stored_tiles_bytes = t->rows_pass_rows > 0 ? B * static_cast<size_t>((p.vocab + 127) / 128) : 0;
+  t->stored_tiles = regions.take(t->stored_tiles_bytes);
   t->segment = regions.take(t->segment_bytes);
   t->segments = regions.take(ranks * t->segment_bytes);
   std::string error;

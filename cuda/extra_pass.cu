@@ -1412,7 +1412,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
 }
 
 cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
-                                  float* row_logits, cudaStream_t stream) {
+                                  float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream) {
   if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr) return cudaErrorInvalidValue;
   const LogitsKernel logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
   int logit_blocks = 0;
@@ -1422,7 +1422,7 @@ cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, c
   Scratch scratch(p, stream);
   uint8_t* ws = nullptr;
   if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
-  const Work w = work_in(ws, l, logit_blocks, nullptr, p);
+  const Work w = work_in(ws, l, logit_blocks, stored_tiles, p);
   err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0, stream,
                               detail::programmatic_launch_supported(), p, flags, flagged_count, w, row_logits);
   const cudaError_t freed = scratch.give_back(ws);

@@ -2329,6 +2329,10 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     f.store_all = store_all ? 1 : 0;
   }
   f.stored_tiles = !shard && rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
+  if (shard && p.shard_row_logits != nullptr && p.shard_stored_tiles != nullptr && rows_store_some_tiles(p)) {
+    f.row_logits = p.shard_row_logits;  // (the engine's rows pass reads back what they stored)
+    f.stored_tiles = p.shard_stored_tiles;
+  }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 

@@ -109,10 +109,11 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                               float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream);
 
 // The extra pass's first kernel alone: raw logits (bias included) of the rows flagged in `flags`
-// (*flagged_count of them, on the device) into `row_logits` ([batch, vocab] fp32); returns at once
-// when none is flagged. An engine's sharded step computes its rows pass's values with it.
+// (*flagged_count of them, on the device) into `row_logits` ([batch, vocab] fp32); rows flagged 2
+// keep the tiles `stored_tiles` marks (as launch_extra_pass). Returns at once when none is flagged.
+// An engine's sharded step computes its rows pass's values with it.
 cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
-                                  float* row_logits, cudaStream_t stream);
+                                  float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream);
 
 // whole_rows_kernel (filters.cu) over the rows set in `only_rows` ([batch]): raw logits (bias
 // included) in `logits` ([batch, vocab]), decided in place, one block per row, Gumbel draws; every

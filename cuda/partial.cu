@@ -579,10 +579,11 @@ __global__ void __launch_bounds__(kMergeThreads)
 }
 
 // An engine's sharded step, after the merge: its first `max_rows` undecided rows (row_status
-// kRowUndecided), in batch order, into rows[] (-1 past them) and flags[b] = 1 (the flagged logits'
-// input), their count in flags[batch]. One warp; the same on every rank, which merged the same states.
+// kRowUndecided), in batch order, into rows[] (-1 past them) and flags[b] = `flag` (the flagged
+// logits' input: 2 where the shard's pass may have stored tiles), their count in flags[batch]. One
+// warp; the same on every rank, which merged the same states.
 __global__ void list_undecided_rows_kernel(const int32_t* __restrict__ row_status, int64_t batch, int32_t max_rows,
-                                           int32_t* flags, int32_t* rows) {
+                                           int32_t flag, int32_t* flags, int32_t* rows) {
   const int lane = threadIdx.x;
   int32_t n = 0;
   for (int64_t first = 0; first < batch; first += 32) {
@@ -591,7 +592,7 @@ __global__ void list_undecided_rows_kernel(const int32_t* __restrict__ row_statu
     const unsigned mask = __ballot_sync(0xffffffffu, undecided);
     const int32_t at = n + __popc(mask & ((1u << lane) - 1u));
     const bool listed = undecided && at < max_rows;
-    if (b < batch) flags[b] = listed ? 1 : 0;
+    if (b < batch) flags[b] = listed ? flag : 0;
     if (listed) rows[at] = static_cast<int32_t>(b);
     n += __popc(mask);
   }
@@ -717,10 +718,13 @@ cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_st
       p.value_pitch < p.vocab || row_status == nullptr || flags == nullptr || logits == nullptr || has_penalties(p) ||
       p.hidden == nullptr || p.weight == nullptr)
     return cudaErrorInvalidValue;
-  list_undecided_rows_kernel<<<1, 32, 0, stream>>>(row_status, p.batch, static_cast<int32_t>(p.value_row_count), flags,
-                                                   const_cast<int32_t*>(p.value_rows));
+  // Tiles the shard's one pass stored (p.shard_stored_tiles, into `logits`) are read back, not W.
+  const bool stored = p.shard_stored_tiles != nullptr && p.shard_row_logits == logits;
+  list_undecided_rows_kernel<<<1, 32, 0, stream>>>(row_status, p.batch, static_cast<int32_t>(p.value_row_count),
+                                                   stored ? 2 : 1, flags, const_cast<int32_t*>(p.value_rows));
   cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) err = launch_flagged_logits(p, flags, flags + p.batch, logits, stream);
+  if (err == cudaSuccess)
+    err = launch_flagged_logits(p, flags, flags + p.batch, logits, stored ? p.shard_stored_tiles : nullptr, stream);
   if (err == cudaSuccess) {
     const int64_t blocks = (p.vocab + 255) / 256;
     const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(p.value_row_count));

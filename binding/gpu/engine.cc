@@ -251,7 +251,14 @@ std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, b
   shard.vocab_offset = t.vocab_offset;
   shard.vocab_total = t.vocab_total;
   shard.row_status = nullptr;
-  cudaError_t e = cuda::launch_fused_sample(shard, stream);
+  cudaError_t e = cudaSuccess;
+  if (t.rows_pass_rows > 0) {  // the tiles the shard's one pass stores, for the rows pass to read back
+    shard.shard_row_logits = reinterpret_cast<float*>(base + t.logits);
+    shard.shard_stored_tiles = base + t.stored_tiles;
+    e = cudaMemsetAsync(base + t.stored_tiles, 0, t.stored_tiles_bytes, stream);
+    if (e != cudaSuccess) return cuda_message("enqueue (clearing the stored tiles' marks)", e);
+  }
+  e = cuda::launch_fused_sample(shard, stream);
   if (e != cudaSuccess) return "enqueue (the shard's partial state): " + launch_message(SamplerKind::kFused, e);
   std::string error = nccl_all_gather_enqueue(*t.comm, s.ordinal, base + t.state, base + t.states, t.state_bytes, handle);
   if (!error.empty()) return error;

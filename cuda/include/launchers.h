@@ -61,8 +61,10 @@ cudaError_t launch_decide_row_values(const SampleParams& p, cudaStream_t stream)
 // with fixed grids, so that the step can be captured: each kernel returns at once when no row is
 // undecided. The shard's side: the first p.value_row_count rows that the merge left undecided
 // (row_status), listed into p.value_rows (-1 past them; their count in flags[p.batch]; flags [batch
-// + 1]), their logits computed into `logits` ([batch, p.vocab] fp32) and their candidate values
-// written into the segment p.row_values (value_pitch floats a row, every slot's place reserved).
+// + 1]), their logits computed into `logits` ([batch, p.vocab] fp32; the tiles the shard's pass
+// stored there when p.shard_row_logits is `logits`, marked in p.shard_stored_tiles, are kept) and
+// their candidate values written into the segment p.row_values (value_pitch floats a row, every
+// slot's place reserved).
 cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_status, int32_t* flags, float* logits,
                                     cudaStream_t stream);
 // The deciding side: as launch_decide_row_values, for the first *live rows of p.value_rows only,

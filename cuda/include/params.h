@@ -109,6 +109,11 @@ struct SampleParams {
   int32_t partial_capacity = 0;    // candidate keys per row
   int32_t partial_max_batch = 0;   // rows the block is sized for (>= batch)
   uint64_t options_hash = 0;       // written to the header; merge_partials checks it
+  // An engine's sharded step: where a one-pass shard's top-p rows store the tiles they choose
+  // ([batch, vocab] fp32, raw) and which ones ([batch, ceil(vocab / 128)], zeroed by the caller),
+  // so that the rows pass reads them back instead of W (null: not stored).
+  float* shard_row_logits = nullptr;
+  uint8_t* shard_stored_tiles = nullptr;
   // The rows pass (SEMANTICS §6; include/partial.h, RowValuesHeader), for the rows a merge left
   // undecided. A shard call (`partial` and `row_values` set) writes one segment there instead of
   // its partial state: the candidate values of rows value_rows[0 .. value_row_count). A decide call
