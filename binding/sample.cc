@@ -159,6 +159,7 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
     p.vocab_total = get_int(spec, "vocabTotal", 1, INT32_MAX - 1);
     p.partial_capacity = static_cast<int32_t>(get_int(spec, "partialCapacity", 0, kMaxPartialCapacity));
     p.partial_max_batch = static_cast<int32_t>(get_int(spec, "partialMaxBatch", p.batch, kMaxBatch));
+    p.listed_global_ids = get_bool(spec, "listedGlobalIds");
     if (p.vocab_offset % 4 != 0 || p.vocab_offset + p.vocab > p.vocab_total)
       throw_error(env, "vocabOffset: expected a multiple of 4 with vocabOffset + V <= vocabSize");
     StorageRef s = NativeBuffer::storage_of(spec.Get("partial"), "partial");

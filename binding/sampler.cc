@@ -128,9 +128,7 @@ std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s,
                          std::to_string(s.ordinal));
   }
   if (info.size > kMaxShards) throw_error(env, "tp.comm: at most " + std::to_string(kMaxShards) + " ranks");
-  if (has_penalties(p) || p.raw_logprobs != 0) {
-    throw_error(env, "tp: list tables and logprobsMode 'raw' are not supported on a sharded sampler");
-  }
+  if (p.raw_logprobs != 0) throw_error(env, "tp: logprobsMode 'raw' is not supported on a sharded sampler");
   t->ranks = info.size;
   t->vocab_total = get_int(c, "vocabSize", p.vocab, INT32_MAX - 1);
   t->vocab_offset = get_int(c, "vocabOffset", 0, t->vocab_total - p.vocab);
@@ -281,6 +279,7 @@ class NativeSampler : public Napi::ObjectWrap<NativeSampler> {
     if (!tp.IsUndefined()) {
       if (!tp.IsObject()) throw_error(env, "tp: expected an object");
       s->sharded = sharded_step(env, *s, tp.As<Napi::Object>());
+      p.listed_global_ids = true;  // (the tables hold global ids, as the tokens recorded into them)
     } else if (s->on_device) {
       // Sized with stand-ins for the per-call pointers whose presence picks the path.
       static float marker;

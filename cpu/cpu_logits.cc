@@ -127,7 +127,9 @@ void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begi
 // logit bias, bans, the repetition penalty, then the frequency and presence penalties, each in
 // float32 in that order.
 void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end, float* dst) const {
-  auto in_block = [&](int32_t v) { return v >= vocab_begin && v < vocab_end; };
+  // a shard's lists in global ids (p.listed_global_ids): those of its own rows, as local ids
+  const int64_t shift = p_.listed_global_ids ? p_.vocab_offset : 0;
+  auto in_block = [&](int64_t v) { return v >= vocab_begin && v < vocab_end; };
   // offsets clamped to the list's entries, as the CUDA table kernel does (unchecked lists)
   auto range = [&](const int32_t* offsets, int64_t n, int64_t& lo, int64_t& hi) {
     lo = std::min<int64_t>(std::max<int64_t>(offsets[b], 0), n);
@@ -137,14 +139,14 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
   if (p_.bias_offsets != nullptr) {
     range(p_.bias_offsets, p_.bias_entries, lo, hi);
     for (int64_t i = lo; i < hi; ++i) {
-      const int32_t v = p_.bias_tokens[i];
+      const int64_t v = static_cast<int64_t>(p_.bias_tokens[i]) - shift;
       if (in_block(v) && std::isfinite(p_.bias_values[i])) dst[v - vocab_begin] += p_.bias_values[i];
     }
   }
   if (p_.banned_offsets != nullptr && (p_.banned_while == nullptr || p_.banned_while[b] > 0)) {
     range(p_.banned_offsets, p_.banned_entries, lo, hi);
     for (int64_t i = lo; i < hi; ++i) {
-      const int32_t v = p_.banned_tokens[i];
+      const int64_t v = static_cast<int64_t>(p_.banned_tokens[i]) - shift;
       if (in_block(v)) dst[v - vocab_begin] = -INFINITY;
     }
   }
@@ -154,7 +156,7 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
     const float pres = p_.presence_penalty ? p_.presence_penalty[b] : 0.0f;
     range(p_.penalty_offsets, p_.penalty_entries, lo, hi);
     for (int64_t i = lo; i < hi; ++i) {
-      const int32_t v = p_.penalty_tokens[i];
+      const int64_t v = static_cast<int64_t>(p_.penalty_tokens[i]) - shift;
       const int32_t count = p_.penalty_counts[i];
       if (!in_block(v) || count < 0) continue;
       const bool in_prompt = p_.penalty_in_prompt != nullptr ? p_.penalty_in_prompt[i] != 0 : p_.penalty_in_prompt_i32[i] != 0;
@@ -262,6 +264,10 @@ void write_raw_logprobs(const SampleParams& p, int num_threads) {
 
 void find_invalid_lists(const SampleParams& p, int32_t* flags) {
   const int64_t V = p.vocab;
+  // (a shard's global ids: valid in the whole vocabulary; repeats counted among its own rows, as
+  // the CUDA table kernel counts them)
+  const int64_t shift = p.listed_global_ids ? p.vocab_offset : 0;
+  const int64_t valid_end = p.listed_global_ids && p.vocab_total > 0 ? p.vocab_total : V;
   for (int64_t b = 0; b < p.batch; ++b) {
     bool invalid = false;
     // one list: offsets clamped to [0, n], then its entries (`usable` on those in range)
@@ -273,11 +279,11 @@ void find_invalid_lists(const SampleParams& p, int32_t* flags) {
       std::vector<int32_t> seen;
       for (int64_t i = lo; i < hi; ++i) {
         const int32_t t = tokens[i];
-        if (t < 0 || t >= V || !usable(i)) {
+        if (t < 0 || t >= valid_end || !usable(i)) {
           invalid |= t != -1;
           continue;
         }
-        if (distinct) seen.push_back(t);
+        if (distinct && t - shift >= 0 && t - shift < V) seen.push_back(t);
       }
       std::sort(seen.begin(), seen.end());
       invalid |= std::adjacent_find(seen.begin(), seen.end()) != seen.end();

@@ -715,23 +715,30 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
 cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_status, int32_t* flags, float* logits,
                                     cudaStream_t stream) {
   if (p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 || p.value_row_count > p.batch ||
-      p.value_pitch < p.vocab || row_status == nullptr || flags == nullptr || logits == nullptr || has_penalties(p) ||
+      p.value_pitch < p.vocab || row_status == nullptr || flags == nullptr || logits == nullptr ||
       p.hidden == nullptr || p.weight == nullptr)
     return cudaErrorInvalidValue;
+  Scratch scratch(p, stream);
+  SampleParams q;  // p with the listed tokens' table, which the values apply (raw logits have none)
+  void* listed = nullptr;
+  cudaError_t err = build_listed_table(p, scratch, &q, &listed, stream);
+  if (err != cudaSuccess) return err;
   // Tiles the shard's one pass stored (p.shard_stored_tiles, into `logits`) are read back, not W.
   const bool stored = p.shard_stored_tiles != nullptr && p.shard_row_logits == logits;
   list_undecided_rows_kernel<<<1, 32, 0, stream>>>(row_status, p.batch, static_cast<int32_t>(p.value_row_count),
                                                    stored ? 2 : 1, flags, const_cast<int32_t*>(p.value_rows));
-  cudaError_t err = cudaGetLastError();
+  err = cudaGetLastError();
   if (err == cudaSuccess)
-    err = launch_flagged_logits(p, flags, flags + p.batch, logits, stored ? p.shard_stored_tiles : nullptr, stream);
+    err = launch_flagged_logits(scratch.rest(p), flags, flags + p.batch, logits, stored ? p.shard_stored_tiles : nullptr,
+                                stream);
   if (err == cudaSuccess) {
     const int64_t blocks = (p.vocab + 255) / 256;
     const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(p.value_row_count));
-    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, flags + p.batch);
+    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, q, flags + p.batch);
     err = cudaGetLastError();
   }
-  return err;
+  const cudaError_t freed = scratch.give_back(listed);
+  return err != cudaSuccess ? err : freed;
 }
 
 cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status,

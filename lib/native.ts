@@ -71,6 +71,8 @@ export interface NativeSpec {
   vocabTotal?: number;
   partialCapacity?: number;
   partialMaxBatch?: number;
+  /** A shard's lists name global ids (ShardOptions.listIds). */
+  listedGlobalIds?: boolean;
   partials?: NativeBufferHandle[];
   /** partials[0] holds partialCount blocks of partialStride bytes (an all-gather's output). */
   partialStride?: number;

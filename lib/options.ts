@@ -419,6 +419,10 @@ export function buildSpec(
   const opts = options as ReferenceOptions;
   const { batch, vocab } = o;
   const rows = buildRowSpec(batch, o.device, opts);
+  // a shard's lists in global ids (ShardOptions.listIds) name tokens of the whole vocabulary
+  const shard = opts as { listIds?: unknown; vocabSize?: unknown };
+  const listVocab = extraKeys.includes('listIds') && shard.listIds === 'global' && typeof shard.vocabSize === 'number'
+    ? shard.vocabSize : vocab;
 
   let kind: SamplerCode = 0;
   if (sampler === 'reference') {
@@ -474,7 +478,7 @@ export function buildSpec(
     spec.biasList = checkTensorList('logitBias', opts.logitBias, batch, o.device, { values: 'f32' });
     deviceLists.push('logitBias');
   } else if (opts.logitBias !== undefined) {
-    const c = checkLogitBias(opts.logitBias, batch, vocab);
+    const c = checkLogitBias(opts.logitBias, batch, listVocab);
     spec.biasOffsets = c.offsets;
     spec.biasTokens = c.tokens;
     spec.biasValues = c.values;
@@ -483,7 +487,7 @@ export function buildSpec(
     spec.bannedList = checkTensorList('bannedTokens', opts.bannedTokens, batch, o.device, {});
     deviceLists.push('bannedTokens');
   } else if (opts.bannedTokens !== undefined) {
-    const c = checkBannedTokens(opts.bannedTokens, batch, vocab);
+    const c = checkBannedTokens(opts.bannedTokens, batch, listVocab);
     spec.bannedOffsets = c.offsets;
     spec.bannedTokens = c.tokens;
   }
@@ -492,7 +496,7 @@ export function buildSpec(
     deviceLists.push('penaltyTokens');
     penaltyValues(spec, opts, batch);
   } else if (opts.penaltyTokens !== undefined) {
-    const c = checkPenaltyTokens(opts.penaltyTokens, batch, vocab);
+    const c = checkPenaltyTokens(opts.penaltyTokens, batch, listVocab);
     spec.penaltyOffsets = c.offsets;
     spec.penaltyTokens = c.tokens;
     spec.penaltyCounts = c.counts;

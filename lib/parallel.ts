@@ -23,13 +23,19 @@ export interface ShardOptions extends SampleOptions {
   candidates?: number;
   /** Rows the state is sized for, so that ranks exchange one size whatever their batch; default B. */
   maxBatch?: number;
+  /**
+   * How the shard's logitBias, bannedTokens and penaltyTokens name tokens: 'local' (default), the
+   * shard's rows of W like bias and allowedTokens; 'global', ids in [0, vocabSize), each applied
+   * by the shard that holds it (every shard may then take the same lists).
+   */
+  listIds?: 'local' | 'global';
 }
 
 export const MAX_SHARDS = 64;
 export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
 /** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
 const FILTER_CANDIDATES = 1024;
-export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch'] as const;
+export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch', 'listIds'] as const;
 /** Options a shard applies to its own slice of W; a merge cannot take them. */
 const SHARD_ONLY = [
   'bias', 'softcap', 'allowedTokens', 'logitBias', 'bannedTokens', 'penaltyTokens', 'repetitionPenalty',
@@ -236,6 +242,8 @@ export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions):
     ? defaultCapacity(spec, vocabTotal)
     : checkInteger('candidates', o.candidates, 0, MAX_PARTIAL_CANDIDATES);
   const maxBatch = o.maxBatch === undefined ? operands.batch : checkInteger('maxBatch', o.maxBatch, operands.batch, native.maxBatch, ' (>= B)');
+  if (o.listIds !== undefined && o.listIds !== 'local' && o.listIds !== 'global') throw typeError('listIds', "'local' or 'global'", o.listIds);
+  if (o.listIds === 'global') spec.listedGlobalIds = true;
   const optionsHashValue = optionsHash(spec, operands.batch, vocabTotal);
   const bytes = partialBytes(maxBatch, spec.numSamples, capacity);
   const state = operands.device.empty([bytes / 4], 'i32');
@@ -366,6 +374,8 @@ export async function mergePartials(partials: readonly PartialState[], options?:
 export interface TPOptions extends SampleOptions {
   /** This rank's first global token id (a multiple of 4). */
   vocabOffset: number;
+  /** How the lists name tokens (ShardOptions.listIds); with 'global', the call's lists go to every shard. */
+  listIds?: 'local' | 'global';
   /** The unsharded vocabulary. */
   vocabSize: number;
   /** Candidates per row (ShardOptions.candidates); every rank must give the same. */

@@ -51,7 +51,7 @@ export interface SamplerConfig {
    * recordTokens counts minTokens down. setBannedTokens. Needs numSamples 1.
    */
   bannedCapacity?: number;
-  /** One rank's vocabulary shard, over NCCL (CUDA; no list tables, logprobsMode 'processed'). */
+  /** One rank's vocabulary shard, over NCCL (CUDA; logprobsMode 'processed'; list tables hold global ids). */
   tp?: SamplerShardConfig;
 }
 
@@ -381,9 +381,6 @@ export class Sampler {
     if (!tp.comm.device.sameAs(this.device)) {
       throw typeError('tp.comm', `a communicator on ${this.device} (the sampler's device)`, raw(`one on ${tp.comm.device}`));
     }
-    if (this.penaltyCapacity + this.logitBiasCapacity + this.bannedCapacity > 0) {
-      throw new TypeError('tp: penalty, logit-bias and banned-token tables are not supported on a sharded sampler yet (give them capacity 0)');
-    }
     if (this.logprobsMode === 'raw') {
       throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)");
     }
@@ -517,7 +514,7 @@ export class Sampler {
     options: { stream?: bigint } = {},
   ): void {
     this.#setList(0, first, penaltyTokens, options, (n) => {
-      const c = checkPenaltyTokens(penaltyTokens, n, this.vocab);
+      const c = checkPenaltyTokens(penaltyTokens, n, this.shard?.vocabSize ?? this.vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.counts, c.inPrompt] };
     });
   }
@@ -532,7 +529,7 @@ export class Sampler {
     options: { stream?: bigint } = {},
   ): void {
     this.#setList(1, first, logitBias, options, (n) => {
-      const c = checkLogitBias(logitBias, n, this.vocab);
+      const c = checkLogitBias(logitBias, n, this.shard?.vocabSize ?? this.vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.values] };
     });
   }
@@ -548,7 +545,7 @@ export class Sampler {
     options: { stream?: bigint } = {},
   ): void {
     this.#setList(2, first, bannedTokens, options, (n) => {
-      const c = checkBannedTokens(bannedTokens, n, this.vocab);
+      const c = checkBannedTokens(bannedTokens, n, this.shard?.vocabSize ?? this.vocab);
       return { offsets: c.offsets, columns: [c.tokens] };
     });
   }

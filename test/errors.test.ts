@@ -606,12 +606,11 @@ const cases: Record<string, Case> = {
   [`TypeError: comm: expected a Communicator (nccl.initRank or nccl.initAll), got an object`]: {
     runs: [() => sampleFusedTP({} as Communicator, operands().H, operands().W, { vocabOffset: 0, vocabSize: 111 })],
   },
+  [`TypeError: listIds: expected 'local' or 'global', got "ids"`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 111, listIds: 'ids' } as never)],
+  },
   [`TypeError: tp: a sharded sampler needs a 'cuda' device, got cpu`]: {
     runs: [() => cpu.createSampler({ ...shardedConfig, tp: { comm: {} as Communicator, vocabOffset: 0, vocabSize: 1000 } })],
-  },
-  [`TypeError: tp: penalty, logit-bias and banned-token tables are not supported on a sharded sampler yet (give them capacity 0)`]: {
-    needs: 'nccl',
-    runs: [async () => sharded({ penaltyCapacity: 8 }, {}), async () => sharded({ logitBiasCapacity: 8 }, {})],
   },
   [`TypeError: tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)`]: {
     needs: 'nccl',

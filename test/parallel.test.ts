@@ -226,6 +226,43 @@ describeDevices((name, dev) => {
     for (const t of owned) t.dispose();
   });
 
+  test.each([
+    ['top-k 30 (the first round)', { topK: 30, seed: 31n, numSamples: 2, logprobs: true }, undefined],
+    ['top-p 0.9 (the rows pass)', { topP: 0.9, seed: perRowSeeds(B), logprobs: true }, 4],
+  ] as [string, SampleOptions, number | undefined][])("listIds 'global': every shard takes the whole vocabulary's lists: %s", async (_label, rowOptions, candidates) => {
+    // row b: bias on 3b + 1, 500 + b and 1000 (the last shard's one row), a ban on 7 + b, penalties
+    // on 2 + b (in the prompt), 600 + b (counted twice) and 999
+    const rowsOf = (f: (b: number) => number[]) => {
+      const rowOffsets = new Int32Array(B + 1);
+      const tokenIds: number[] = [];
+      for (let b = 0; b < B; b++) {
+        tokenIds.push(...f(b));
+        rowOffsets[b + 1] = tokenIds.length;
+      }
+      return { rowOffsets, tokenIds: Int32Array.from(tokenIds) };
+    };
+    const bias = rowsOf((b) => [3 * b + 1, 500 + b, 1000]);
+    const pen = rowsOf((b) => [2 + b, 600 + b, 999]);
+    const lists: SampleOptions = {
+      logitBias: { ...bias, values: Float32Array.from({ length: 3 * B }, (_, i) => [2, -1.5, 3][i % 3]) },
+      bannedTokens: rowsOf((b) => [7 + b]),
+      penaltyTokens: {
+        ...pen,
+        outputCounts: Int32Array.from({ length: 3 * B }, (_, i) => [0, 2, 1][i % 3]),
+        inPrompt: Uint8Array.from({ length: 3 * B }, (_, i) => (i % 3 === 0 ? 1 : 0)),
+      },
+      repetitionPenalty: 1.3, frequencyPenalty: 0.4, presencePenalty: 0.2,
+    };
+    const options = { ...rowOptions, ...lists };
+    const want = await sampleFused(head.H, head.W, options);
+    const shards = shardBounds(V, 3, 14, true).map(([offset, size]) => ({ H: head.H, W: head.shard(offset, size), vocabOffset: offset }));
+    const got = await sampleSharded(shards, { ...options, vocabSize: V, listIds: 'global', ...(candidates ? { candidates } : {}) });
+    if (candidates) expect(got.rowsPassRows.length).toBeGreaterThan(0);
+    expectSameDraws(got, want);
+    // ('local', the default: the ids name each shard's own rows, and 1000 is past every shard but the last)
+    await expect(sampleSharded(shards, { ...options, vocabSize: V, ...(candidates ? { candidates } : {}) })).rejects.toBeInstanceOf(RangeError);
+  });
+
   test('+Inf logits in two shards share the mass: the merged tokens are the unsharded ones', async () => {
     const biasValues = new Float32Array(V);
     biasValues[5] = Infinity;

@@ -2,8 +2,9 @@
 // whose enqueue writes the shard's partial state, all-gathers the ranks' states over NCCL, merges
 // them into device outputs and runs the rows pass, all on the stream, so the step is captured in a
 // CUDA graph. On one GPU a communicator has one rank: the same tokens as sampleFused, the rows pass
-// for rows the candidates cannot settle (and status 2 past its bound), a chi-square of rows-pass
-// draws against float64, graph replays equal to eager steps, and the argument errors. The
+// for rows the candidates cannot settle (and status 2 past its bound), the list tables in global
+// ids with recordTokens against an unsharded sampler, a chi-square of rows-pass draws against
+// float64, graph replays equal to eager steps, and the argument errors. The
 // multi-GPU runs are issue 19's (scripts/tp-session.sh).
 
 import { Communicator, nccl, open, sampleFused, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
@@ -181,6 +182,64 @@ describe('createSampler({ tp }) on the CPU', () => {
     p.dispose();
   });
 
+  test('list tables in global ids with recordTokens: the steps of an unsharded sampler with the same tables', async () => {
+    const d = dev();
+    const V = 3001, B = 4;
+    const p = plantLogits(d, 'bf16', [flatLogits(V, 21, 1), zipfLogits(V, 1.1, 22), flatLogits(V, 23, 2), zipfLogits(V, 0.9, 24)], { D: 16 });
+    const rowsOf = (f: (b: number) => number[]) => {
+      const rowOffsets = new Int32Array(B + 1);
+      const ids: number[] = [];
+      for (let b = 0; b < B; b++) {
+        ids.push(...f(b));
+        rowOffsets[b + 1] = ids.length;
+      }
+      return { rowOffsets, tokenIds: Int32Array.from(ids) };
+    };
+    const make = (tp?: { comm: Communicator; vocabOffset: number; vocabSize: number; candidates: number }) => {
+      const s = d.createSampler({
+        maxBatch: B, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topP'], logprobs: true,
+        penaltyCapacity: 64, logitBiasCapacity: 4, bannedCapacity: 2, ...(tp ? { tp } : {}),
+      });
+      s.setRows(0, {
+        seed: seeds(B, 500), topP: new Float32Array(B).fill(0.9), repetitionPenalty: new Float32Array(B).fill(1.3),
+        frequencyPenalty: new Float32Array(B).fill(0.3), presencePenalty: new Float32Array(B).fill(0.1),
+        minTokens: Int32Array.from([0, 2, 5, 1]),
+      });
+      const pen = rowsOf((b) => [5 + b, 1200 + b, 3000]);
+      s.setPenaltyTokens(0, { ...pen, outputCounts: Int32Array.from(pen.tokenIds, (_, i) => i % 3), inPrompt: Uint8Array.from(pen.tokenIds, (_, i) => (i % 3 === 0 ? 1 : 0)) });
+      const bias = rowsOf((b) => [40 + b, 2999 - b]);
+      s.setLogitBias(0, { ...bias, values: Float32Array.from(bias.tokenIds, (_, i) => (i % 2 ? 4 : -3)) });
+      s.setBannedTokens(0, rowsOf((b) => [9 + b]));
+      return s;
+    };
+    const unsharded = make();
+    const sharded = make({ comm, vocabOffset: 0, vocabSize: V, candidates: 8 });
+    const outs = [unsharded, sharded].map(() => ({ out: d.empty([B], 'i32'), st: d.empty([B], 'i32'), lp: d.empty([B], 'f32') }));
+    for (let step = 0; step < 4; step++) {
+      const got: { tokens: number[]; status: number[]; logprobs: Float32Array }[] = [];
+      for (const [i, s] of [unsharded, sharded].entries()) {
+        s.enqueue({ H: p.H, W: p.W, out: outs[i].out, statusOut: outs[i].st, logprobsOut: outs[i].lp, advanceOffset: true, recordTokens: true });
+        await d.synchronize();
+        got.push({
+          tokens: Array.from((await outs[i].out.toArray()) as Int32Array),
+          status: Array.from((await outs[i].st.toArray()) as Int32Array),
+          logprobs: (await outs[i].lp.toArray()) as Float32Array,
+        });
+      }
+      expect(got[1].tokens).toEqual(got[0].tokens);
+      expect(got[1].status).toEqual(got[0].status);
+      got[0].logprobs.forEach((x, i) => expect(Math.abs(got[1].logprobs[i] - x)).toBeLessThan(1e-5));
+    }
+    const [a, b] = [await unsharded.readRows(), await sharded.readRows()];
+    expect(Array.from(b.penaltyTable!.tokenIds)).toEqual(Array.from(a.penaltyTable!.tokenIds));
+    expect(Array.from(b.penaltyTable!.outputCounts)).toEqual(Array.from(a.penaltyTable!.outputCounts));
+    expect(Array.from(b.minTokens)).toEqual(Array.from(a.minTokens));
+    for (const o of outs) for (const t of [o.out, o.st, o.lp]) t.dispose();
+    unsharded.dispose();
+    sharded.dispose();
+    p.dispose();
+  });
+
   // 99 rows (independent seeds) × 64 samples × 100 replayed steps = 633,600 draws, every row through
   // the rows pass (4 candidates for a nucleus of 14-39 tokens): a 1% relative bias of a token of
   // p ≈ 0.2 is ~4 standard errors.
@@ -216,7 +275,6 @@ describe('createSampler({ tp }) on the CPU', () => {
     ['a shard past vocabSize', {}, { vocabOffset: 4, vocabSize: 1000 }, RangeError, /^tp\.vocabOffset: expected an integer in \[0, 0\] \(vocabOffset \+ vocab 1000 <= vocabSize\)/],
     ['maxShardVocab below the shard', {}, { vocabOffset: 0, vocabSize: 1000, maxShardVocab: 999 }, RangeError, /^tp\.maxShardVocab: expected at least this shard's vocab 1000/],
     ['rowsPassRows past maxBatch', {}, { vocabOffset: 0, vocabSize: 1000, rowsPassRows: 5 }, RangeError, /^tp\.rowsPassRows: expected an integer in \[0, 4\] \(at most maxBatch\)/],
-    ['list tables', { penaltyCapacity: 8 }, { vocabOffset: 0, vocabSize: 1000 }, TypeError, /^tp: penalty, logit-bias and banned-token tables are not supported on a sharded sampler yet/],
     ["logprobsMode 'raw'", { logprobs: true, logprobsMode: 'raw' }, { vocabOffset: 0, vocabSize: 1000 }, TypeError, /^tp: logprobsMode 'raw' is not supported on a sharded sampler yet/],
     ['not a communicator', {}, { comm: {}, vocabOffset: 0, vocabSize: 1000 }, TypeError, /^tp\.comm: expected a Communicator \(nccl\.initRank\)/],
   ])('%s is an error naming the argument', (_label, config, tp, kind, message) => {

@@ -239,7 +239,8 @@ cudaError_t launch_direct(const EngineSampler& s, const SampleParams& p, bool ad
 // An engine's sharded step (ShardedStep): the shard's partial state, the all-gather of the ranks'
 // states, their merge into p's outputs, the rows pass (its values all-gathered too) and the
 // offsets' advance, all on `stream`; the kernels of a step without undecided rows return at once.
-std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, bool advance, cudaStream_t stream) {
+std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, bool advance, bool record,
+                                cudaStream_t stream) {
   const ShardedStep& t = *s.sharded;
   uint8_t* base = static_cast<uint8_t*>(t.buffers->data());
   const uint64_t handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream));
@@ -262,11 +263,17 @@ std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, b
   if (e != cudaSuccess) return "enqueue (the shard's partial state): " + launch_message(SamplerKind::kFused, e);
   std::string error = nccl_all_gather_enqueue(*t.comm, s.ordinal, base + t.state, base + t.states, t.state_bytes, handle);
   if (!error.empty()) return error;
-  // The merge takes the per-row options only: the shard's operands, mask and softcap are in its state.
+  // The merge takes the per-row options only: the shard's operands, mask, softcap and lists are in
+  // its state.
   SampleParams merge = p;
   merge.hidden = merge.weight = merge.bias = nullptr;
   merge.allowed = nullptr;
   merge.softcap = 0.0f;
+  merge.bias_offsets = merge.banned_offsets = merge.penalty_offsets = nullptr;
+  merge.repetition_penalty = merge.frequency_penalty = merge.presence_penalty = nullptr;
+  merge.banned_while = nullptr;
+  merge.listed_entries = 0;
+  merge.listed_invalid = nullptr;
   merge.vocab = t.vocab_total;
   merge.vocab_offset = 0;
   merge.vocab_total = 0;
@@ -303,6 +310,12 @@ std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, b
     e = cuda::launch_rows_pass_decide(decide, shard_flags + p.batch, logits,
                                       reinterpret_cast<int32_t*>(base + t.decide_flags), stream);
     if (e != cudaSuccess) return cuda_message("enqueue (the rows pass's decision)", e);
+  }
+  // after the draw, as an unsharded sampler: each rank counts the (same) tokens in its own tables
+  if (record || (p.listed_invalid != nullptr && p.row_status != nullptr)) {
+    e = cuda::launch_record_tokens(record_targets_of(s, record, p.listed_invalid), p.tokens, p.batch, merge.row_status,
+                                   stream);
+    if (e != cudaSuccess) return cuda_message("enqueue (recording the tokens)", e);
   }
   if (advance) {
     e = cuda::launch_advance_offsets(const_cast<uint64_t*>(p.offset), p.batch, stream);
@@ -486,7 +499,7 @@ std::string gpu_enqueue(const std::shared_ptr<EngineSampler>& s, const SamplePar
   std::string step_error;  // a sharded step's (it names its step, NCCL's message)
   status = timed(HostStep::kEnqueueKernels, [&] {
     if (s->sharded) {
-      step_error = launch_sharded_step(*s, p, advance_offset, target);
+      step_error = launch_sharded_step(*s, p, advance_offset, record_tokens, target);
       return cudaSuccess;
     }
     return capturing ? launch_direct(*s, p, advance_offset, record_tokens, target)

@@ -104,6 +104,8 @@ struct SampleParams {
   // vocabulary of vocab_total; the noise and the token ids are global. With `partial` set, the call
   // writes the shard's partial state there (include/partial.h) instead of tokens and outputs ----
   int64_t vocab_offset = 0;        // a multiple of 4 (one Philox block serves an aligned quad)
+  bool listed_global_ids = false;  // the lists' ids are global ([0, vocab_total)): ids outside the
+                                   // shard are skipped here (an engine's tables of a sharded sampler)
   int64_t vocab_total = 0;         // 0: vocab (not sharded)
   void* partial = nullptr;         // partial_bytes(partial_max_batch, num_samples, partial_capacity)
   int32_t partial_capacity = 0;    // candidate keys per row
