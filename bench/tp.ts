@@ -9,17 +9,20 @@
 // libnccl), wall times of awaited calls (each includes one host round trip, ~10-30 µs):
 //   step µs      sampleFusedTP: partials, the all-gather, the merge on every rank
 //   exchange µs  the all-gather of the partial states alone
-// and at TP 1 (a process that drives one GPU, as engines run TP):
+// and where TP <= the GPUs, one process per GPU (as engines run TP; bench/tp-graph-rank.ts):
 //   graph µs     a replayed CUDA graph of a sharded sampler's enqueue (createSampler's tp): the
 //                shard, the all-gather, the merge and the rows pass on the device, back to back
+//                (rank 0's time)
+import { spawn } from 'child_process';
+import * as path from 'path';
 import { performance } from 'perf_hooks';
-import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type Sampler, type Tensor } from '../lib/index';
+import { gpuStatus, nccl, open, sampleFused, sampleFusedTP, timeSampler, type Communicator, type Device, type Tensor } from '../lib/index';
 import { native } from '../lib/native';
 import { samplePartial } from '../lib/parallel';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
-import type { OptionSet } from './args';
 import { optionsFor, rowsFor, type ModePlan } from './step';
 import { summarize } from './stats';
+import type { GraphCase } from './tp-graph-rank';
 import { DASH, fmtRatio, fmtUs, formatTable } from './table';
 
 export interface TpRow {
@@ -35,7 +38,7 @@ export interface TpRow {
   oneGpuWallUs: number | null;
   /** Rows of one step that the rows pass decided (MergeResult.rowsPassRows). */
   rowsPass: number | null;
-  /** TP 1: µs a step of a replayed graph of a sharded sampler's enqueue. */
+  /** µs a step of a replayed graph of a sharded sampler's enqueue (one process per GPU; TP <= the GPUs). */
   graphUs: number | null;
   error?: string;
 }
@@ -66,48 +69,35 @@ async function wallUs(iters: number, call: () => Promise<unknown>): Promise<numb
   return summarize(times).medianUs;
 }
 
-/** Back-to-back replays of a captured sharded step (a TP-1 sampler over `comm`), µs a step; null
- *  for option sets a sharded sampler does not take (lists, masks, raw logprobs). */
-async function graphStepUs(plan: TpPlan, comm: Communicator, H: Tensor, W: Tensor, vocabSize: number, set: OptionSet): Promise<number | null> {
-  if (set.listed || set.mask || set.logprobsMode) return null;
-  const dev = H.device;
-  const B = H.shape[0];
-  const owned: Tensor[] = [];
-  let sampler: Sampler | undefined;
-  try {
-    sampler = dev.createSampler({
-      maxBatch: B, vocab: W.shape[0], hidden: W.shape[1], dtype: plan.dtype, numSamples: set.numSamples ?? 1,
-      filters: (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined),
-      logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, filterOrder: set.filterOrder ?? 'hf',
-      tp: { comm, vocabOffset: 0, vocabSize },
+/** The graph step of every batch and option set of `shape` at TP `n`: one process per GPU
+ *  (bench/tp-graph-rank.ts), µs a step of rank 0 by "B label"; an error string where one failed. */
+async function graphSteps(plan: TpPlan, shape: GraphCase['shape'], n: number): Promise<Map<string, number | string>> {
+  const testCase: GraphCase = {
+    shape, batches: plan.batches, sets: plan.optionSets.filter((set) => !set.listed && !set.mask && !set.logprobsMode),
+    dtype: plan.dtype, logits: plan.logits, logitStd: plan.logitStd, iters: plan.iters, warmup: plan.warmup,
+  };
+  const id = Buffer.from(nccl.createUniqueId()).toString('hex');
+  const script = path.join(__dirname, 'tp-graph-rank.js');
+  const outputs = await Promise.all(Array.from({ length: n }, (_, rank) => new Promise<string>((resolve) => {
+    const child = spawn(process.execPath, [script], {
+      env: { ...process.env, TP_ID: id, TP_RANKS: String(n), TP_RANK: String(rank), TP_CASE: JSON.stringify(testCase) },
+      stdio: ['ignore', 'pipe', 'inherit'],
     });
-    sampler.setRows(0, rowsFor(set, B));
-    const make = (n: number, dtype: 'i32' | 'f32') => {
-      const t = dev.empty([n], dtype);
-      owned.push(t);
-      return t;
-    };
-    const S = set.numSamples ?? 1, n = set.topLogprobs ?? 0;
-    const s = sampler;
-    const args = {
-      H, W, out: make(B * S, 'i32'), statusOut: make(B, 'i32'), logprobsOut: set.logprobs ? make(B * S, 'f32') : undefined,
-      topTokensOut: n ? make(B * n, 'i32') : undefined, topLogprobsOut: n ? make(B * n, 'f32') : undefined, advanceOffset: true,
-    };
-    const graph = dev.captureGraph(() => s.enqueue(args));
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.on('exit', () => resolve(out));
+  })));
+  const points = new Map<string, number | string>();
+  for (const line of outputs[0].trim().split('\n')) {
     try {
-      for (let i = 0; i < plan.warmup; i++) graph.launch();
-      await dev.synchronize();
-      const t0 = performance.now();
-      for (let i = 0; i < plan.iters; i++) graph.launch();
-      await dev.synchronize();
-      return ((performance.now() - t0) * 1e3) / plan.iters;
-    } finally {
-      graph.dispose();
+      const r = JSON.parse(line) as { batch?: number; options?: string; graphUs?: number; error?: string };
+      if (r.batch !== undefined) points.set(`${r.batch} ${r.options}`, r.graphUs ?? r.error ?? 'no result');
+      else if (r.error) for (const B of plan.batches) for (const set of testCase.sets) points.set(`${B} ${set.label}`, r.error);
+    } catch {
+      // (a line that is not JSON: the rank's own output)
     }
-  } finally {
-    sampler?.dispose();
-    for (const t of owned) t.dispose();
   }
+  return points;
 }
 
 function sliceRows(host: Float32Array | Uint16Array, D: number, start: number, rows: number): Float32Array | Uint16Array {
@@ -125,6 +115,12 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
   };
   try {
     for (const shape of plan.shapes) {
+      // The graph steps first, in child processes that make their own W: this one's GPU memory is free.
+      const graphs = new Map<number, Map<string, number | string>>();
+      for (const n of plan.degrees.filter((d) => d <= gpus)) {
+        plan.onProgress?.(`${shape.name}: TP-${n} graph steps (${n} processes)`);
+        graphs.set(n, await graphSteps(plan, shape, n));
+      }
       plan.onProgress?.(`${shape.name}: making W`);
       const host = logitsInputs(plan.logits, shape.vocab, shape.hidden, plan.dtype, plan.logitStd, BENCH_W_SEED);
       const W = dev0.tensor(host.w, [shape.vocab, shape.hidden], plan.dtype);
@@ -177,14 +173,13 @@ export async function runTp(plan: TpPlan): Promise<TpRow[]> {
                   row.exchangeUs = await wallUs(plan.iters, gather);
                   for (const p of partials) p.dispose();
                   for (const r of recvs) r.dispose();
-                  if (n === 1) {
-                    plan.onProgress?.(`${shape.name} B=${B} ${set.label}: TP-1 graph step`);
-                    row.graphUs = await graphStepUs(plan, cs[0], H, shards[0].W, shape.vocab, set);
-                  }
                 }
               } catch (e) {
                 row.error = e instanceof Error ? e.message : String(e);
               }
+              const graph = graphs.get(n)?.get(`${B} ${set.label}`);
+              if (typeof graph === 'number') row.graphUs = graph;
+              else if (graph !== undefined) row.error = `${row.error ? `${row.error}; ` : ''}graph step: ${graph}`;
               out.push(row);
             }
           }
@@ -221,6 +216,6 @@ export function tpTable(rows: TpRow[]): string {
     '  one GPU / shard µs: CUDA events (timeSampler) on cuda:0: the whole head, and one rank\'s V/TP rows as a partial call',
     '  step / exchange / one GPU wall µs: medians of awaited calls (sampleFusedTP; the all-gather alone; sampleFused), where TP <= the GPUs',
     '  rows pass: N/B rows of a step that the candidates left undecided and the rows pass decided (MergeResult.rowsPassRows)',
-    '  graph µs: TP 1, back-to-back replays of a captured sharded-sampler step (createSampler tp), per step; graph/one against one GPU µs',
+    '  graph µs: back-to-back replays of a captured sharded-sampler step (createSampler tp), one process per GPU, rank 0, per step; graph/one against one GPU µs',
   ].join('\n');
 }

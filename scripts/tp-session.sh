@@ -8,7 +8,8 @@
 # step and exchange columns). Logs under $OUT (or ./tp-session-logs), a summary printed last:
 #   topo.txt      nvidia-smi topo -m; nccl.txt: the NCCL library and version
 #   tests.log     test/nccl-multi.test.ts and test/nccl.test.ts
-#   tp.log/json   bench --mode tp on llama3-70b's head, B = 1, 16, 64, 256, TP 1 .. the GPUs
+#   tp.log/json   bench --mode tp on llama3-70b's head, B = 1, 16, 64, 256, TP 1 .. the GPUs (with
+#                 the graph µs of a sharded sampler's captured step, one process per GPU)
 #   torch-tpN.json  the all-gather-of-logits baseline (bench/baselines/torch_tp.py) at TP N
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,7 +29,7 @@ summary+=("tests rc=$? $((SECONDS - t0))s $(grep -E '^[0-9]+ passed, [0-9]+ fail
 
 t0=$SECONDS
 timeout 300 node dist/bench/cli.js --mode tp --tp "$degrees" --preset llama3-70b --batch 1,16,64,256 \
-  --iters 30 --warmup 5 --options plain,topp0.9,llama3+logprobs --json "$out/tp.json" > "$out/tp.log" 2>&1
+  --iters 30 --warmup 5 --logits model --options plain,topp0.9,llama3+logprobs,qwen3 --json "$out/tp.json" > "$out/tp.log" 2>&1
 summary+=("bench rc=$? $((SECONDS - t0))s")
 
 for n in ${degrees//,/ }; do
