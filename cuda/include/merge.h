@@ -134,6 +134,8 @@ struct MergeRow {
   int32_t shards;
   MergedTier t;
   int64_t prefix;                 // merged keys in the complete prefix (at most t.size)
+  bool winners;                   // every shard with drawable tokens offered its winners (a CUDA
+                                  // one-pass shard's filtered rows do not: their draws are the keys')
   uint64_t* merged;               // the prefix in the row's order (merge_place)
   double* weight;                 // its keys' exp(z - z_max) (merge_weights)
   double* chunk_mass;             // its chunks' masses (merge_chunk_masses)
@@ -207,6 +209,7 @@ FS_HD bool merge_row_setup(const SampleParams& p, const PartialSet& set, int64_t
     return false;
   }
   r->shards = set.count;
+  r->winners = true;
   int64_t finite = 0, inf = 0;
   double z_max = -INFINITY;
   uint64_t bound = 0;  // keys >= bound are a complete prefix; UINT64_MAX: none is
@@ -219,6 +222,7 @@ FS_HD bool merge_row_setup(const SampleParams& p, const PartialSet& set, int64_t
     r->count[s] = n < 0 ? 0 : n > h.capacity ? h.capacity : n;
     finite += v.row->finite_count;
     inf += v.row->inf_count;
+    if (v.row->finite_count + v.row->inf_count > 0 && v.winners[0].key == kNoToken) r->winners = false;
     if (v.row->z_max > z_max) z_max = v.row->z_max;
     if (!v.row->complete || r->count[s] != n) {
       const uint64_t last = r->count[s] > 0 ? v.keys[r->count[s] - 1] : UINT64_MAX;
@@ -398,7 +402,7 @@ FS_HD void merge_better(MergedPick* a, const MergedPick& b) {
 FS_HD void merge_write_sample(const SampleParams& p, const PartialSet& set, const MergeRow& r, int64_t b,
                               const MergedKept& kept, int32_t j, MergedPick best) {
   const int32_t S = p.num_samples;
-  if (kept.size == r.t.size) {  // the whole row kept: the shards' winners are the draw
+  if (kept.size == r.t.size && r.winners) {  // the whole row kept: the shards' winners are the draw
     const PartialWinner w = merged_winner(set, b, j);
     best = MergedPick{w.score, w.key, w.logit};
   }
@@ -414,12 +418,15 @@ FS_HD void merge_write_top(const SampleParams& p, const MergeRow& r, int64_t b, 
       present ? static_cast<float>(merged_z(r.t, partial_key_logit(k)) - kept.log_mass) : -INFINITY;
 }
 
-// Whether a decided row draws from its kept keys (else it is undecided, or keeps the whole row).
+// Whether a decided row draws from its kept keys (else it is undecided, or keeps the whole row and
+// draws the shards' winners); without winners a whole row kept is drawn from its keys too.
 FS_HD bool merge_draws_keys(const MergeRow& r, const MergedKept& kept) {
-  return !kept.undecided && kept.size != r.t.size;
+  return !kept.undecided && (kept.size != r.t.size || !r.winners);
 }
+// (A one-pass shard's candidates hold no +Inf token: such a row without winners is undecided.)
 FS_HD bool merge_undecided(const MergeRow& r, const MergedKept& kept) {
-  return kept.undecided || (kept.size != r.t.size && kept.size > r.prefix);
+  return kept.undecided || ((kept.size != r.t.size || !r.winners) && kept.size > r.prefix) ||
+         (r.t.inf_tier && !r.winners);
 }
 
 // Merges row b of the (checked) partials into p's outputs, the steps above in turn (the CPU).

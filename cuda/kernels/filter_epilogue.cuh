@@ -171,7 +171,8 @@ __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, 
   r.dense = f.row_logits != nullptr && (f.store_all || row_stores_logits(k, p, greedy));
   if (greedy) return r;  // (no masses)
   r.mass = f.shard || p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
-  r.drawn_by_decision = !f.shard && (k > 0 || p < 1.0f || m > 0.0f);
+  // (a shard's filtered rows too: the merge draws them from their keys, SEMANTICS §6)
+  r.drawn_by_decision = k > 0 || p < 1.0f || m > 0.0f;
   if (!row_gathers_candidates(k, p, m, f.top_logprobs, greedy)) return r;
   if (k > 0) {
     r.mode = kThetaTopK;
