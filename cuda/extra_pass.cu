@@ -1341,6 +1341,19 @@ bool use_tensor_cores(const SampleParams& p) {
          reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
 }
 
+// The logits kernel for `p` (its operands' alignment decides), its grid, and the extra pass's
+// regions carved from `scratch` (*ws, to give back) as *w.
+cudaError_t take_work(const SampleParams& p, Scratch& scratch, const uint8_t* stored_tiles, LogitsKernel* kernel,
+                      int* logit_blocks, uint8_t** ws, Work* w) {
+  *kernel = logits_kernel_for(p, use_tensor_cores(p));
+  cudaError_t err = logit_blocks_for(p, *kernel, logit_blocks);
+  if (err != cudaSuccess) return err;
+  const ExtraPassLayout l = extra_pass_layout(p, *logit_blocks);
+  if ((err = scratch.take(l.bytes, ws)) != cudaSuccess) return err;
+  *w = work_in(*ws, l, *logit_blocks, stored_tiles, p);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 // Either logits kernel may run for a later call (the operands' alignment decides): the larger grid.
@@ -1359,15 +1372,13 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
       p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
     return cudaErrorInvalidValue;
   const size_t B = static_cast<size_t>(p.batch);
-  const LogitsKernel logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
-  int logit_blocks = 0;
-  cudaError_t err = logit_blocks_for(p, logits_kernel, &logit_blocks);
-  if (err != cudaSuccess) return err;
-  const ExtraPassLayout l = extra_pass_layout(p, logit_blocks);
   Scratch scratch(p, stream);
+  LogitsKernel logits_kernel;
+  int logit_blocks = 0;
   uint8_t* ws = nullptr;
-  if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
-  const Work w = work_in(ws, l, logit_blocks, stored_tiles, p);
+  Work w;
+  cudaError_t err = take_work(p, scratch, stored_tiles, &logits_kernel, &logit_blocks, &ws, &w);
+  if (err != cudaSuccess) return err;
 
   // Five kernels that return at once when no row was flagged (the common case): each is launched
   // programmatically, and the four after the logits kernel read the final flagged count before
@@ -1414,15 +1425,13 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
 cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, const int32_t* flagged_count,
                                   float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream) {
   if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr) return cudaErrorInvalidValue;
-  const LogitsKernel logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
-  int logit_blocks = 0;
-  cudaError_t err = logit_blocks_for(p, logits_kernel, &logit_blocks);
-  if (err != cudaSuccess) return err;
-  const ExtraPassLayout l = extra_pass_layout(p, logit_blocks);
   Scratch scratch(p, stream);
+  LogitsKernel logits_kernel;
+  int logit_blocks = 0;
   uint8_t* ws = nullptr;
-  if ((err = scratch.take(l.bytes, &ws)) != cudaSuccess) return err;
-  const Work w = work_in(ws, l, logit_blocks, stored_tiles, p);
+  Work w;
+  cudaError_t err = take_work(p, scratch, stored_tiles, &logits_kernel, &logit_blocks, &ws, &w);
+  if (err != cudaSuccess) return err;
   err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0, stream,
                               detail::programmatic_launch_supported(), p, flags, flagged_count, w, row_logits);
   const cudaError_t freed = scratch.give_back(ws);

@@ -792,6 +792,29 @@ export function cudaStatus(): { usable: boolean; reason: string } {
   }
 }
 
+/** Whether the NCCL suites run here (a usable GPU and libnccl loaded), or why not. NVLink
+ *  multicast stays off (NCCL_NVLS_ENABLE=0: the GPU machines forbid it). */
+export function ncclStatus(): { runs: boolean; skipWhy: string } {
+  process.env.NCCL_NVLS_ENABLE = '0';
+  const gpu = cudaStatus();
+  const status = nccl.status();
+  return {
+    runs: gpu.usable && status.loaded,
+    skipWhy: !gpu.usable ? `no usable GPU: ${gpu.reason}` : `NCCL not loaded: ${status.error}`,
+  };
+}
+
+/** B rows of CSR lists: row b's token ids are f(b). */
+export function csrRows(B: number, f: (b: number) => number[]): { rowOffsets: Int32Array; tokenIds: Int32Array } {
+  const rowOffsets = new Int32Array(B + 1);
+  const ids: number[] = [];
+  for (let b = 0; b < B; b++) {
+    ids.push(...f(b));
+    rowOffsets[b + 1] = ids.length;
+  }
+  return { rowOffsets, tokenIds: Int32Array.from(ids) };
+}
+
 export function deviceCases(): DeviceCase[] {
   const s = cudaStatus();
   return [

@@ -6,14 +6,10 @@
 import { execFileSync } from 'child_process';
 import * as path from 'path';
 import { Communicator, nccl, open, sampleFused, sampleFusedTP, type SampleOptions } from '../lib/index';
-import { cudaStatus, failure, flatLogits, makeTensor, rng, runRanks, zipfLogits } from './helpers';
-
-process.env.NCCL_NVLS_ENABLE = '0';  // NVLink multicast stays off (the GPU machines forbid it)
+import { failure, flatLogits, makeTensor, ncclStatus, rng, runRanks, zipfLogits } from './helpers';
 
 const status = nccl.status();
-const gpu = cudaStatus();
-const runs = gpu.usable && status.loaded;
-const skipWhy = !gpu.usable ? `no usable GPU: ${gpu.reason}` : `NCCL not loaded: ${status.error}`;
+const { runs, skipWhy } = ncclStatus();
 
 describe('loading libnccl', () => {
   test('status() says which library was loaded, or every path it tried and why', () => {

@@ -9,6 +9,7 @@
 
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
+  csrRows,
   describeDevices,
   dominantLogits,
   failure,
@@ -244,15 +245,7 @@ describeDevices((name, dev) => {
   ] as [string, SampleOptions, number | undefined][])("listIds 'global': every shard takes the whole vocabulary's lists: %s", async (_label, rowOptions, candidates) => {
     // row b: bias on 3b + 1, 500 + b and 1000 (the last shard's one row), a ban on 7 + b, penalties
     // on 2 + b (in the prompt), 600 + b (counted twice) and 999
-    const rowsOf = (f: (b: number) => number[]) => {
-      const rowOffsets = new Int32Array(B + 1);
-      const tokenIds: number[] = [];
-      for (let b = 0; b < B; b++) {
-        tokenIds.push(...f(b));
-        rowOffsets[b + 1] = tokenIds.length;
-      }
-      return { rowOffsets, tokenIds: Int32Array.from(tokenIds) };
-    };
+    const rowsOf = (f: (b: number) => number[]) => csrRows(B, f);
     const bias = rowsOf((b) => [3 * b + 1, 500 + b, 1000]);
     const pen = rowsOf((b) => [2 + b, 600 + b, 999]);
     const lists: SampleOptions = {

@@ -8,14 +8,9 @@
 // multi-GPU runs are issue 19's (scripts/tp-session.sh).
 
 import { Communicator, nccl, open, sampleFused, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
-import { cudaStatus, failure, flatLogits, goodnessOfFit, keptDistribution, makeMask, plantLogits, rowCounts, zipfLogits } from './helpers';
+import { csrRows, failure, flatLogits, goodnessOfFit, keptDistribution, makeMask, ncclStatus, plantLogits, rowCounts, zipfLogits } from './helpers';
 
-process.env.NCCL_NVLS_ENABLE = '0';  // NVLink multicast stays off (the GPU machines forbid it)
-
-const status = nccl.status();
-const gpu = cudaStatus();
-const runs = gpu.usable && status.loaded;
-const skipWhy = !gpu.usable ? `no usable GPU: ${gpu.reason}` : `NCCL not loaded: ${status.error}`;
+const { runs, skipWhy } = ncclStatus();
 
 describe('createSampler({ tp }) on the CPU', () => {
   test.each([
@@ -186,15 +181,7 @@ describe('createSampler({ tp }) on the CPU', () => {
     const d = dev();
     const V = 3001, B = 4;
     const p = plantLogits(d, 'bf16', [flatLogits(V, 21, 1), zipfLogits(V, 1.1, 22), flatLogits(V, 23, 2), zipfLogits(V, 0.9, 24)], { D: 16 });
-    const rowsOf = (f: (b: number) => number[]) => {
-      const rowOffsets = new Int32Array(B + 1);
-      const ids: number[] = [];
-      for (let b = 0; b < B; b++) {
-        ids.push(...f(b));
-        rowOffsets[b + 1] = ids.length;
-      }
-      return { rowOffsets, tokenIds: Int32Array.from(ids) };
-    };
+    const rowsOf = (f: (b: number) => number[]) => csrRows(B, f);
     const make = (tp?: { comm: Communicator; vocabOffset: number; vocabSize: number; candidates: number }) => {
       const s = d.createSampler({
         maxBatch: B, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topP'], logprobs: true,
