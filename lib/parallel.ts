@@ -34,7 +34,7 @@ export interface ShardOptions extends SampleOptions {
 export const MAX_SHARDS = 64;
 export const MAX_PARTIAL_CANDIDATES = 2 ** 20;
 /** The default candidates per row when top-p or min-p is set (SEMANTICS §5's 1024). */
-const FILTER_CANDIDATES = 1024;
+export const FILTER_CANDIDATES = 1024;
 export const SHARD_KEYS = ['partial', 'vocabOffset', 'vocabSize', 'candidates', 'maxBatch', 'listIds'] as const;
 /** Options a shard applies to its own slice of W; a merge cannot take them. */
 const SHARD_ONLY = [
@@ -180,23 +180,32 @@ export function decodePartial(buffer: ArrayBuffer): DecodedPartial {
   return d;
 }
 
-/**
- * A 64-bit hash of the options that say how rows are drawn (ROW_KEYS, B and the vocabulary), so
- * that partials of different calls are told apart at the merge. Two FNV-1a lanes over the bytes.
- */
-function optionsHash(spec: Pick<NativeSpec, (typeof ROW_KEYS)[number] | 'perRowSeed'>, batch: number, vocabTotal: number): bigint {
-  let a = 0x811c9dc5 | 0;
-  let b = 0x01000193 ^ 0x5bd1e995;
-  const bytes = (view: ArrayBufferView) => {
+/** Two FNV-1a lanes over bytes, 64 bits: what partial states carry to tell calls apart. */
+export class Hash64 {
+  #a = 0x811c9dc5 | 0;
+  #b = 0x01000193 ^ 0x5bd1e995;
+  add(view: ArrayBufferView): this {
     const u8 = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
     for (let i = 0; i < u8.length; i++) {
-      a = Math.imul(a ^ u8[i], 0x01000193);
-      b = Math.imul(b ^ u8[i], 0x01000193) ^ (b >>> 15);
+      this.#a = Math.imul(this.#a ^ u8[i], 0x01000193);
+      this.#b = Math.imul(this.#b ^ u8[i], 0x01000193) ^ (this.#b >>> 15);
     }
-  };
+    return this;
+  }
+  get value(): bigint {
+    return (BigInt(this.#a >>> 0) << 32n) | BigInt(this.#b >>> 0);
+  }
+}
+
+/**
+ * A 64-bit hash of the options that say how rows are drawn (ROW_KEYS, B and the vocabulary), so
+ * that partials of different calls are told apart at the merge.
+ */
+function optionsHash(spec: Pick<NativeSpec, (typeof ROW_KEYS)[number] | 'perRowSeed'>, batch: number, vocabTotal: number): bigint {
+  const h = new Hash64();
   const field = (tag: number, view?: ArrayBufferView) => {
-    bytes(new Int32Array([tag, view ? view.byteLength : -1]));
-    if (view) bytes(view);
+    h.add(new Int32Array([tag, view ? view.byteLength : -1]));
+    if (view) h.add(view);
   };
   field(1, new Float64Array([batch, vocabTotal, spec.numSamples, spec.topLogprobs, spec.filterOrder ?? 0]));
   field(2, new Uint8Array([spec.perRowSeed ? 1 : 0, spec.logprobs ? 1 : 0]));
@@ -206,7 +215,7 @@ function optionsHash(spec: Pick<NativeSpec, (typeof ROW_KEYS)[number] | 'perRowS
   field(6, spec.topK);
   field(7, spec.topP);
   field(8, spec.minP);
-  return (BigInt(a >>> 0) << 32n) | BigInt(b >>> 0);
+  return h.value;
 }
 
 function defaultCapacity(spec: NativeSpec, vocabTotal: number): number {
@@ -217,11 +226,26 @@ function defaultCapacity(spec: NativeSpec, vocabTotal: number): number {
   return Math.min(c, vocabTotal, MAX_PARTIAL_CANDIDATES);
 }
 
-function checkInteger(name: string, value: unknown, min: number, max: number, why = ''): number {
+export function checkInteger(name: string, value: unknown, min: number, max: number, why = ''): number {
   const expected = `an integer in [${min}, ${max}]${why}`;
   if (typeof value !== 'number') throw typeError(name, expected, value);
   if (!Number.isInteger(value) || value < min || value > max) throw rangeError(name, expected, value);
   return value;
+}
+
+/**
+ * A shard's place: vocabSize (>= its V rows) and vocabOffset (a multiple of 4, the shard inside the
+ * vocabulary), their names after `prefix`; `rows` and `count` name the shard's V in the messages.
+ */
+export function checkShardRange(
+  prefix: string, vocabSize: unknown, vocabOffset: unknown, V: number, rows: string, count: string,
+): { vocabTotal: number; vocabOffset: number } {
+  const vocabTotal = checkInteger(`${prefix}vocabSize`, vocabSize, V, 2 ** 31 - 2, ` (the unsharded vocabulary, >= ${rows})`);
+  const offset = checkInteger(`${prefix}vocabOffset`, vocabOffset, 0, vocabTotal - V, ` (vocabOffset + ${count} <= vocabSize)`);
+  if (offset % 4 !== 0) {
+    throw rangeError(`${prefix}vocabOffset`, 'a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4)', offset);
+  }
+  return { vocabTotal, vocabOffset: offset };
 }
 
 /** A shard call's native spec, its state tensor (allocated, unwritten) and the state's fields. */
@@ -233,11 +257,7 @@ export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions):
   }
   if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
   const V = operands.vocab;
-  const vocabTotal = checkInteger('vocabSize', o.vocabSize, V, 2 ** 31 - 2, ' (the unsharded vocabulary, >= the rows of W)');
-  const vocabOffset = checkInteger('vocabOffset', o.vocabOffset, 0, vocabTotal - V, ` (vocabOffset + ${V} rows of W <= vocabSize)`);
-  if (vocabOffset % 4 !== 0) {
-    throw rangeError('vocabOffset', 'a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4)', vocabOffset);
-  }
+  const { vocabTotal, vocabOffset } = checkShardRange('', o.vocabSize, o.vocabOffset, V, 'the rows of W', `${V} rows of W`);
   const capacity = o.candidates === undefined
     ? defaultCapacity(spec, vocabTotal)
     : checkInteger('candidates', o.candidates, 0, MAX_PARTIAL_CANDIDATES);

@@ -6,6 +6,7 @@ import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerConfig, NativeSamplerHandle } from './native';
 import { Communicator } from './nccl';
+import { checkInteger, checkShardRange, FILTER_CANDIDATES, Hash64, MAX_PARTIAL_CANDIDATES } from './parallel';
 import {
   checkBannedTokens, checkFilterOrder, checkLogitBias, checkLogprobsMode, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
 } from './options';
@@ -82,27 +83,6 @@ export interface SamplerShardConfig {
 }
 
 const SHARD_CONFIG_KEYS = ['comm', 'vocabOffset', 'vocabSize', 'candidates', 'rowsPassRows', 'maxShardVocab'] as const;
-const SHARD_FILTER_CANDIDATES = 1024;
-const MAX_SHARD_CANDIDATES = 2 ** 20;
-
-function intIn(name: string, value: unknown, min: number, max: number, why = ''): number {
-  const expected = `an integer in [${min}, ${max}]${why}`;
-  if (typeof value !== 'number') throw typeError(name, expected, value);
-  if (!Number.isInteger(value) || value < min || value > max) throw rangeError(name, expected, value);
-  return value;
-}
-
-/** FNV-1a (two lanes) of the numbers every rank's sampler must agree on: the merge compares it. */
-function configHash(values: number[]): bigint {
-  let a = 0x811c9dc5 | 0;
-  let b = 0x01000193 ^ 0x5bd1e995;
-  for (const x of new Uint8Array(new Float64Array(values).buffer)) {
-    a = Math.imul(a ^ x, 0x01000193);
-    b = Math.imul(b ^ x, 0x01000193) ^ (b >>> 15);
-  }
-  return (BigInt(a >>> 0) << 32n) | BigInt(b >>> 0);
-}
-
 /** The most slots a row of a sampler's list tables (penalties, logit bias, bans) can have. */
 export const MAX_LIST_CAPACITY = 65536;
 
@@ -384,27 +364,24 @@ export class Sampler {
     if (this.logprobsMode === 'raw') {
       throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)");
     }
-    const vocabSize = intIn('tp.vocabSize', tp.vocabSize, this.vocab, 2 ** 31 - 2, ' (the unsharded vocabulary, >= vocab)');
-    const vocabOffset = intIn('tp.vocabOffset', tp.vocabOffset, 0, vocabSize - this.vocab, ` (vocabOffset + vocab ${this.vocab} <= vocabSize)`);
-    if (vocabOffset % 4 !== 0) {
-      throw rangeError('tp.vocabOffset', 'a multiple of 4 (one Philox block serves an aligned quad of tokens; pad shards to multiples of 4)', vocabOffset);
-    }
+    const { vocabTotal: vocabSize, vocabOffset } = checkShardRange('tp.', tp.vocabSize, tp.vocabOffset, this.vocab, 'vocab', `vocab ${this.vocab}`);
     const filtered = this.filters.length > 0;
     const candidates = tp.candidates === undefined
-      ? Math.min(Math.max(this.topLogprobs, filtered ? SHARD_FILTER_CANDIDATES : 0), vocabSize)
-      : intIn('tp.candidates', tp.candidates, 0, MAX_SHARD_CANDIDATES);
+      ? Math.min(Math.max(this.topLogprobs, filtered ? FILTER_CANDIDATES : 0), vocabSize)
+      : checkInteger('tp.candidates', tp.candidates, 0, MAX_PARTIAL_CANDIDATES);
     const rowsPassRows = tp.rowsPassRows === undefined
       ? (filtered || this.topLogprobs > 0 ? Math.min(this.maxBatch, Math.max(4, Math.ceil(this.maxBatch / 8))) : 0)
-      : intIn('tp.rowsPassRows', tp.rowsPassRows, 0, this.maxBatch, ' (at most maxBatch)');
+      : checkInteger('tp.rowsPassRows', tp.rowsPassRows, 0, this.maxBatch, ' (at most maxBatch)');
     const even = Math.ceil(Math.ceil(vocabSize / tp.comm.size) / 4) * 4;
-    const maxShardVocab = tp.maxShardVocab === undefined ? Math.min(even, vocabSize) : intIn('tp.maxShardVocab', tp.maxShardVocab, 1, vocabSize);
+    const maxShardVocab = tp.maxShardVocab === undefined ? Math.min(even, vocabSize) : checkInteger('tp.maxShardVocab', tp.maxShardVocab, 1, vocabSize);
     if (maxShardVocab < this.vocab) {
       throw rangeError('tp.maxShardVocab', `at least this shard's vocab ${this.vocab} (the most rows any rank's shard holds; every rank the same)`, maxShardVocab);
     }
-    const optionsHash = configHash([
+    // (the numbers every rank's sampler must agree on: the merge compares the hash)
+    const optionsHash = new Hash64().add(new Float64Array([
       vocabSize, this.maxBatch, this.numSamples, this.topLogprobs, filterOrder, this.logprobs ? 1 : 0,
       ...ROW_FILTERS.map((f) => (this.filters.includes(f) ? 1 : 0)), candidates, rowsPassRows, maxShardVocab,
-    ]);
+    ])).value;
     return { comm: tp.comm.handle, vocabOffset, vocabSize, candidates, rowsPassRows, maxShardVocab, optionsHash };
   }
 
