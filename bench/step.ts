@@ -16,7 +16,7 @@
 // logit bias, a ban that stays on, penalties), and every enqueue records its tokens.
 import { performance } from 'perf_hooks';
 import { native } from '../lib/native';
-import { timeSampler, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
+import { timeSampler, type Device, type Sampler, type SamplerConfig, type SampleOptions, type Tensor } from '../lib/index';
 import type { BenchDType, OptionSet } from './args';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
 import type { LogitsMode } from './logits';
@@ -60,6 +60,15 @@ export interface ModePlan {
 
 export interface StepPlan extends ModePlan {
   device: Device;
+}
+
+/** What an option set fixes in a sampler's config (createSampler): its filters and outputs. */
+export function samplerOptionsFor(set: OptionSet): Pick<SamplerConfig, 'filters' | 'logprobs' | 'topLogprobs' | 'softcap' | 'filterOrder'> {
+  return {
+    filters: (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined),
+    logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0,
+    filterOrder: set.filterOrder ?? 'hf',
+  };
 }
 
 /** Per-row seeds and temperatures, and the filters of `set` as per-row arrays. */
@@ -148,11 +157,9 @@ async function stepPoint(plan: StepPlan, shape: Shape, W: Tensor, H: Tensor, B: 
   let sampler: Sampler | undefined;
   try {
     const lists = listsFor(set, B, shape.vocab);
-    const filters = (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined);
     sampler = device.createSampler({
-      maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, filters,
-      logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0, allowedTokens: set.mask ?? false,
-      filterOrder: set.filterOrder ?? 'hf',
+      maxBatch: B, vocab: shape.vocab, hidden: shape.hidden, dtype: plan.dtype, ...samplerOptionsFor(set),
+      allowedTokens: set.mask ?? false,
       logprobsMode: set.logprobsMode ?? 'processed',
       // room for the steps' recorded tokens; a full row only reports status 3
       penaltyCapacity: lists ? (set.listed ?? 0) + 64 : 0,

@@ -9,7 +9,7 @@ import { nccl, open, type Sampler, type Tensor } from '../lib/index';
 import type { BenchDType, LogitsMode, OptionSet } from './args';
 import { BENCH_H_SEED, BENCH_W_SEED, logitsInputs } from './logits';
 import type { Shape } from './presets';
-import { rowsFor } from './step';
+import { rowsFor, samplerOptionsFor } from './step';
 import { shardRanges } from './tp';
 
 export interface GraphCase {
@@ -44,9 +44,7 @@ async function main(): Promise<void> {
         try {
           sampler = dev.createSampler({
             maxBatch: B, vocab: rows, hidden: shape.hidden, dtype: c.dtype, numSamples: set.numSamples ?? 1,
-            filters: (['topK', 'topP', 'minP'] as const).filter((f) => set[f] !== undefined),
-            logprobs: set.logprobs ?? false, topLogprobs: set.topLogprobs ?? 0, softcap: set.softcap ?? 0,
-            filterOrder: set.filterOrder ?? 'hf',
+            ...samplerOptionsFor(set),
             tp: { comm, vocabOffset: start, vocabSize: shape.vocab, maxShardVocab },
           });
           sampler.setRows(0, rowsFor(set, B));
