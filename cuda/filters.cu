@@ -922,6 +922,89 @@ cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scra
   return err != cudaSuccess ? err : freed;
 }
 
+// logprobsMode 'raw' without topLogprobs on the one-pass path: the epilogue wrote each (row, tile)'s
+// raw statistics (detail::RawTileStats) and stored no logits. One block a row merges them in tile
+// order (each sum rescaled in float64 to the row's max), then recomputes each drawn token's raw logit
+// as a float64 dot product over the block (a fixed tree: the same bits whatever B), rounded to fp32
+// before the bias as the GEMM's value is; the two differ by the GEMM's fp32 accumulation only.
+constexpr int kRawTileThreads = 256;
+bool raw_stats_in_epilogue(const SampleParams& p) { return reports_raw_logprobs(p) && p.top_logprobs == 0; }
+
+template <typename T>
+__device__ double raw_dot(const SampleParams& p, int64_t b, int64_t t) {
+  const T* const h = static_cast<const T*>(p.hidden) + b * p.dim;
+  const T* const w = static_cast<const T*>(p.weight) + t * p.dim;
+  double acc = 0.0;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const bool vec = p.dim % kVec == 0 && ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w)) & 15u) == 0;
+  if (vec) {  // block-uniform: 16-byte loads, every load of the thread issued before its use
+    for (int64_t d = static_cast<int64_t>(threadIdx.x) * kVec; d < p.dim; d += static_cast<int64_t>(blockDim.x) * kVec) {
+      const uint4 hv = *reinterpret_cast<const uint4*>(h + d);
+      const uint4 wv = *reinterpret_cast<const uint4*>(w + d);
+      const T* const hs = reinterpret_cast<const T*>(&hv);
+      const T* const ws = reinterpret_cast<const T*>(&wv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        acc = fma(static_cast<double>(detail::to_float(hs[k])), static_cast<double>(detail::to_float(ws[k])), acc);
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < p.dim; d += blockDim.x)
+      acc = fma(static_cast<double>(detail::to_float(h[d])), static_cast<double>(detail::to_float(w[d])), acc);
+  }
+  return block_reduce(acc, Sum(), 0.0);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRawTileThreads)
+    raw_logprobs_from_tiles_kernel(const detail::RawTileStats* __restrict__ tiles, int64_t num_vtiles, SampleParams p) {
+  const int64_t b = blockIdx.x;
+  const detail::RawTileStats* const row = tiles + b * num_vtiles;
+  float m = -INFINITY;
+  long long inf = 0;
+  for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x) {
+    m = fmaxf(m, row[i].max);
+    inf += row[i].posinf;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  double z = 0.0;
+  if (inf == 0 && m != -INFINITY)
+    for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x)
+      if (row[i].max > -INFINITY) z += static_cast<double>(row[i].sum) * exp(static_cast<double>(row[i].max) - static_cast<double>(m));
+  z = block_reduce(z, Sum(), 0.0);
+  const double lse = static_cast<double>(m) + log(z);
+  const int S = p.num_samples;
+  for (int j = 0; j < S; ++j) {
+    const int32_t t = p.tokens[b * S + j];
+    if (t < 0) {  // block-uniform: no token
+      if (threadIdx.x == 0) p.logprobs[b * S + j] = -INFINITY;
+      continue;
+    }
+    float x = static_cast<float>(raw_dot<T>(p, b, t));
+    if (p.bias != nullptr) x += detail::to_float(static_cast<const T*>(p.bias)[t]);
+    x = softcap_logit(x, p.softcap);
+    float lp = -INFINITY;
+    if (inf > 0) {
+      if (x == INFINITY) lp = static_cast<float>(-log(static_cast<double>(inf)));
+    } else if (x > -INFINITY) {
+      lp = static_cast<float>(fmin(static_cast<double>(x) - lse, 0.0));  // (a recomputed max may sit a rounding above)
+    }
+    if (threadIdx.x == 0) p.logprobs[b * S + j] = lp;
+  }
+}
+
+cudaError_t launch_raw_logprobs_from_tiles(const SampleParams& p, const detail::RawTileStats* tiles, cudaStream_t stream) {
+  const dim3 rows(static_cast<unsigned>(p.batch));
+  const int64_t num_vtiles = (p.vocab + 127) / 128;
+  if (p.dtype == DType::kF16)
+    raw_logprobs_from_tiles_kernel<__half><<<rows, kRawTileThreads, 0, stream>>>(tiles, num_vtiles, p);
+  else if (p.dtype == DType::kBF16)
+    raw_logprobs_from_tiles_kernel<__nv_bfloat16><<<rows, kRawTileThreads, 0, stream>>>(tiles, num_vtiles, p);
+  else
+    return cudaErrorInvalidValue;  // (the one-pass GEMM takes f16 and bf16 only)
+  return cudaGetLastError();
+}
+
 // A [B, V] fp32 logits region of the workspace: the extra pass's rows, or raw mode's copy.
 size_t row_logits_bytes(const SampleParams& p) {
   RegionLayout layout;
@@ -1846,7 +1929,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   const int S = p.num_samples;
-  if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, p.logprobs != nullptr, p.top_logprobs)) {
+  if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, f.logprobs != 0, p.top_logprobs)) {
     // the epilogue wrote no summaries: the winner (its +Inf tier included) is the token. It draws
     // sample 0 only: a sampled row of several is drawn by the extra pass (a greedy row's are equal).
     if (S > 1 && !greedy) {
@@ -2166,12 +2249,16 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, val, idx, fb, bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
 };
 
-// Top-p rows store only the tiles they choose (row_looks_wide), except in raw mode, where every row
-// stores every tile.
-bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr && !reports_raw_logprobs(p); }
+// Raw mode with topLogprobs stores every row's raw logits (launch_raw_logprobs reads them back);
+// without, the epilogue writes each tile's raw statistics instead (raw_stats_in_epilogue).
+bool raw_rows_stored(const SampleParams& p) { return reports_raw_logprobs(p) && !raw_stats_in_epilogue(p); }
+
+// Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every
+// tile (raw_rows_stored).
+bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr && !raw_rows_stored(p); }
 
 // The candidate slices a row: one per CTA of the split kernel, whose grid is at most a CTA per SM
 // (its shared memory), and one per decision thread with the spill.
@@ -2196,6 +2283,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
+  l.raw = layout.take(raw_stats_in_epilogue(p) ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats) : 0);
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
@@ -2234,9 +2322,9 @@ bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 &
 bool one_pass_may_fall_back(const SampleParams& p) {
   return chunked_may_fall_back(p) || p.top_logprobs > 0 || p.num_samples > 1;
 }
-// The one-pass path's [B, V] logits region: for the extra pass, and in raw mode for every row's
-// stored logits.
-bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || reports_raw_logprobs(p); }
+// The one-pass path's [B, V] logits region: for the extra pass, and for every row's stored raw
+// logits (raw_rows_stored).
+bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || raw_rows_stored(p); }
 
 // Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
 // lets the GEMM launched after it start at once (it waits for this grid before its epilogue).
@@ -2254,7 +2342,8 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
   if (chunked_may_fall_back(p)) chunked += row_logits_bytes(p);
   size_t one_pass = 0;
   if (filtered_gemm_possible(p)) {
-    one_pass = one_pass_layout(p).bytes + (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
+    one_pass = one_pass_layout(p).bytes;
+    if (raw_rows_stored(p)) one_pass += (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;
       const cudaError_t err = extra_pass_workspace_bytes(p, &extra);
@@ -2304,16 +2393,19 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.listed_table = reinterpret_cast<const detail::ListedEntry*>(p.listed_table);
   f.softcap = p.softcap;
   f.top_logprobs = p.top_logprobs;
-  f.logprobs = p.logprobs != nullptr;
+  // (raw_stats_in_epilogue: the processed logprobs are not reported, so rows without a filter need
+  // no summaries; the decision asks f.logprobs too)
+  f.logprobs = p.logprobs != nullptr && !raw_stats_in_epilogue(p);
   f.row_logits = nullptr;
   f.store_all = 0;
   f.shard = shard ? 1 : 0;
+  f.raw_tiles = raw_stats_in_epilogue(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
   float* row_logits = nullptr;
-  // raw mode: every row's stored logits, copied where the extra pass may rewrite them
-  const bool raw_mode = reports_raw_logprobs(p);
+  // raw mode with topLogprobs: every row's stored logits, copied where the extra pass may rewrite them
+  const bool raw_mode = raw_rows_stored(p);
   float* raw_copy = nullptr;
   const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
   if (!shard && one_pass_stores_rows(p)) {
@@ -2376,6 +2468,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess && one_pass_may_fall_back(p))
     err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, f.stored_tiles, stream);
   if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
+  if (err == cudaSuccess && f.raw_tiles != nullptr) err = launch_raw_logprobs_from_tiles(p, f.raw_tiles, stream);
   for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
     const cudaError_t freed = scratch.give_back(region);
     if (err == cudaSuccess) err = freed;

@@ -44,12 +44,15 @@ function expectRaw(
 describeDevices((devName, dev) => {
   // Rows with a temperature, greedy rows, top-k, top-p and min-p, a softcap, a mask that hides each
   // row's raw favourite, a logit bias and penalties: none of them moves the raw distribution.
-  for (const [V, dtype, S] of [[1000, 'bf16', 1], [111, 'f16', 1], [1000, 'f32', 1], [1000, 'bf16', 3]] as const) {
-    test(`V = ${V}, ${dtype}, numSamples ${S}: raw logprobs and topLogprobs ignore the lists, mask, temperature and filters`, async () => {
+  // topLogprobs 0 takes the one-pass path's tile statistics (no stored rows) on Hopper; D = 12 the
+  // drawn tokens' dot products without 16-byte loads
+  for (const [V, dtype, S, n] of [[1000, 'bf16', 1, 4], [1000, 'bf16', 1, 0], [111, 'f16', 1, 4], [111, 'f16', 1, 0],
+    [1000, 'f32', 1, 4], [1000, 'bf16', 3, 4], [1000, 'bf16', 3, 0]] as const) {
+    test(`V = ${V}, ${dtype}, numSamples ${S}, topLogprobs ${n}: raw logprobs and topLogprobs ignore the lists, mask, temperature and filters`, async () => {
       const B = 6;
       const shapes = [zipfLogits(V, 1.1, 3), flatLogits(V, 4, 2), zipfLogits(V, 0.7, 5)];
       const logits = Array.from({ length: B }, (_, b) => shapes[b % 3]);
-      const p = plantLogits(dev(), dtype, logits, { D: 8 });
+      const p = plantLogits(dev(), dtype, logits, { D: V === 111 ? 12 : 8 });
       const favourite = logits.map((row) => keptDistribution(row, { softcap: 12 }).order[0]);
       try {
         const o: SampleOptions = {
@@ -69,7 +72,7 @@ describeDevices((devName, dev) => {
           repetitionPenalty: 1.3,
           frequencyPenalty: 0.5,
           logprobs: true,
-          topLogprobs: 4,
+          topLogprobs: n,
         };
         for (let offset = 0; offset < 3; offset++) {
           const processed = await sampleFused(p.H, p.W, { ...o, offset });
@@ -77,10 +80,10 @@ describeDevices((devName, dev) => {
           // the mode changes what is reported, never what is drawn
           expect(Array.from(raw.tokens)).toEqual(Array.from(processed.tokens));
           for (let b = 0; b < B; b++) for (let j = 0; j < S; j++) expect(raw.tokens[b * S + j]).not.toBe(favourite[b]);
-          expectRaw(raw, p.logits, 12, S, 4);
+          expectRaw(raw, p.logits, 12, S, n);
           const ref = await sampleReference(p.H, p.W, { ...o, offset, logprobsMode: 'raw', method: 'gumbel' });
           expect(agreement(ref.tokens, raw.tokens)).toBe(1);
-          expectRaw(ref, p.logits, 12, S, 4);
+          expectRaw(ref, p.logits, 12, S, n);
         }
       } finally {
         p.dispose();
@@ -94,10 +97,12 @@ describeDevices((devName, dev) => {
     const logits = Array.from({ length: 16 }, (_, b) => flats[b % 2]);
     const p = plantLogits(dev(), 'bf16', logits, { D: 8, biasLogits: flatLogits(V, 9, 1) });
     try {
-      const o: SampleOptions = { seed: 5n, bias: p.bias, temperature: 2, topP: 0.99, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' };
-      const res = await sampleFused(p.H, p.W, o);
-      if (devName === 'cuda') expect(res.fallbackRows).toBeGreaterThan(0);
-      expectRaw(res, p.logits, 0, 1, 3);
+      for (const n of [3, 0]) {
+        const o: SampleOptions = { seed: 5n, bias: p.bias, temperature: 2, topP: 0.99, logprobs: true, topLogprobs: n, logprobsMode: 'raw' };
+        const res = await sampleFused(p.H, p.W, o);
+        if (devName === 'cuda') expect(res.fallbackRows).toBeGreaterThan(0);
+        expectRaw(res, p.logits, 0, 1, n);
+      }
     } finally {
       p.dispose();
     }
@@ -110,12 +115,14 @@ describeDevices((devName, dev) => {
     try {
       // row 1 may not draw the +Inf tokens: it draws a finite one, of raw probability 0
       const allowedTokens = makeMask(3, V, (b, v) => b !== 1 || (v !== 7 && v !== 500));
-      const res = await sampleFused(p.H, p.W, { seed: 3n, allowedTokens, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' });
-      expect([7, 500]).toContain(res.tokens[0]);
-      expect(res.logprobs![0]).toBeCloseTo(-Math.log(2), 5);
-      expect(res.logprobs![1]).toBe(-Infinity);
-      expect(Array.from(res.topTokens!.subarray(3, 6))).toEqual([7, 500, -1]);
-      expectRaw(res, p.logits, 0, 1, 3);
+      for (const n of [3, 0]) {
+        const res = await sampleFused(p.H, p.W, { seed: 3n, allowedTokens, logprobs: true, topLogprobs: n, logprobsMode: 'raw' });
+        expect([7, 500]).toContain(res.tokens[0]);
+        expect(res.logprobs![0]).toBeCloseTo(-Math.log(2), 5);
+        expect(res.logprobs![1]).toBe(-Infinity);
+        if (n > 0) expect(Array.from(res.topTokens!.subarray(3, 6))).toEqual([7, 500, -1]);
+        expectRaw(res, p.logits, 0, 1, n);
+      }
     } finally {
       p.dispose();
     }
@@ -148,45 +155,56 @@ describeDevices((devName, dev) => {
     for (const biasLogits of [firstOut, lastInf]) {
       const p = plantLogits(dev(), 'bf16', [row, row], { D: 8, biasLogits });
       try {
-        const res = await sampleFused(p.H, p.W, { seed: 2n, bias: p.bias, logprobs: true, topLogprobs: 3, logprobsMode: 'raw' });
-        if (biasLogits === lastInf) expect(Array.from(res.tokens)).toEqual([12288, 12288]);
-        expectRaw(res, p.logits, 0, 1, 3);
+        for (const n of [3, 0]) {
+          const res = await sampleFused(p.H, p.W, { seed: 2n, bias: p.bias, logprobs: true, topLogprobs: n, logprobsMode: 'raw' });
+          if (biasLogits === lastInf) expect(Array.from(res.tokens)).toEqual([12288, 12288]);
+          expectRaw(res, p.logits, 0, 1, n);
+        }
       } finally {
         p.dispose();
       }
     }
   });
 
-  test("the engine's sampler created with logprobsMode 'raw' reports what sampleFused reports", async () => {
-    const d: Device = dev();
-    const V = 1000;
-    const logits = [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 2), zipfLogits(V, 0.8, 3)];
-    const p = plantLogits(d, 'bf16', logits, { D: 8 });
-    const sampler = d.createSampler({
-      maxBatch: 4, vocab: V, hidden: 8, dtype: 'bf16', filters: ['topK'], logprobs: true, topLogprobs: 2, logprobsMode: 'raw',
-    });
-    expect(sampler.logprobsMode).toBe('raw');
-    const seed = BigUint64Array.from([11n, 12n, 13n]);
-    sampler.setRows(0, { seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]) });
-    const out = d.empty([3], 'i32');
-    const lp = d.empty([3], 'f32');
-    const tt = d.empty([6], 'i32');
-    const tl = d.empty([6], 'f32');
-    try {
-      sampler.enqueue({ H: p.H, W: p.W, out, logprobsOut: lp, topTokensOut: tt, topLogprobsOut: tl });
-      await d.synchronize();
-      const want = await sampleFused(p.H, p.W, {
-        seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]), logprobs: true, topLogprobs: 2, logprobsMode: 'raw',
+  for (const n of [2, 0]) {
+    test(`the engine's sampler created with logprobsMode 'raw', topLogprobs ${n}, reports what sampleFused reports (in a graph on CUDA)`, async () => {
+      const d: Device = dev();
+      const V = 1000;
+      const logits = [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 2), zipfLogits(V, 0.8, 3)];
+      const p = plantLogits(d, 'bf16', logits, { D: 8 });
+      const sampler = d.createSampler({
+        maxBatch: 4, vocab: V, hidden: 8, dtype: 'bf16', filters: ['topK'], logprobs: true, topLogprobs: n, logprobsMode: 'raw',
       });
-      expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
-      const got = { tokens: (await out.toArray()) as Int32Array, logprobs: (await lp.toArray()) as Float32Array, topTokens: (await tt.toArray()) as Int32Array, topLogprobs: (await tl.toArray()) as Float32Array };
-      expectRaw(got, p.logits, 0, 1, 2);
-    } finally {
-      for (const t of [out, lp, tt, tl]) t.dispose();
-      sampler.dispose();
-      p.dispose();
-    }
-  });
+      expect(sampler.logprobsMode).toBe('raw');
+      const seed = BigUint64Array.from([11n, 12n, 13n]);
+      sampler.setRows(0, { seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]) });
+      const out = d.empty([3], 'i32');
+      const lp = d.empty([3], 'f32');
+      const tt = n > 0 ? d.empty([3 * n], 'i32') : undefined;
+      const tl = n > 0 ? d.empty([3 * n], 'f32') : undefined;
+      const graph = devName === 'cuda' ? d.captureGraph(() => sampler.enqueue({ H: p.H, W: p.W, out, logprobsOut: lp, topTokensOut: tt, topLogprobsOut: tl })) : undefined;
+      try {
+        if (graph) graph.launch();
+        else sampler.enqueue({ H: p.H, W: p.W, out, logprobsOut: lp, topTokensOut: tt, topLogprobsOut: tl });
+        await d.synchronize();
+        const want = await sampleFused(p.H, p.W, {
+          seed, temperature: Float32Array.from([0.7, 1, 0]), topK: Int32Array.from([5, 0, 0]), logprobs: true, topLogprobs: n, logprobsMode: 'raw',
+        });
+        expect(Array.from((await out.toArray()) as Int32Array)).toEqual(Array.from(want.tokens));
+        const got = {
+          tokens: (await out.toArray()) as Int32Array, logprobs: (await lp.toArray()) as Float32Array,
+          topTokens: tt ? (await tt.toArray()) as Int32Array : undefined, topLogprobs: tl ? (await tl.toArray()) as Float32Array : undefined,
+        };
+        got.logprobs.forEach((x, i) => expect(x).toBeCloseTo(want.logprobs![i], 5));
+        expectRaw(got, p.logits, 0, 1, n);
+      } finally {
+        graph?.dispose();
+        for (const t of [out, lp, tt, tl]) t?.dispose();
+        sampler.dispose();
+        p.dispose();
+      }
+    });
+  }
 
   test('bad logprobsMode values and raw shards are clear errors', async () => {
     const p = plantLogits(dev(), 'f32', [zipfLogits(111, 1, 1)], { D: 8 });

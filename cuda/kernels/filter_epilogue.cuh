@@ -34,6 +34,17 @@ struct alignas(8) TileSummary {
   float best_logit;    // its value
 };
 
+// logprobsMode 'raw' without topLogprobs: per (row, vocabulary tile of 128) the raw distribution's
+// statistics (softcapped logits, bias included, before the listed tokens' steps and the mask),
+// merged by filters.cu's raw_logprobs_from_tiles_kernel in tile order, so that no row's logits
+// are stored and read back.
+struct alignas(16) RawTileStats {
+  float max;        // largest finite value (-Inf when none)
+  float sum;        // sum of exp(x - max) over the finite values (0 when the tile holds a +Inf)
+  uint32_t posinf;  // +Inf values
+  uint32_t finite;  // finite values
+};
+
 // The candidate values' histogram: fixed buckets of a quarter logit over [-64, 64), clamped at both
 // ends. The lower edge of a bucket whose count from the top reaches k is a lower bound of the k-th
 // largest candidate (values outside the range only make that bound weaker).
@@ -88,7 +99,42 @@ struct FilterArgs {
   uint8_t* stored_tiles;   // [batch, num_vtiles], zeroed: 1 where a row that stores only some tiles
                            // (not store_all) stored that tile's logits; the extra pass recomputes the rest
   int32_t shard;           // a vocabulary shard's call (partial.cu): every row's summaries and winner
+  RawTileStats* raw_tiles; // [batch, num_vtiles], or nullptr: the raw distribution's tile statistics
 };
+
+// Row b's raw statistics of one tile (FilterArgs::raw_tiles), from each lane's quad of softcapped
+// raw logits (bit o of in_vocab: vq + o < V); every lane of the warp calls it, lane 0 stores when
+// `live`. Out of line, so the trips keep their registers. The fp32 sum of 128 exponentials (exp2
+// of a prescaled difference, a fixed tree) is within ~1e-6 of float64, as the tile summaries are.
+static __device__ __noinline__ void raw_tile_stats(RawTileStats* out, float4 q, uint32_t in_vocab, bool live) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const float x[4] = {q.x, q.y, q.z, q.w};
+  float mx = -INFINITY;
+  uint32_t counts = 0u;  // +Inf values << 16 | finite values (each at most 128)
+#pragma unroll
+  for (int o = 0; o < 4; ++o) {
+    if (((in_vocab >> o) & 1u) == 0u) continue;
+    if (x[o] == INFINITY) {
+      counts += 0x10000u;
+    } else if (x[o] > -INFINITY) {  // (NaN: neither)
+      counts += 1u;
+      mx = fmaxf(mx, x[o]);
+    }
+  }
+  const float m = from_ordered_bits(__reduce_max_sync(kAll, ordered_bits(mx)));
+  counts = __reduce_add_sync(kAll, counts);
+  float sum = 0.0f;
+  if (m != -INFINITY && (counts >> 16) == 0u) {  // warp-uniform
+    float e[4];
+#pragma unroll
+    for (int o = 0; o < 4; ++o)
+      e[o] = ((in_vocab >> o) & 1u) != 0u && x[o] > -INFINITY ? exp2_ftz((x[o] - m) * kLog2e) : 0.0f;
+    sum = ((e[0] + e[1]) + e[2]) + e[3];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kAll, sum, o);  // fixed tree: deterministic
+  }
+  if ((threadIdx.x & 31) == 0 && live) *out = RawTileStats{m, sum, counts >> 16, counts & 0xffffu};
+}
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
 // topLogprobs, or greedy: the winner decides it).

@@ -388,6 +388,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
 #pragma unroll
             for (int o = 0; o < 4; ++o) l[jj][o] = softcap_logit(l[jj][o], f.softcap);
           }
+          if (f.raw_tiles != nullptr)  // logprobsMode 'raw': the raw values, before the lists and the mask
+            raw_tile_stats(f.raw_tiles + b * f.num_vtiles + vtile, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
+                           in_vocab, b < B);
           if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
             const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
             l[jj][0] = q4.x;
