@@ -60,7 +60,6 @@ class NativeComm : public Napi::ObjectWrap<NativeComm> {
   }
 };
 
-
 }  // namespace
 
 std::shared_ptr<NcclComm> communicator_arg(Napi::Env env, Napi::Value v, const std::string& name) {

@@ -109,7 +109,6 @@ bool read_tensor_list(const Napi::Object& spec, const char* name, size_t batch, 
   return true;
 }
 
-
 // `merge`: a mergePartials spec (no operands; the partial blocks instead).
 std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = false) {
   Napi::Env env = spec.Env();

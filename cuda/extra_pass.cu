@@ -1342,15 +1342,20 @@ bool use_tensor_cores(const SampleParams& p) {
 }
 
 // The logits kernel for `p` (its operands' alignment decides), its grid, and the extra pass's
-// regions carved from `scratch` (*ws, to give back) as *w.
-cudaError_t take_work(const SampleParams& p, Scratch& scratch, const uint8_t* stored_tiles, LogitsKernel* kernel,
-                      int* logit_blocks, uint8_t** ws, Work* w) {
-  *kernel = logits_kernel_for(p, use_tensor_cores(p));
-  cudaError_t err = logit_blocks_for(p, *kernel, logit_blocks);
+// regions carved from a Scratch (ws, to give back) as w.
+struct TakenWork {
+  LogitsKernel logits_kernel;
+  uint8_t* ws = nullptr;
+  Work w;  // (w.logit_blocks: the logits kernel's grid)
+};
+cudaError_t take_work(const SampleParams& p, Scratch& scratch, const uint8_t* stored_tiles, TakenWork* t) {
+  t->logits_kernel = logits_kernel_for(p, use_tensor_cores(p));
+  int logit_blocks = 0;
+  cudaError_t err = logit_blocks_for(p, t->logits_kernel, &logit_blocks);
   if (err != cudaSuccess) return err;
-  const ExtraPassLayout l = extra_pass_layout(p, *logit_blocks);
-  if ((err = scratch.take(l.bytes, ws)) != cudaSuccess) return err;
-  *w = work_in(*ws, l, *logit_blocks, stored_tiles, p);
+  const ExtraPassLayout l = extra_pass_layout(p, logit_blocks);
+  if ((err = scratch.take(l.bytes, &t->ws)) != cudaSuccess) return err;
+  t->w = work_in(t->ws, l, logit_blocks, stored_tiles, p);
   return cudaSuccess;
 }
 
@@ -1373,12 +1378,10 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
     return cudaErrorInvalidValue;
   const size_t B = static_cast<size_t>(p.batch);
   Scratch scratch(p, stream);
-  LogitsKernel logits_kernel;
-  int logit_blocks = 0;
-  uint8_t* ws = nullptr;
-  Work w;
-  cudaError_t err = take_work(p, scratch, stored_tiles, &logits_kernel, &logit_blocks, &ws, &w);
+  TakenWork t;
+  cudaError_t err = take_work(p, scratch, stored_tiles, &t);
   if (err != cudaSuccess) return err;
+  const Work& w = t.w;
 
   // Five kernels that return at once when no row was flagged (the common case): each is launched
   // programmatically, and the four after the logits kernel read the final flagged count before
@@ -1401,7 +1404,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
     return dim3(static_cast<unsigned>(tasks < resident ? tasks : resident));
   };
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0,
+    err = detail::launch_kernel(t.logits_kernel, dim3(static_cast<unsigned>(w.logit_blocks)), dim3(kLogitThreads), 0,
                                 stream, programmatic, p, flags, flagged_count, w, row_logits);
   }
   if (err == cudaSuccess) {
@@ -1418,7 +1421,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                                 programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, flagged_count, stream);
-  const cudaError_t freed = scratch.give_back(ws);
+  const cudaError_t freed = scratch.give_back(t.ws);
   return err != cudaSuccess ? err : freed;
 }
 
@@ -1426,15 +1429,13 @@ cudaError_t launch_flagged_logits(const SampleParams& p, const int32_t* flags, c
                                   float* row_logits, const uint8_t* stored_tiles, cudaStream_t stream) {
   if (flags == nullptr || flagged_count == nullptr || row_logits == nullptr) return cudaErrorInvalidValue;
   Scratch scratch(p, stream);
-  LogitsKernel logits_kernel;
-  int logit_blocks = 0;
-  uint8_t* ws = nullptr;
-  Work w;
-  cudaError_t err = take_work(p, scratch, stored_tiles, &logits_kernel, &logit_blocks, &ws, &w);
+  TakenWork t;
+  cudaError_t err = take_work(p, scratch, stored_tiles, &t);
   if (err != cudaSuccess) return err;
-  err = detail::launch_kernel(logits_kernel, dim3(static_cast<unsigned>(logit_blocks)), dim3(kLogitThreads), 0, stream,
+  const Work& w = t.w;
+  err = detail::launch_kernel(t.logits_kernel, dim3(static_cast<unsigned>(w.logit_blocks)), dim3(kLogitThreads), 0, stream,
                               detail::programmatic_launch_supported(), p, flags, flagged_count, w, row_logits);
-  const cudaError_t freed = scratch.give_back(ws);
+  const cudaError_t freed = scratch.give_back(t.ws);
   return err != cudaSuccess ? err : freed;
 }
 

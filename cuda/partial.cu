@@ -617,6 +617,15 @@ __global__ void shard_row_values_kernel(const float* __restrict__ logits, Sample
     out[v] = detail::candidate_value(p, b, v, logits[b * V + v]);
 }
 
+// shard_row_values_kernel over the value rows: up to 64 blocks of 256 a row.
+cudaError_t launch_shard_row_values(const float* logits, const SampleParams& p, const int32_t* live,
+                                    cudaStream_t stream) {
+  const int64_t blocks = (p.vocab + 255) / 256;
+  const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(p.value_row_count));
+  shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, live);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 bool partial_params_ok(const SampleParams& p) {
@@ -684,10 +693,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
     err = detail::prepare_kernel(partial_rows_kernel, kRowThreads, static_cast<int>(kRowSmemMax), &per_sm);
   if (err == cudaSuccess) err = launch_logits_store(p, 0, p.vocab, logits, stream);
   if (err == cudaSuccess && rows_pass) {
-    const int64_t blocks = (p.vocab + 255) / 256;
-    const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(call.value_row_count));
-    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, p, nullptr);
-    err = cudaGetLastError();
+    err = launch_shard_row_values(logits, p, nullptr, stream);
   } else if (err == cudaSuccess) {
     const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
                         has_filters(call)};
@@ -731,12 +737,7 @@ cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_st
   if (err == cudaSuccess)
     err = launch_flagged_logits(scratch.rest(p), flags, flags + p.batch, logits, stored ? p.shard_stored_tiles : nullptr,
                                 stream);
-  if (err == cudaSuccess) {
-    const int64_t blocks = (p.vocab + 255) / 256;
-    const dim3 grid(static_cast<unsigned>(blocks < 64 ? blocks : 64), static_cast<unsigned>(p.value_row_count));
-    shard_row_values_kernel<<<grid, 256, 0, stream>>>(logits, q, flags + p.batch);
-    err = cudaGetLastError();
-  }
+  if (err == cudaSuccess) err = launch_shard_row_values(logits, q, flags + p.batch, stream);
   const cudaError_t freed = scratch.give_back(listed);
   return err != cudaSuccess ? err : freed;
 }

@@ -253,7 +253,8 @@ std::string launch_sharded_step(const EngineSampler& s, const SampleParams& p, b
   shard.vocab_total = t.vocab_total;
   shard.row_status = nullptr;
   cudaError_t e = cudaSuccess;
-  if (t.rows_pass_rows > 0) {  // the tiles the shard's one pass stores, for the rows pass to read back
+  // the tiles the shard's one pass stores, for the rows pass to read back (only top-p rows store any)
+  if (t.rows_pass_rows > 0 && p.top_p != nullptr) {
     shard.shard_row_logits = reinterpret_cast<float*>(base + t.logits);
     shard.shard_stored_tiles = base + t.stored_tiles;
     e = cudaMemsetAsync(base + t.stored_tiles, 0, t.stored_tiles_bytes, stream);

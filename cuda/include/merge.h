@@ -397,12 +397,15 @@ FS_HD void merge_better(MergedPick* a, const MergedPick& b) {
   if (candidate_better(b.score, b.key, a->score, a->key)) *a = b;
 }
 
+// Whether the kept set is the whole row and every shard offered its winners: those are the draw.
+FS_HD bool merge_draws_winners(const MergeRow& r, const MergedKept& kept) { return kept.size == r.t.size && r.winners; }
+
 // Last step: sample j's token and logprob (`best` its pick over the kept keys, or with the whole
 // row kept the shards' winner).
 FS_HD void merge_write_sample(const SampleParams& p, const PartialSet& set, const MergeRow& r, int64_t b,
                               const MergedKept& kept, int32_t j, MergedPick best) {
   const int32_t S = p.num_samples;
-  if (kept.size == r.t.size && r.winners) {  // the whole row kept: the shards' winners are the draw
+  if (merge_draws_winners(r, kept)) {
     const PartialWinner w = merged_winner(set, b, j);
     best = MergedPick{w.score, w.key, w.logit};
   }
@@ -421,11 +424,11 @@ FS_HD void merge_write_top(const SampleParams& p, const MergeRow& r, int64_t b, 
 // Whether a decided row draws from its kept keys (else it is undecided, or keeps the whole row and
 // draws the shards' winners); without winners a whole row kept is drawn from its keys too.
 FS_HD bool merge_draws_keys(const MergeRow& r, const MergedKept& kept) {
-  return !kept.undecided && (kept.size != r.t.size || !r.winners);
+  return !kept.undecided && !merge_draws_winners(r, kept);
 }
 // (A one-pass shard's candidates hold no +Inf token: such a row without winners is undecided.)
 FS_HD bool merge_undecided(const MergeRow& r, const MergedKept& kept) {
-  return kept.undecided || ((kept.size != r.t.size || !r.winners) && kept.size > r.prefix) ||
+  return kept.undecided || (!merge_draws_winners(r, kept) && kept.size > r.prefix) ||
          (r.t.inf_tier && !r.winners);
 }
 
