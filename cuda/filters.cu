@@ -922,13 +922,48 @@ cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scra
   return err != cudaSuccess ? err : freed;
 }
 
-// logprobsMode 'raw' without topLogprobs on the one-pass path: the epilogue wrote each (row, tile)'s
-// raw statistics (detail::RawTileStats) and stored no logits. One block a row merges them in tile
-// order (each sum rescaled in float64 to the row's max), then recomputes each drawn token's raw logit
-// as a float64 dot product over the block (a fixed tree: the same bits whatever B), rounded to fp32
-// before the bias as the GEMM's value is; the two differ by the GEMM's fp32 accumulation only.
-constexpr int kRawTileThreads = 256;
-bool raw_stats_in_epilogue(const SampleParams& p) { return reports_raw_logprobs(p) && p.top_logprobs == 0; }
+// logprobsMode 'raw' on the one-pass path (raw_tiles_path): the epilogue writes each (row, tile)'s
+// raw statistics (detail::RawTileStats). One block a row merges them in tile order (each sum
+// rescaled in float64 to the row's max: the same bits whatever B), and recomputes each drawn token's
+// raw logit as a float64 dot product over the block, rounded to fp32 before the bias as the GEMM's
+// value is (the two differ by the GEMM's fp32 accumulation only). topLogprobs n come from the rows
+// the epilogue stored, read only in the n tiles that can hold them (raw_top_from_tiles_kernel).
+constexpr int kRawTileThreads = kRawSliceThreads;
+bool raw_tiles_path(const SampleParams& p) {
+  return reports_raw_logprobs(p) &&
+         (p.top_logprobs == 0 || (p.top_logprobs <= kSliceTopMax && (p.vocab + 127) / 128 <= kRawSlice));
+}
+
+// The row's raw max, +Inf and finite counts and log-sum-exp, from its tile statistics.
+struct RawRow {
+  float max;
+  long long inf, finite;
+  double lse;
+};
+__device__ RawRow raw_row_from_tiles(const detail::RawTileStats* row, int64_t num_vtiles) {
+  float m = -INFINITY;
+  long long inf = 0, finite = 0;
+  for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x) {
+    m = fmaxf(m, row[i].max);
+    inf += row[i].posinf;
+    finite += row[i].finite;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  finite = block_reduce(finite, Sum(), 0ll);
+  double z = 0.0;
+  if (inf == 0 && m != -INFINITY)
+    for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x)
+      if (row[i].max > -INFINITY) z += static_cast<double>(row[i].sum) * exp(static_cast<double>(row[i].max) - static_cast<double>(m));
+  z = block_reduce(z, Sum(), 0.0);
+  return RawRow{m, inf, finite, static_cast<double>(m) + log(z)};
+}
+
+// A raw softcapped value's log-probability in its row (SEMANTICS §4).
+__device__ float raw_logprob(const RawRow& r, float x) {
+  if (r.inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(r.inf))) : -INFINITY;
+  return x > -INFINITY && x < INFINITY ? static_cast<float>(fmin(static_cast<double>(x) - r.lse, 0.0)) : -INFINITY;
+}
 
 template <typename T>
 __device__ double raw_dot(const SampleParams& p, int64_t b, int64_t t) {
@@ -937,7 +972,7 @@ __device__ double raw_dot(const SampleParams& p, int64_t b, int64_t t) {
   double acc = 0.0;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const bool vec = p.dim % kVec == 0 && ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w)) & 15u) == 0;
-  if (vec) {  // block-uniform: 16-byte loads, every load of the thread issued before its use
+  if (vec) {  // block-uniform: 16-byte loads
     for (int64_t d = static_cast<int64_t>(threadIdx.x) * kVec; d < p.dim; d += static_cast<int64_t>(blockDim.x) * kVec) {
       const uint4 hv = *reinterpret_cast<const uint4*>(h + d);
       const uint4 wv = *reinterpret_cast<const uint4*>(w + d);
@@ -954,25 +989,12 @@ __device__ double raw_dot(const SampleParams& p, int64_t b, int64_t t) {
   return block_reduce(acc, Sum(), 0.0);
 }
 
+// The drawn tokens' raw logprobs (after the draw and the extra pass).
 template <typename T>
 __global__ void __launch_bounds__(kRawTileThreads)
     raw_logprobs_from_tiles_kernel(const detail::RawTileStats* __restrict__ tiles, int64_t num_vtiles, SampleParams p) {
   const int64_t b = blockIdx.x;
-  const detail::RawTileStats* const row = tiles + b * num_vtiles;
-  float m = -INFINITY;
-  long long inf = 0;
-  for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x) {
-    m = fmaxf(m, row[i].max);
-    inf += row[i].posinf;
-  }
-  m = block_reduce(m, Max(), -INFINITY);
-  inf = block_reduce(inf, Sum(), 0ll);
-  double z = 0.0;
-  if (inf == 0 && m != -INFINITY)
-    for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x)
-      if (row[i].max > -INFINITY) z += static_cast<double>(row[i].sum) * exp(static_cast<double>(row[i].max) - static_cast<double>(m));
-  z = block_reduce(z, Sum(), 0.0);
-  const double lse = static_cast<double>(m) + log(z);
+  const RawRow r = raw_row_from_tiles(tiles + b * num_vtiles, num_vtiles);
   const int S = p.num_samples;
   for (int j = 0; j < S; ++j) {
     const int32_t t = p.tokens[b * S + j];
@@ -982,15 +1004,84 @@ __global__ void __launch_bounds__(kRawTileThreads)
     }
     float x = static_cast<float>(raw_dot<T>(p, b, t));
     if (p.bias != nullptr) x += detail::to_float(static_cast<const T*>(p.bias)[t]);
-    x = softcap_logit(x, p.softcap);
-    float lp = -INFINITY;
-    if (inf > 0) {
-      if (x == INFINITY) lp = static_cast<float>(-log(static_cast<double>(inf)));
-    } else if (x > -INFINITY) {
-      lp = static_cast<float>(fmin(static_cast<double>(x) - lse, 0.0));  // (a recomputed max may sit a rounding above)
-    }
-    if (threadIdx.x == 0) p.logprobs[b * S + j] = lp;
+    // (a recomputed max may sit a rounding above the row's: the logprob is clamped at 0)
+    if (threadIdx.x == 0) p.logprobs[b * S + j] = raw_logprob(r, softcap_logit(x, p.softcap));
   }
+}
+
+// The raw topLogprobs n (<= kSliceTopMax, ceil(V / 128) <= kRawSlice tiles) from the stored raw rows,
+// before the extra pass may rewrite a row. The n tiles of largest max (ties: lower tile first) hold
+// the row's n largest values: the n-th largest tile max bounds the row's n-th largest value from
+// below, so a value at or above that lies in a tile whose max is too, and ties at it take the lower
+// tiles as the values' ties take the lower indices. With +Inf values, the first n tiles that hold
+// any hold the first n of them.
+__global__ void __launch_bounds__(kRawTileThreads)
+    raw_top_from_tiles_kernel(const float* __restrict__ rows, const detail::RawTileStats* __restrict__ tiles,
+                              int64_t num_vtiles, SampleParams p) {
+  __shared__ TopKeysShared s;
+  __shared__ unsigned long long s_tiles[kSliceTopMax], s_top[kSliceTopMax];
+  const int64_t b = blockIdx.x, V = p.vocab;
+  const int n = p.top_logprobs;
+  const detail::RawTileStats* const row_tiles = tiles + b * num_vtiles;
+  const RawRow r = raw_row_from_tiles(row_tiles, num_vtiles);
+  unsigned long long key[kRawKeysPerThread];
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k) {
+    const int64_t i = static_cast<int64_t>(threadIdx.x) + k * kRawTileThreads;
+    key[k] = 0ull;
+    if (i < num_vtiles) {
+      const detail::RawTileStats t = row_tiles[i];
+      if (r.inf > 0) key[k] = t.posinf > 0 ? order_key(1.0f, static_cast<uint32_t>(i)) : 0ull;
+      else key[k] = t.finite > 0 ? order_key(t.max, static_cast<uint32_t>(i)) : 0ull;
+    }
+  }
+  block_top_keys(key, n, s_tiles, s);
+  __syncthreads();
+  // the chosen tiles' values, 128 a tile: slot `at` is value at % 128 of chosen tile at / 128
+  const float* const row = rows + b * V;
+#pragma unroll
+  for (int k = 0; k < kRawKeysPerThread; ++k) {
+    const int at = static_cast<int>(threadIdx.x) + k * kRawTileThreads;
+    const int c = at / 128;
+    key[k] = 0ull;
+    if (c < n && s_tiles[c] != 0ull) {
+      const int64_t v = static_cast<int64_t>(key_index(s_tiles[c])) * 128 + at % 128;
+      if (v < V) {
+        const float x = softcap_logit(row[v], p.softcap);
+        const bool kept = r.inf > 0 ? x == INFINITY : x > -INFINITY && x < INFINITY;  // (NaN: neither)
+        key[k] = kept ? order_key(x, static_cast<uint32_t>(v)) : 0ull;
+      }
+    }
+  }
+  __syncthreads();  // (s is reused)
+  block_top_keys(key, n, s_top, s);
+  __syncthreads();
+  const long long valid = r.inf > 0 ? r.inf : r.finite;
+  const int take = static_cast<int>(valid < n ? valid : n);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    p.top_tokens[b * n + i] = i < take ? static_cast<int32_t>(key_index(s_top[i])) : -1;
+    p.top_token_logprobs[b * n + i] = i < take ? raw_logprob(r, key_value(s_top[i])) : -INFINITY;
+  }
+}
+
+// What the one-pass path's processed machinery runs in raw_tiles_path: no logprobs and no top
+// tokens (the raw kernels write those), so rows without a filter need no summaries or candidates.
+SampleParams without_processed_logprobs(const SampleParams& p) {
+  SampleParams q = p;
+  if (!raw_tiles_path(p)) return q;
+  q.logprobs = nullptr;
+  q.top_logprobs = 0;
+  q.top_tokens = nullptr;
+  q.top_token_logprobs = nullptr;
+  q.raw_logprobs = 0;
+  return q;
+}
+
+cudaError_t launch_raw_top_from_tiles(const SampleParams& p, const float* rows, const detail::RawTileStats* tiles,
+                                      cudaStream_t stream) {
+  raw_top_from_tiles_kernel<<<static_cast<unsigned>(p.batch), kRawTileThreads, 0, stream>>>(rows, tiles,
+                                                                                           (p.vocab + 127) / 128, p);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_raw_logprobs_from_tiles(const SampleParams& p, const detail::RawTileStats* tiles, cudaStream_t stream) {
@@ -1929,7 +2020,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   const int S = p.num_samples;
-  if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, f.logprobs != 0, p.top_logprobs)) {
+  if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, p.logprobs != nullptr, p.top_logprobs)) {
     // the epilogue wrote no summaries: the winner (its +Inf tier included) is the token. It draws
     // sample 0 only: a sampled row of several is drawn by the extra pass (a greedy row's are equal).
     if (S > 1 && !greedy) {
@@ -2252,9 +2343,10 @@ struct OnePassLayout {
   size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
 };
 
-// Raw mode with topLogprobs stores every row's raw logits (launch_raw_logprobs reads them back);
-// without, the epilogue writes each tile's raw statistics instead (raw_stats_in_epilogue).
-bool raw_rows_stored(const SampleParams& p) { return reports_raw_logprobs(p) && !raw_stats_in_epilogue(p); }
+// Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles_kernel
+// (raw_tiles_path) or launch_raw_logprobs (raw_from_stored_rows: every statistic from the rows).
+bool raw_rows_stored(const SampleParams& p) { return reports_raw_logprobs(p) && p.top_logprobs > 0; }
+bool raw_from_stored_rows(const SampleParams& p) { return reports_raw_logprobs(p) && !raw_tiles_path(p); }
 
 // Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every
 // tile (raw_rows_stored).
@@ -2283,7 +2375,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
-  l.raw = layout.take(raw_stats_in_epilogue(p) ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats) : 0);
+  l.raw = layout.take(raw_tiles_path(p) ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats) : 0);
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
@@ -2322,9 +2414,11 @@ bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 &
 bool one_pass_may_fall_back(const SampleParams& p) {
   return chunked_may_fall_back(p) || p.top_logprobs > 0 || p.num_samples > 1;
 }
-// The one-pass path's [B, V] logits region: for the extra pass, and for every row's stored raw
-// logits (raw_rows_stored).
-bool one_pass_stores_rows(const SampleParams& p) { return one_pass_may_fall_back(p) || raw_rows_stored(p); }
+// The one-pass path's [B, V] logits region: for the extra pass of the processed machinery
+// (without_processed_logprobs), and for every row's stored raw logits (raw_rows_stored).
+bool one_pass_stores_rows(const SampleParams& p) {
+  return one_pass_may_fall_back(without_processed_logprobs(p)) || raw_rows_stored(p);
+}
 
 // Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
 // lets the GEMM launched after it start at once (it waits for this grid before its epilogue).
@@ -2343,7 +2437,7 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
   size_t one_pass = 0;
   if (filtered_gemm_possible(p)) {
     one_pass = one_pass_layout(p).bytes;
-    if (raw_rows_stored(p)) one_pass += (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
+    if (raw_from_stored_rows(p)) one_pass += (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;
       const cudaError_t err = extra_pass_workspace_bytes(p, &extra);
@@ -2392,20 +2486,20 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.listed = reinterpret_cast<const uint2*>(p.listed_marks);
   f.listed_table = reinterpret_cast<const detail::ListedEntry*>(p.listed_table);
   f.softcap = p.softcap;
-  f.top_logprobs = p.top_logprobs;
-  // (raw_stats_in_epilogue: the processed logprobs are not reported, so rows without a filter need
-  // no summaries; the decision asks f.logprobs too)
-  f.logprobs = p.logprobs != nullptr && !raw_stats_in_epilogue(p);
+  // the processed machinery (epilogue, decision, extra pass) reports no logprobs in raw_tiles_path
+  const SampleParams q = without_processed_logprobs(p);
+  f.top_logprobs = q.top_logprobs;
+  f.logprobs = q.logprobs != nullptr;
   f.row_logits = nullptr;
   f.store_all = 0;
   f.shard = shard ? 1 : 0;
-  f.raw_tiles = raw_stats_in_epilogue(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
+  f.raw_tiles = raw_tiles_path(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
   float* row_logits = nullptr;
-  // raw mode with topLogprobs: every row's stored logits, copied where the extra pass may rewrite them
-  const bool raw_mode = raw_rows_stored(p);
+  // raw_from_stored_rows: every row's stored logits, copied where the extra pass may rewrite them
+  const bool raw_mode = raw_from_stored_rows(p);
   float* raw_copy = nullptr;
   const size_t row_bytes = static_cast<size_t>(B) * static_cast<size_t>(p.vocab) * sizeof(float);
   if (!shard && one_pass_stores_rows(p)) {
@@ -2416,7 +2510,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
       scratch.give_back(ws);
       return err;
     }
-    const bool store_all = raw_mode || every_row_to_extra_pass(p);
+    const bool store_all = raw_rows_stored(p) || every_row_to_extra_pass(q);
     if (p.top_p != nullptr || store_all) f.row_logits = row_logits;
     f.store_all = store_all ? 1 : 0;
   }
@@ -2457,18 +2551,22 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     int per_sm = 0;
     err = detail::prepare_kernel(decide_one_pass_kernel, kThreads, static_cast<int>(kSmem), &per_sm);
     if (err == cudaSuccess) {
-      decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(p, f, winners, fallback);
+      decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback);
       err = cudaGetLastError();
     }
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
   // when none was), on a [B, V] fp32 reservation written for those rows only.
+  // The raw rows are read before the extra pass rewrites its rows: copied, or their top tiles read.
   if (err == cudaSuccess && raw_copy != nullptr)
     err = cudaMemcpyAsync(raw_copy, row_logits, row_bytes, cudaMemcpyDeviceToDevice, stream);
-  if (err == cudaSuccess && one_pass_may_fall_back(p))
-    err = launch_extra_pass(scratch.rest(p), fallback, p.fallback_rows, row_logits, f.stored_tiles, stream);
+  if (err == cudaSuccess && f.raw_tiles != nullptr && p.top_logprobs > 0)
+    err = launch_raw_top_from_tiles(p, row_logits, f.raw_tiles, stream);
+  if (err == cudaSuccess && one_pass_may_fall_back(q))
+    err = launch_extra_pass(scratch.rest(q), fallback, q.fallback_rows, row_logits, f.stored_tiles, stream);
   if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
-  if (err == cudaSuccess && f.raw_tiles != nullptr) err = launch_raw_logprobs_from_tiles(p, f.raw_tiles, stream);
+  if (err == cudaSuccess && f.raw_tiles != nullptr && p.logprobs != nullptr)
+    err = launch_raw_logprobs_from_tiles(p, f.raw_tiles, stream);
   for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
     const cudaError_t freed = scratch.give_back(region);
     if (err == cudaSuccess) err = freed;
