@@ -927,7 +927,7 @@ cudaError_t launch_raw_logprobs(const SampleParams& p, float* raw, Scratch& scra
 // rescaled in float64 to the row's max: the same bits whatever B), and recomputes each drawn token's
 // raw logit as a float64 dot product over the block, rounded to fp32 before the bias as the GEMM's
 // value is (the two differ by the GEMM's fp32 accumulation only). topLogprobs n come from the rows
-// the epilogue stored, read only in the n tiles that can hold them (raw_top_from_tiles_kernel).
+// the epilogue stored, read only in the n tiles that can hold them (raw_top_from_tiles).
 constexpr int kRawTileThreads = kRawSliceThreads;
 bool raw_tiles_path(const SampleParams& p) {
   return reports_raw_logprobs(p) &&
@@ -989,41 +989,18 @@ __device__ double raw_dot(const SampleParams& p, int64_t b, int64_t t) {
   return block_reduce(acc, Sum(), 0.0);
 }
 
-// The drawn tokens' raw logprobs (after the draw and the extra pass).
-template <typename T>
-__global__ void __launch_bounds__(kRawTileThreads)
-    raw_logprobs_from_tiles_kernel(const detail::RawTileStats* __restrict__ tiles, int64_t num_vtiles, SampleParams p) {
-  const int64_t b = blockIdx.x;
-  const RawRow r = raw_row_from_tiles(tiles + b * num_vtiles, num_vtiles);
-  const int S = p.num_samples;
-  for (int j = 0; j < S; ++j) {
-    const int32_t t = p.tokens[b * S + j];
-    if (t < 0) {  // block-uniform: no token
-      if (threadIdx.x == 0) p.logprobs[b * S + j] = -INFINITY;
-      continue;
-    }
-    float x = static_cast<float>(raw_dot<T>(p, b, t));
-    if (p.bias != nullptr) x += detail::to_float(static_cast<const T*>(p.bias)[t]);
-    // (a recomputed max may sit a rounding above the row's: the logprob is clamped at 0)
-    if (threadIdx.x == 0) p.logprobs[b * S + j] = raw_logprob(r, softcap_logit(x, p.softcap));
-  }
-}
-
-// The raw topLogprobs n (<= kSliceTopMax, ceil(V / 128) <= kRawSlice tiles) from the stored raw rows,
-// before the extra pass may rewrite a row. The n tiles of largest max (ties: lower tile first) hold
-// the row's n largest values: the n-th largest tile max bounds the row's n-th largest value from
-// below, so a value at or above that lies in a tile whose max is too, and ties at it take the lower
-// tiles as the values' ties take the lower indices. With +Inf values, the first n tiles that hold
-// any hold the first n of them.
-__global__ void __launch_bounds__(kRawTileThreads)
-    raw_top_from_tiles_kernel(const float* __restrict__ rows, const detail::RawTileStats* __restrict__ tiles,
-                              int64_t num_vtiles, SampleParams p) {
+// The raw topLogprobs n (<= kSliceTopMax, ceil(V / 128) <= kRawSlice tiles) of row b from the
+// stored raw rows. The n tiles of largest max (ties: lower tile first) hold the row's n largest
+// values: the n-th largest tile max bounds the row's n-th largest value from below, so a value at or
+// above that lies in a tile whose max is too, and ties at it take the lower tiles as the values'
+// ties take the lower indices. With +Inf values, the first n tiles that hold any hold the first n
+// of them.
+__device__ void raw_top_from_tiles(const float* rows, const detail::RawTileStats* row_tiles, int64_t num_vtiles,
+                                   const RawRow& r, const SampleParams& p, int64_t b) {
   __shared__ TopKeysShared s;
   __shared__ unsigned long long s_tiles[kSliceTopMax], s_top[kSliceTopMax];
-  const int64_t b = blockIdx.x, V = p.vocab;
+  const int64_t V = p.vocab;
   const int n = p.top_logprobs;
-  const detail::RawTileStats* const row_tiles = tiles + b * num_vtiles;
-  const RawRow r = raw_row_from_tiles(row_tiles, num_vtiles);
   unsigned long long key[kRawKeysPerThread];
 #pragma unroll
   for (int k = 0; k < kRawKeysPerThread; ++k) {
@@ -1064,6 +1041,32 @@ __global__ void __launch_bounds__(kRawTileThreads)
   }
 }
 
+// One block a row: its raw statistics, then with kTop its topLogprobs from `rows`
+// (raw_top_from_tiles: its 36 KB of shared memory only there), with `drawn` its drawn tokens'
+// logprobs (after the draw and the extra pass).
+template <typename T, bool kTop>
+__global__ void __launch_bounds__(kRawTileThreads)
+    raw_from_tiles_kernel(const float* __restrict__ rows, const detail::RawTileStats* __restrict__ tiles,
+                          int64_t num_vtiles, SampleParams p, bool drawn) {
+  const int64_t b = blockIdx.x;
+  const detail::RawTileStats* const row_tiles = tiles + b * num_vtiles;
+  const RawRow r = raw_row_from_tiles(row_tiles, num_vtiles);
+  if constexpr (kTop) raw_top_from_tiles(rows, row_tiles, num_vtiles, r, p, b);
+  if (!drawn) return;
+  const int S = p.num_samples;
+  for (int j = 0; j < S; ++j) {
+    const int32_t t = p.tokens[b * S + j];
+    if (t < 0) {  // block-uniform: no token
+      if (threadIdx.x == 0) p.logprobs[b * S + j] = -INFINITY;
+      continue;
+    }
+    float x = static_cast<float>(raw_dot<T>(p, b, t));
+    if (p.bias != nullptr) x += detail::to_float(static_cast<const T*>(p.bias)[t]);
+    // (a recomputed max may sit a rounding above the row's: the logprob is clamped at 0)
+    if (threadIdx.x == 0) p.logprobs[b * S + j] = raw_logprob(r, softcap_logit(x, p.softcap));
+  }
+}
+
 // What the one-pass path's processed machinery runs in raw_tiles_path: no logprobs and no top
 // tokens (the raw kernels write those), so rows without a filter need no summaries or candidates.
 SampleParams without_processed_logprobs(const SampleParams& p) {
@@ -1077,22 +1080,18 @@ SampleParams without_processed_logprobs(const SampleParams& p) {
   return q;
 }
 
-cudaError_t launch_raw_top_from_tiles(const SampleParams& p, const float* rows, const detail::RawTileStats* tiles,
-                                      cudaStream_t stream) {
-  raw_top_from_tiles_kernel<<<static_cast<unsigned>(p.batch), kRawTileThreads, 0, stream>>>(rows, tiles,
-                                                                                           (p.vocab + 127) / 128, p);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_raw_logprobs_from_tiles(const SampleParams& p, const detail::RawTileStats* tiles, cudaStream_t stream) {
-  const dim3 rows(static_cast<unsigned>(p.batch));
+// raw_from_tiles_kernel over the batch: top tokens from `rows` (nullptr: none), drawn tokens'
+// logprobs where `drawn`.
+cudaError_t launch_raw_from_tiles(const SampleParams& p, const float* rows, const detail::RawTileStats* tiles,
+                                  bool drawn, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.batch));
   const int64_t num_vtiles = (p.vocab + 127) / 128;
-  if (p.dtype == DType::kF16)
-    raw_logprobs_from_tiles_kernel<__half><<<rows, kRawTileThreads, 0, stream>>>(tiles, num_vtiles, p);
-  else if (p.dtype == DType::kBF16)
-    raw_logprobs_from_tiles_kernel<__nv_bfloat16><<<rows, kRawTileThreads, 0, stream>>>(tiles, num_vtiles, p);
-  else
-    return cudaErrorInvalidValue;  // (the one-pass GEMM takes f16 and bf16 only)
+  const bool top = rows != nullptr;
+  if (p.dtype == DType::kF32) return cudaErrorInvalidValue;  // (the one-pass GEMM takes f16 and bf16 only)
+  auto kernel = p.dtype == DType::kF16 ? (top ? raw_from_tiles_kernel<__half, true> : raw_from_tiles_kernel<__half, false>)
+                                       : (top ? raw_from_tiles_kernel<__nv_bfloat16, true>
+                                              : raw_from_tiles_kernel<__nv_bfloat16, false>);
+  kernel<<<grid, kRawTileThreads, 0, stream>>>(rows, tiles, num_vtiles, p, drawn);
   return cudaGetLastError();
 }
 
@@ -2343,7 +2342,7 @@ struct OnePassLayout {
   size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
 };
 
-// Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles_kernel
+// Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
 // (raw_tiles_path) or launch_raw_logprobs (raw_from_stored_rows: every statistic from the rows).
 bool raw_rows_stored(const SampleParams& p) { return reports_raw_logprobs(p) && p.top_logprobs > 0; }
 bool raw_from_stored_rows(const SampleParams& p) { return reports_raw_logprobs(p) && !raw_tiles_path(p); }
@@ -2557,16 +2556,19 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once
   // when none was), on a [B, V] fp32 reservation written for those rows only.
-  // The raw rows are read before the extra pass rewrites its rows: copied, or their top tiles read.
+  // The raw rows are read before the extra pass rewrites its rows: copied, or their top tiles read
+  // (in one kernel with the drawn tokens' logprobs where no extra pass runs).
+  const bool extra_pass = one_pass_may_fall_back(q);
+  const bool raw_top = f.raw_tiles != nullptr && p.top_logprobs > 0;
   if (err == cudaSuccess && raw_copy != nullptr)
     err = cudaMemcpyAsync(raw_copy, row_logits, row_bytes, cudaMemcpyDeviceToDevice, stream);
-  if (err == cudaSuccess && f.raw_tiles != nullptr && p.top_logprobs > 0)
-    err = launch_raw_top_from_tiles(p, row_logits, f.raw_tiles, stream);
-  if (err == cudaSuccess && one_pass_may_fall_back(q))
+  if (err == cudaSuccess && raw_top && extra_pass) err = launch_raw_from_tiles(p, row_logits, f.raw_tiles, false, stream);
+  if (err == cudaSuccess && extra_pass)
     err = launch_extra_pass(scratch.rest(q), fallback, q.fallback_rows, row_logits, f.stored_tiles, stream);
   if (err == cudaSuccess && raw != nullptr) err = launch_raw_logprobs(p, raw, scratch, stream);
-  if (err == cudaSuccess && f.raw_tiles != nullptr && p.logprobs != nullptr)
-    err = launch_raw_logprobs_from_tiles(p, f.raw_tiles, stream);
+  if (err == cudaSuccess && f.raw_tiles != nullptr && (p.logprobs != nullptr || (raw_top && !extra_pass)))
+    err = launch_raw_from_tiles(p, raw_top && !extra_pass ? row_logits : nullptr, f.raw_tiles, p.logprobs != nullptr,
+                                stream);
   for (void* region : {static_cast<void*>(raw_copy), static_cast<void*>(row_logits)}) {
     const cudaError_t freed = scratch.give_back(region);
     if (err == cudaSuccess) err = freed;
