@@ -941,22 +941,8 @@ struct RawRow {
   double lse;
 };
 __device__ RawRow raw_row_from_tiles(const detail::RawTileStats* row, int64_t num_vtiles) {
-  float m = -INFINITY;
-  long long inf = 0, finite = 0;
-  for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x) {
-    m = fmaxf(m, row[i].max);
-    inf += row[i].posinf;
-    finite += row[i].finite;
-  }
-  m = block_reduce(m, Max(), -INFINITY);
-  inf = block_reduce(inf, Sum(), 0ll);
-  finite = block_reduce(finite, Sum(), 0ll);
-  double z = 0.0;
-  if (inf == 0 && m != -INFINITY)
-    for (int64_t i = threadIdx.x; i < num_vtiles; i += blockDim.x)
-      if (row[i].max > -INFINITY) z += static_cast<double>(row[i].sum) * exp(static_cast<double>(row[i].max) - static_cast<double>(m));
-  z = block_reduce(z, Sum(), 0.0);
-  return RawRow{m, inf, finite, static_cast<double>(m) + log(z)};
+  const RowSummary sum = block_summary(row, num_vtiles, 1.0);
+  return RawRow{sum.m, sum.posinf, sum.valid - sum.posinf, static_cast<double>(sum.m) + log(sum.z)};
 }
 
 // A raw softcapped value's log-probability in its row (SEMANTICS §4).
@@ -1009,7 +995,7 @@ __device__ void raw_top_from_tiles(const float* rows, const detail::RawTileStats
     if (i < num_vtiles) {
       const detail::RawTileStats t = row_tiles[i];
       if (r.inf > 0) key[k] = t.posinf > 0 ? order_key(1.0f, static_cast<uint32_t>(i)) : 0ull;
-      else key[k] = t.finite > 0 ? order_key(t.max, static_cast<uint32_t>(i)) : 0ull;
+      else key[k] = t.max_logit > -INFINITY ? order_key(t.max_logit, static_cast<uint32_t>(i)) : 0ull;
     }
   }
   block_top_keys(key, n, s_tiles, s);

@@ -68,16 +68,17 @@ __device__ __forceinline__ int slice_of(const CandidateSlices& cs, int64_t i, in
   return lo;
 }
 
-// The row's statistics from its tile summaries: the max and counts first, then the sum of each
-// tile's sum rescaled to the row's max (each thread's tiles in order, then a fixed reduction tree:
-// the same sums whatever the schedule).
+// The row's statistics from its tile summaries (TileSummary, or RawTileStats with inv_t 1): the max
+// and counts first, then the sum of each tile's sum rescaled to the row's max (each thread's tiles
+// in order, then a fixed reduction tree: the same sums whatever the schedule).
 struct RowSummary {
   float m;
   double z;
   long long valid, posinf;
 };
 
-__device__ inline RowSummary block_summary(const TileSummary* ts, int64_t num_vtiles, double inv_t) {
+template <class Tile>
+__device__ inline RowSummary block_summary(const Tile* ts, int64_t num_vtiles, double inv_t) {
   __shared__ float s_max[32];
   __shared__ long long s_valid[32], s_inf[32];
   float mx = -INFINITY;

@@ -34,15 +34,15 @@ struct alignas(8) TileSummary {
   float best_logit;    // its value
 };
 
-// logprobsMode 'raw' without topLogprobs: per (row, vocabulary tile of 128) the raw distribution's
-// statistics (softcapped logits, bias included, before the listed tokens' steps and the mask),
-// merged by filters.cu's raw_logprobs_from_tiles_kernel in tile order, so that no row's logits
-// are stored and read back.
+// logprobsMode 'raw' (filters.cu's raw_tiles_path): per (row, vocabulary tile of 128) the raw
+// distribution's statistics (softcapped logits, bias included, before the listed tokens' steps and
+// the mask), merged in tile order as the TileSummary's are (candidates.cuh's block_summary, at
+// T = 1), so that no statistic is read back from stored rows. The TileSummary's names.
 struct alignas(16) RawTileStats {
-  float max;        // largest finite value (-Inf when none)
-  float sum;        // sum of exp(x - max) over the finite values (0 when the tile holds a +Inf)
+  float max_logit;  // largest finite value (-Inf when none)
+  float sum_exp;    // sum of exp(x - max_logit) over the finite values (0 when the tile holds a +Inf)
+  uint32_t valid;   // finite or +Inf values
   uint32_t posinf;  // +Inf values
-  uint32_t finite;  // finite values
 };
 
 // The candidate values' histogram: fixed buckets of a quarter logit over [-64, 64), clamped at both
@@ -133,7 +133,7 @@ static __device__ __noinline__ void raw_tile_stats(RawTileStats* out, float4 q, 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kAll, sum, o);  // fixed tree: deterministic
   }
-  if ((threadIdx.x & 31) == 0 && live) *out = RawTileStats{m, sum, counts >> 16, counts & 0xffffu};
+  if ((threadIdx.x & 31) == 0 && live) *out = RawTileStats{m, sum, (counts >> 16) + (counts & 0xffffu), counts >> 16};
 }
 
 // Which threshold a row's candidates need. kNone: the row needs no candidates (no filter, no
