@@ -115,6 +115,7 @@ using detail::key_index;
 using detail::key_value;
 using detail::kScanUnroll;
 using detail::Max;
+using detail::min_p_first_top_k;
 using detail::order_key;
 using detail::scan_row;
 using detail::Sum;
@@ -889,27 +890,61 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     return;
   }
 
-  if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && c.top_p < 1.0f) {
-    // vLLM's order counts the min-p survivors before top-k and top-p: decide_row does (rare rows)
-    plan.mode = kPlanWholeRow;
-    finish(plan);
-    return;
-  }
-  const bool k_on = q.k_on, p_on = q.p_on;
+  bool k_on = q.k_on;
+  const bool p_on = q.p_on;
+  int32_t top_k = c.top_k;
   plan.min_w = c.min_p > 0.0f ? static_cast<double>(c.min_p) : 0.0;
-  const Found top = q.top, kcut = q.kcut;
-  Found pcut = q.pcut;
+  const Found top = q.top;
+  Found kcut = q.kcut, pcut = q.pcut;
   double z_top_k = from_fixed(q.total_mass, s.shift);
   const long long want_top = q.want_top;
   const unsigned long long(&mass)[kBucketsPerThread] = q.mass;
   const unsigned long long mass_excl = q.mass_excl;
-  int n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
+  int n = 0;
+  if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && p_on) {
+    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k),
+    // a prefix of the buckets. Buckets more than one below the one of ln(min_p) survive whole, those
+    // more than one above it do not (a bucket's width is far above the weights' rounding): the
+    // survivors among the three around it are counted exactly, then the cuts are searched again
+    // and their buckets gathered (two scans of the row by this block).
+    const int mb = bucket_of(log(static_cast<double>(c.min_p)), s);
+    const int lo_b = mb > 0 ? mb - 1 : 0, hi_b = mb + 1;
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    gather(p, b, row, s, keys, &s_n, [=](int k) { return k >= lo_b && k <= hi_b; });
+    n = s_n;
+    if (n > kGatherCap) {
+      plan.mode = kPlanWholeRow;
+      finish(plan);
+      return;
+    }
+    long long mine = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      mine += exp((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t) >= plan.min_w ? 1 : 0;
+    const long long survivors =
+        static_cast<long long>(prefix_at(q.cnt, q.cnt_excl, lo_b)) + block_all_reduce(mine, Sum());
+    top_k = min_p_first_top_k(c.top_k, survivors, false);
+    k_on = top_k > 0 && top_k < s.valid;
+    kcut = k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, static_cast<unsigned long long>(top_k), 0.0, 0)
+                : Found{-1, 0ull};
+    pcut = !k_on ? search_buckets<true>(mass, mass_excl, kBuckets, 0ull,
+                                        static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift)
+                 : Found{-1, 0ull};
+    const int top_b = top.bucket, k_b = kcut.bucket, p_b = pcut.bucket;
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    gather(p, b, row, s, keys, &s_n, [=](int k) { return k <= top_b || k == k_b || k == p_b; });
+    n = s_n;
+  } else {
+    n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
+    if (n <= kGatherCap)
+      for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
+  }
   if (n > kGatherCap) {
     plan.mode = kPlanWholeRow;
     finish(plan);
     return;
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
   if (threadIdx.x == 0) s_n = n;
   __syncthreads();
   block_sort_desc(keys, n);
@@ -919,7 +954,7 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   int k_end = 0;
   if (k_on) {
     const int lo = count_below(keys, n, s, kcut.bucket);
-    k_end = lo + static_cast<int>(static_cast<unsigned long long>(c.top_k) - kcut.before);
+    k_end = lo + static_cast<int>(static_cast<unsigned long long>(top_k) - kcut.before);
     k_threshold = keys[k_end - 1];
     double mine = 0.0;
     for (int i = lo + threadIdx.x; i < k_end; i += blockDim.x)

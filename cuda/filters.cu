@@ -62,6 +62,7 @@ using detail::block_reduce;
 using detail::key_index;
 using detail::key_value;
 using detail::Max;
+using detail::min_p_first_top_k;
 using detail::order_key;
 using detail::Pick;
 using detail::scan_row;
@@ -291,16 +292,6 @@ __device__ void write_top_logprobs(const SampleParams& p, const Elems& e, int64_
   const uint64_t threshold = radix_select(
       e, kept, [](float) { return 1.0; }, static_cast<double>(take));
   write_top_keys(p, e, b, kept, take, threshold, logprob);
-}
-
-// vLLM's order (min-p first) as Hugging Face's: top-p's mass is that of the min-p survivors S, a
-// prefix of the order, so it is Hugging Face's order with top-k min(k, |S|), whose min-p step then
-// keeps every token. `open`: values below the ones at hand may survive min-p, so |S| is only a lower
-// bound and the top-k must bound S itself. Returns the top-k to use, or -1 when the values at hand
-// cannot decide the row.
-__device__ __forceinline__ int32_t min_p_first_top_k(int32_t top_k, long long survivors, bool open) {
-  if (open) return top_k > 0 && top_k <= survivors ? top_k : -1;
-  return top_k > 0 && top_k < survivors ? top_k : static_cast<int32_t>(survivors);
 }
 
 // Statistics of a row's elements: largest finite value, valid and +Inf counts, largest order key.

@@ -222,6 +222,16 @@ __device__ __forceinline__ void write_no_candidate(const SampleParams& p, int64_
   if (threadIdx.x == 0 && p.row_status) p.row_status[b] = kRowNoCandidate;
 }
 
+// vLLM's order (min-p first) as Hugging Face's: top-p's mass is that of the min-p survivors S, a
+// prefix of the order, so it is Hugging Face's order with top-k min(k, |S|), whose min-p step then
+// keeps every token. `open`: values below the ones at hand may survive min-p, so |S| is only a lower
+// bound and the top-k must bound S itself. Returns the top-k to use, or -1 when the values at hand
+// cannot decide the row.
+__device__ __forceinline__ int32_t min_p_first_top_k(int32_t top_k, long long survivors, bool open) {
+  if (open) return top_k > 0 && top_k <= survivors ? top_k : -1;
+  return top_k > 0 && top_k < survivors ? top_k : static_cast<int32_t>(survivors);
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace flashsample
