@@ -925,15 +925,14 @@ bool raw_tiles_path(const SampleParams& p) {
          (p.top_logprobs == 0 || (p.top_logprobs <= kSliceTopMax && (p.vocab + 127) / 128 <= kRawSlice));
 }
 
-// The row's raw max, +Inf and finite counts and log-sum-exp, from its tile statistics.
+// The row's raw +Inf and finite counts and log-sum-exp, from its tile statistics.
 struct RawRow {
-  float max;
   long long inf, finite;
   double lse;
 };
 __device__ RawRow raw_row_from_tiles(const detail::RawTileStats* row, int64_t num_vtiles) {
   const RowSummary sum = block_summary(row, num_vtiles, 1.0);
-  return RawRow{sum.m, sum.posinf, sum.valid - sum.posinf, static_cast<double>(sum.m) + log(sum.z)};
+  return RawRow{sum.posinf, sum.valid - sum.posinf, static_cast<double>(sum.m) + log(sum.z)};
 }
 
 // A raw softcapped value's log-probability in its row (SEMANTICS §4).
