@@ -490,8 +490,8 @@ export class Sampler {
     penaltyTokens: { rowOffsets: Int32Array; tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(0, first, penaltyTokens, options, (n) => {
-      const c = checkPenaltyTokens(penaltyTokens, n, this.shard?.vocabSize ?? this.vocab);
+    this.#setList(0, first, penaltyTokens, options, (n, vocab) => {
+      const c = checkPenaltyTokens(penaltyTokens, n, vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.counts, c.inPrompt] };
     });
   }
@@ -505,8 +505,8 @@ export class Sampler {
     logitBias: { rowOffsets: Int32Array; tokenIds: Int32Array; values: Float32Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(1, first, logitBias, options, (n) => {
-      const c = checkLogitBias(logitBias, n, this.shard?.vocabSize ?? this.vocab);
+    this.#setList(1, first, logitBias, options, (n, vocab) => {
+      const c = checkLogitBias(logitBias, n, vocab);
       return { offsets: c.offsets, columns: [c.tokens, c.values] };
     });
   }
@@ -521,16 +521,19 @@ export class Sampler {
     bannedTokens: { rowOffsets: Int32Array; tokenIds: Int32Array },
     options: { stream?: bigint } = {},
   ): void {
-    this.#setList(2, first, bannedTokens, options, (n) => {
-      const c = checkBannedTokens(bannedTokens, n, this.shard?.vocabSize ?? this.vocab);
+    this.#setList(2, first, bannedTokens, options, (n, vocab) => {
+      const c = checkBannedTokens(bannedTokens, n, vocab);
       return { offsets: c.offsets, columns: [c.tokens] };
     });
   }
 
-  /** The three list setters: checks, then the rows' slots dense ([n, capacity], -1 past a row's ids). */
+  /**
+   * The three list setters: checks (ids in [0, vocab): a sharded sampler's tables hold global ids),
+   * then the rows' slots dense ([n, capacity], -1 past a row's ids).
+   */
   #setList(
     kind: 0 | 1 | 2, first: number, lists: unknown, options: { stream?: bigint },
-    check: (rows: number) => { offsets: Int32Array; columns: (Int32Array | Float32Array | Uint8Array)[] },
+    check: (rows: number, vocab: number) => { offsets: Int32Array; columns: (Int32Array | Float32Array | Uint8Array)[] },
   ): void {
     const { option: name, capacity: capacityName, table } = LIST_TABLES[kind];
     const what = `set${name[0].toUpperCase()}${name.slice(1)}`;
@@ -547,12 +550,13 @@ export class Sampler {
       throw rangeError('first', `an integer in [0, ${this.maxBatch - 1}] (maxBatch is ${this.maxBatch})`, first);
     }
     const offsets = (lists as { rowOffsets?: unknown } | null)?.rowOffsets;
-    if (!isTyped(offsets, 'Int32Array')) check(1); // throws its message
+    const vocab = this.shard?.vocabSize ?? this.vocab;
+    if (!isTyped(offsets, 'Int32Array')) check(1, vocab); // throws its message
     const count = (offsets as Int32Array).length - 1;
     if (count < 1 || first + count > this.maxBatch) {
       throw rangeError(`${name}.rowOffsets`, `an Int32Array of 2 .. ${this.maxBatch - first + 1} values (rows from row ${first}, maxBatch ${this.maxBatch}, + 1)`, offsets);
     }
-    const c = check(count);
+    const c = check(count, vocab);
     const dense = c.columns.map((col, i) => {
       const out = new (col.constructor as new (n: number) => Int32Array | Float32Array | Uint8Array)(count * cap);
       if (i === 0) out.fill(-1);
