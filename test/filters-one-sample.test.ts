@@ -133,6 +133,7 @@ describeDevices((devName, dev) => {
     const base = zipfLogits(V, 1.1, 91);
     const specs: [string, FilterSpec][] = [
       ['top-k 50', { topK: 50, temperature: 1 }],
+      ['top-k 1000', { topK: 1000, temperature: 1 }],
       ['Llama 3 default: T 0.6, top-p', { temperature: 0.6, topP: safeTopP(base, { temperature: 0.6 }, 0.9) }],
       ['min-p 0.02', { minP: 0.02, temperature: 1 }],
     ];
@@ -317,7 +318,8 @@ describeDevices((devName, dev) => {
           topK: Int32Array.from({ length: B }, (_, b) => (b % 6 === 1 ? 4000 : 0)),
           logprobs: true,
         }));
-        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 20);  // the gaussian and uniform rows
+        // the gaussian rows and the uniform rows without top-k (the candidates decide top-k 4000)
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 15);
       } finally {
         p.dispose();
       }
@@ -328,6 +330,28 @@ describeDevices((devName, dev) => {
     // a slice goes to the row's spill. Even rows: 8 tiles a CTA apart hold values 10 above a bulk
     // of std 1, and at top-k 1000 that CTA appends all 1024 of them. Odd rows: a bulk of std 1 at
     // min-p 0.05, 200-270 appends a CTA (every value within 3 of the CTA's running max).
+    // A top-k above 128 has no bound from a CTA's first tile (128 values): θ comes from the grid's
+    // histogram of appends, and the candidates decide the rows with no extra pass.
+    test('V = 128256: top-k 129 to 2048 decided from the candidates, tokens as reference(gumbel)', async () => {
+      const V = 128256;
+      const B = 8;
+      const rows = Array.from({ length: B }, (_, b) => (b % 2 === 0 ? gaussianLogits(V, 60 + b, 4) : zipfLogits(V, 1.1, 60 + b)));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 16 });
+      try {
+        const topK = [129, 500, 1000, 2048];
+        const fallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(800 + b)),
+          offset: c,
+          topK: Int32Array.from({ length: B }, (_, b) => topK[b % 4]),
+          temperature: 0.9,
+          logprobs: true,
+        }));
+        expect(fallbackRows).toBe(0);
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('V = 128256: rows whose appends overflow CTAs\' slices of the candidates', async () => {
       const V = 128256;
       const clustered = (seed: number): Float64Array => {

@@ -513,11 +513,13 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     // append two or more, so θ keeps rising with the grid's appends after the first wave (a lone
     // value above θ is appended without the load: top-k 50 at B = 64 costs +16 % over plain against
     // +19 % with it, llama3-8b); for top-p (rank 2048: a longer scan) only a tile that would append
-    // many. Not on a CTA's first tile of the row: the grid's histogram is still empty then, and the
-    // tile's own k-th largest bounds it.
+    // many. Not on a CTA's first tile of the row, where the tile's own k-th largest bounds it, unless
+    // k > 128 (no such bound): θ then comes from the histogram once the first wave's whole tiles hold
+    // k values; else no CTA raises θ and every row overflows its slices into the extra pass.
 #pragma unroll
     for (int jj = 0; jj < K; ++jj) {
-      if (!need[jj] || fr[jj].mode == kThetaMinP || theta_before[jj] == -INFINITY) continue;
+      const bool own_kth = theta_before[jj] == -INFINITY && (fr[jj].mode != kThetaTopK || fr[jj].k <= 128);
+      if (!need[jj] || fr[jj].mode == kThetaMinP || own_kth) continue;
       uint32_t n = 0;
 #pragma unroll
       for (int o = 0; o < 4; ++o) n += x[jj][o] < INFINITY && x[jj][o] >= theta[jj] ? 1u : 0u;
