@@ -737,6 +737,14 @@ __device__ unsigned long long mass_cut(const unsigned long long* keys, int lo, i
 // The histogram's cumulative counts and masses and the buckets where the cuts known before any
 // value is read fall: topLogprobs' (every bucket up to the one holding the n-th largest value),
 // top-k's, and top-p's when top-k is off. Every block of cut_kernel computes the same.
+//
+// vLLM's order (min-p and top-p) is Hugging Face's with top-k min(k, |S|), S the min-p survivors
+// (min_p_first_top_k), a prefix of the buckets. Buckets more than one below the one of ln(min_p)
+// survive whole, those more than one above it do not (a bucket's width is far above the weights'
+// rounding). Where that leaves the top-k open, the blocks gather the three buckets around it (and
+// the empty ones above them), where |S| and so top-k's cut end, and the buckets where top-p's cut
+// can then fall: its target is top_p times the top-k mass, which lies between the masses of the
+// buckets before those three and through them. The row's last block counts |S| exactly from them.
 struct CutSearch {
   uint32_t cnt[kBucketsPerThread];
   unsigned long long mass[kBucketsPerThread];
@@ -744,7 +752,19 @@ struct CutSearch {
   long long want_top;
   bool k_on, p_on;
   Found top, kcut, pcut;
-  __device__ bool any() const { return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets); }
+  bool min_p_open;                    // vLLM's order with |S| to count
+  int min_p_lo, min_p_hi;             // the buckets around ln(min_p)
+  unsigned long long survivors_below; // values in the buckets before min_p_lo (all survive)
+  int k_lo, k_hi, p_lo, p_hi;         // bucket ranges gathered for the open cuts (empty: lo > hi)
+  __device__ bool any() const {
+    return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets) || min_p_open;
+  }
+  __device__ void no_ranges() {
+    min_p_open = false;
+    min_p_lo = k_lo = p_lo = 1;
+    min_p_hi = k_hi = p_hi = 0;
+    survivors_below = 0ull;
+  }
   // A row that keeps every valid value (needs_cut false): no histogram was counted for it.
   __device__ void no_cut() {
     for (int i = 0; i < kBucketsPerThread; ++i) {
@@ -755,9 +775,17 @@ struct CutSearch {
     want_top = 0;
     k_on = p_on = false;
     top = kcut = pcut = Found{-1, 0ull};
+    no_ranges();
   }
-  __device__ bool take(int k) const { return k <= top.bucket || k == kcut.bucket || k == pcut.bucket; }
+  __device__ bool take(int k) const {
+    return k <= top.bucket || k == kcut.bucket || k == pcut.bucket || (k >= k_lo && k <= k_hi) ||
+           (k >= p_lo && k <= p_hi);
+  }
 };
+
+// Buckets of top-p's possible cut gathered up front at most; a wider range leaves the cut's bucket
+// to the row's last block (one scan of the row).
+constexpr int kMaxPCutBuckets = 8;
 
 // Whether a row's kept set or its topLogprobs need the histogram's cuts (top-k, top-p, topLogprobs);
 // min-p alone is a weight test in the draw.
@@ -769,6 +797,7 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
                           CutSearch& q) {
   q.k_on = c.top_k > 0 && c.top_k < s.valid;
   q.p_on = c.top_p < 1.0f;
+  q.no_ranges();
   unsigned long long my_cnt = 0ull, my_mass = 0ull;
   // A thread's 16 buckets in 16-byte loads (64 and 128 contiguous bytes): element loads at those
   // strides asked L1 for 32 sectors each, and that queue bound the kernel (ncu: lg throttle 36 %).
@@ -803,18 +832,46 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
   q.top = q.want_top > 0 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.want_top, 0.0, 0) : none;
   q.kcut = q.k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, c.top_k, 0.0, 0) : none;
   q.pcut = none;
-  if (q.p_on && !q.k_on)
+  if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && q.p_on) {
+    const int mb = bucket_of(log(static_cast<double>(c.min_p)), s);
+    q.min_p_lo = mb > 0 ? mb - 1 : 0;
+    q.min_p_hi = mb + 1;
+    q.survivors_below = prefix_at(q.cnt, q.cnt_excl, q.min_p_lo);
+    // |S| >= survivors_below: a top-k within them is min(k, |S|) already, Hugging Face's cuts below
+    q.min_p_open = !(c.top_k > 0 && static_cast<unsigned long long>(c.top_k) <= q.survivors_below);
+  }
+  if (q.min_p_open) {
+    q.k_on = false;
+    q.kcut = none;
+    // top-k min(k, |S|) >= survivors_below ends in the bucket of the survivors_below-th value
+    // (empty buckets between it and min_p_lo) or in the three around ln(min_p)
+    q.k_lo = q.survivors_below > 0
+                 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.survivors_below, 0.0, 0).bucket
+                 : q.min_p_lo;
+    q.k_hi = q.min_p_hi;
+    const double tp = static_cast<double>(c.top_p);
+    const double z_lo = from_fixed(prefix_at(q.mass, q.mass_excl, q.min_p_lo), s.shift);
+    const double z_hi = from_fixed(q.min_p_hi + 1 < kBuckets ? prefix_at(q.mass, q.mass_excl, q.min_p_hi + 1)
+                                                             : q.total_mass, s.shift);
+    const int lo = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull, tp * z_lo, s.shift).bucket;
+    const int hi = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull, tp * z_hi, s.shift).bucket;
+    if (hi - lo < kMaxPCutBuckets) {
+      q.p_lo = lo;
+      q.p_hi = hi;
+    }
+  } else if (q.p_on && !q.k_on) {
     q.pcut = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull,
                                   static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift);
+  }
 }
 
-// Slice `slice` of kRowBlocks of the row: the order keys of the values in the buckets q takes, appended to
-// the row's gathered keys (positions past kGatherCap are counted, not written).
-__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int slice, int64_t b, const float* row,
-                             const RowShape& s, const CutSearch& q) {
+// Slice `slice` of `slices` of the row: the order keys of the values in the buckets q takes, appended
+// to the row's gathered keys (positions past kGatherCap are counted, not written).
+__device__ void gather_slice(const SampleParams& p, const Work& w, int slot, int slice, int slices, int64_t b,
+                             const float* row, const RowShape& s, const CutSearch& q) {
   const int lane = threadIdx.x & 31;
   const int64_t V = p.vocab;
-  const int64_t per = (V + kRowBlocks - 1) / kRowBlocks;
+  const int64_t per = (V + slices - 1) / slices;
   const int64_t lo = slice * per, hi = lo + per < V ? lo + per : V;
   unsigned long long* out = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
   scan_row(row, lo, hi, [&](int64_t v, float raw) {
@@ -900,29 +957,20 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   const long long want_top = q.want_top;
   const unsigned long long(&mass)[kBucketsPerThread] = q.mass;
   const unsigned long long mass_excl = q.mass_excl;
-  int n = 0;
-  if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && p_on) {
-    // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k),
-    // a prefix of the buckets. Buckets more than one below the one of ln(min_p) survive whole, those
-    // more than one above it do not (a bucket's width is far above the weights' rounding): the
-    // survivors among the three around it are counted exactly, then the cuts are searched again
-    // and their buckets gathered (two scans of the row by this block).
-    const int mb = bucket_of(log(static_cast<double>(c.min_p)), s);
-    const int lo_b = mb > 0 ? mb - 1 : 0, hi_b = mb + 1;
-    if (threadIdx.x == 0) s_n = 0;
-    __syncthreads();
-    gather(p, b, row, s, keys, &s_n, [=](int k) { return k >= lo_b && k <= hi_b; });
-    n = s_n;
-    if (n > kGatherCap) {
-      plan.mode = kPlanWholeRow;
-      finish(plan);
-      return;
-    }
+  int n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
+  const unsigned long long* gathered = w.gathered + static_cast<int64_t>(slot) * kGatherCap;
+  if (n <= kGatherCap)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(gathered + i);
+  if (q.min_p_open && n <= kGatherCap) {
+    // vLLM's order (CutSearch): |S| counted exactly in the buckets around ln(min_p), then the cuts
+    // of Hugging Face's order with top-k min(k, |S|), in buckets the blocks gathered
     long long mine = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-      mine += exp((static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t) >= plan.min_w ? 1 : 0;
-    const long long survivors =
-        static_cast<long long>(prefix_at(q.cnt, q.cnt_excl, lo_b)) + block_all_reduce(mine, Sum());
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const double d = (static_cast<double>(key_value(keys[i])) - s.md) * s.inv_t;
+      const int k = bucket_of(d, s);
+      mine += k >= q.min_p_lo && k <= q.min_p_hi && exp(d) >= plan.min_w ? 1 : 0;
+    }
+    const long long survivors = static_cast<long long>(q.survivors_below) + block_all_reduce(mine, Sum());
     top_k = min_p_first_top_k(c.top_k, survivors, false);
     k_on = top_k > 0 && top_k < s.valid;
     kcut = k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, static_cast<unsigned long long>(top_k), 0.0, 0)
@@ -930,15 +978,6 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     pcut = !k_on ? search_buckets<true>(mass, mass_excl, kBuckets, 0ull,
                                         static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift)
                  : Found{-1, 0ull};
-    const int top_b = top.bucket, k_b = kcut.bucket, p_b = pcut.bucket;
-    if (threadIdx.x == 0) s_n = 0;
-    __syncthreads();
-    gather(p, b, row, s, keys, &s_n, [=](int k) { return k <= top_b || k == k_b || k == p_b; });
-    n = s_n;
-  } else {
-    n = static_cast<int>(min(__ldcg(w.gather_count + slot), static_cast<uint32_t>(kGatherCap + 1)));
-    if (n <= kGatherCap)
-      for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = __ldcg(w.gathered + static_cast<int64_t>(slot) * kGatherCap + i);
   }
   if (n > kGatherCap) {
     plan.mode = kPlanWholeRow;
@@ -970,17 +1009,17 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     if (k_on) {
       pcut = search_buckets<true>(mass, mass_excl, kcut.bucket, 0ull, target, s.shift);
       if (pcut.bucket == kBuckets) pcut = Found{kcut.bucket, prefix_at(mass, mass_excl, kcut.bucket)};
-      if (pcut.bucket != kcut.bucket && pcut.bucket > top.bucket) {
-        const int cut = pcut.bucket;
-        gather(p, b, row, s, keys, &s_n, [cut](int k) { return k == cut; });
-        n = s_n;
-        if (n > kGatherCap) {
-          plan.mode = kPlanWholeRow;
-          finish(plan);
-          return;
-        }
-        block_sort_desc(keys, n);
+    }
+    if (pcut.bucket < kBuckets && !q.take(pcut.bucket)) {  // (block-uniform) a bucket no block gathered
+      const int cut = pcut.bucket;
+      gather(p, b, row, s, keys, &s_n, [cut](int k) { return k == cut; });
+      n = s_n;
+      if (n > kGatherCap) {
+        plan.mode = kPlanWholeRow;
+        finish(plan);
+        return;
       }
+      block_sort_desc(keys, n);
     }
     if (pcut.bucket < kBuckets) {  // else rounding with top_p ~ 1: the whole top-k set
       const int lo = count_below(keys, n, s, pcut.bucket);
@@ -1021,30 +1060,49 @@ __device__ __forceinline__ int next_task(uint32_t* counter, int tasks) {
   return s_task;
 }
 
-// This block's tasks of F rows × kSlices, as (slot, x): `for (const Task t : BlockTasks<N>(F, counter))`.
+// This block's tasks of F rows × `slices`, as (slot, x): `for (const Task t : BlockTasks(F, n, counter))`.
 struct Task {
   int slot, x;
 };
-template <int kSlices>
 struct BlockTasks {
   struct Cursor {
-    int task, tasks;
+    int task, tasks, slices;
     uint32_t* counter;
-    __device__ Task operator*() const { return Task{task / kSlices, task % kSlices}; }
+    __device__ Task operator*() const { return Task{task / slices, task % slices}; }
     __device__ Cursor& operator++() {
       task = next_task(counter, tasks);
       return *this;
     }
     __device__ bool operator!=(const Cursor&) const { return task < tasks; }
   };
-  int tasks;
+  int tasks, slices;
   uint32_t* counter;
-  __device__ BlockTasks(int F, uint32_t* c) : tasks(F * kSlices), counter(c) {}
-  __device__ Cursor begin() const { return Cursor{static_cast<int>(blockIdx.x), tasks, counter}; }
-  __device__ Cursor end() const { return Cursor{tasks, tasks, counter}; }
+  __device__ BlockTasks(int F, int n, uint32_t* c) : tasks(F * n), slices(n), counter(c) {}
+  __device__ Cursor begin() const { return Cursor{static_cast<int>(blockIdx.x), tasks, slices, counter}; }
+  __device__ Cursor end() const { return Cursor{tasks, tasks, slices, counter}; }
 };
 
-// Tasks (slot, x), x < kRowBlocks: task x of a row takes the x-th slice of its vocabulary. Each block
+// Partials of the draw (kDrawBlocks a row, a fixed split: the kept mass is their float64 sum in
+// order, whatever F) that a task takes: one for a few rows, up to 8 when F rows' tasks would
+// outnumber the grid, so that a block's plan load, task fetch and row count serve several
+// (64 rows: 8192 one-partial tasks, ncu 93 us at B = 64, each a chain of latencies).
+__device__ __forceinline__ int draw_parts_per_task(int F) {
+  int parts = 1;
+  while (parts < 8 && static_cast<int64_t>(F) * (kDrawBlocks / parts) > static_cast<int64_t>(gridDim.x)) parts *= 2;
+  return parts;
+}
+
+// Slices a row of the histogram and the cuts: kRowBlocks for a few flagged rows (each row's latency
+// spread over many blocks), fewer when the F rows' tasks would outnumber the grid (one resident
+// wave): each block then takes one task, and fewer slices flush fewer partial histograms (64 rows
+// of 32 slices: 8 M global atomics, ncu 90 us for the histogram and 150 for the cuts at B = 64).
+// Integer counts and sorted keys: the result does not depend on the slices.
+__device__ __forceinline__ int row_slices(int F) {
+  const int fit = static_cast<int>(gridDim.x) / F;
+  return fit < 1 ? 1 : fit < kRowBlocks ? fit : kRowBlocks;
+}
+
+// Tasks (slot, x), x < row_slices(F): task x of a row takes the x-th slice of its vocabulary. Each block
 // counts its slice in shared memory, then adds its non-empty buckets to the row's: two global
 // atomics per value were the kernel's bound (their issue queue: ncu long_sb 50 % behind REDs).
 constexpr size_t kHistogramSmem = kBuckets * (sizeof(unsigned long long) + sizeof(uint32_t));
@@ -1055,7 +1113,8 @@ __global__ void __launch_bounds__(kDecideThreads)
   extern __shared__ unsigned long long s_mass[];  // kBuckets masses, then kBuckets counts
   uint32_t* const s_count = reinterpret_cast<uint32_t*>(s_mass + kBuckets);
   const int64_t V = p.vocab;
-  for (const Task t : BlockTasks<kRowBlocks>(F, w.next_task + kHistogramTasks)) {
+  const int slices = row_slices(F);
+  for (const Task t : BlockTasks(F, slices, w.next_task + kHistogramTasks)) {
     const int slot = t.slot, x = t.x;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
@@ -1066,7 +1125,7 @@ __global__ void __launch_bounds__(kDecideThreads)
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0 && needs_cut(p, c)) {
       uint32_t* hc = w.hist_count + static_cast<int64_t>(slot) * kBuckets;
       unsigned long long* hm = w.hist_mass + static_cast<int64_t>(slot) * kBuckets;
-      const int64_t per = (V + kRowBlocks - 1) / kRowBlocks;
+      const int64_t per = (V + slices - 1) / slices;
       const int64_t lo = x * per, hi = lo + per < V ? lo + per : V;
       for (int i = threadIdx.x; i < kBuckets; i += blockDim.x) {
         s_mass[i] = 0ull;
@@ -1104,7 +1163,8 @@ __global__ void __launch_bounds__(kDecideThreads)
   if (F == 0) return;
   extern __shared__ unsigned long long s_keys[];
   __shared__ bool s_last;
-  for (const Task t : BlockTasks<kRowBlocks>(F, w.next_task + kCutTasks)) {
+  const int slices = row_slices(F);
+  for (const Task t : BlockTasks(F, slices, w.next_task + kCutTasks)) {
     const int slot = t.slot, x = t.x;
     const int64_t b = w.list[slot];
     const RowControl c = load_control(p, b);
@@ -1112,17 +1172,18 @@ __global__ void __launch_bounds__(kDecideThreads)
     const float* row = row_logits + b * p.vocab;
     CutSearch q;
     q.top = q.kcut = q.pcut = Found{-1, 0ull};
+    q.no_ranges();
     if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
       if (needs_cut(p, c)) {
         find_cuts(p, w, slot, c, s, q);
-        if (q.any()) gather_slice(p, w, slot, x, b, row, s, q);
+        if (q.any()) gather_slice(p, w, slot, x, slices, b, row, s, q);
       } else {
         q.no_cut();
       }
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == kRowBlocks - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(w.cut_done + slot, 1u) == static_cast<uint32_t>(slices - 1);
     __syncthreads();
     if (s_last) {
       __threadfence();
@@ -1143,8 +1204,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (F == 0) return;
   __shared__ bool s_last;
   const int64_t V = p.vocab;
-  for (const Task t : BlockTasks<kDrawBlocks>(F, w.next_task + kDrawTasks)) {
-    const int slot = t.slot, x = t.x;
+  const int parts = draw_parts_per_task(F);
+  for (const Task t : BlockTasks(F, kDrawBlocks / parts, w.next_task + kDrawTasks)) {
+    const int slot = t.slot;
     const RowPlan plan = w.plans[slot];
     if (plan.mode != kPlanSample) continue;  // block-uniform
     const int64_t b = w.list[slot];
@@ -1162,64 +1224,67 @@ __global__ void __launch_bounds__(kSampleThreads)
     };
     const int64_t quads = (V + 3) / 4;
     const int64_t per = (quads + kDrawBlocks - 1) / kDrawBlocks;
-    const int64_t q_lo = x * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
     const int S = p.num_samples;
-    const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + x;
-    for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
-      double z = 0.0;
-      unsigned long long kept = 0ull, best[kSamplesPerScan];
+    for (int part = t.x * parts; part < (t.x + 1) * parts; ++part) {  // the task's partials, each as its own block's
+      const int64_t q_lo = part * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
+      const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + part;
+      for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
+        double z = 0.0;
+        unsigned long long kept = 0ull, best[kSamplesPerScan];
 #pragma unroll
-      for (int jj = 0; jj < kSamplesPerScan; ++jj) best[jj] = 0ull;
-      for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
-        float l[4];
-        bool keep[4];
-        bool any = false;
+        for (int jj = 0; jj < kSamplesPerScan; ++jj) best[jj] = 0ull;
+        for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
+          float l[4];
+          bool keep[4];
+          bool any = false;
 #pragma unroll
-        for (int o = 0; o < 4; ++o) {
-          const int64_t v = 4 * q + o;
-          l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
-          const double x = kept_weight(l[o], v);
-          keep[o] = x >= 0.0;
-          if (keep[o]) {
-            z += x;
-            ++kept;
-            any = true;
+          for (int o = 0; o < 4; ++o) {
+            const int64_t v = 4 * q + o;
+            l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
+            const double x = kept_weight(l[o], v);
+            keep[o] = x >= 0.0;
+            if (keep[o]) {
+              z += x;
+              ++kept;
+              any = true;
+            }
+          }
+          if (!any) continue;
+#pragma unroll
+          for (int jj = 0; jj < kSamplesPerScan; ++jj) {
+            if (j0 + jj >= S) break;
+            const Philox4 r =
+                noise_block(seed, offset, stream, static_cast<uint32_t>(j0 + jj), static_cast<uint32_t>(q));
+#pragma unroll
+            for (int o = 0; o < 4; ++o) {
+              if (!keep[o]) continue;
+              const Candidate cand =
+                  make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
+              const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+              best[jj] = packed > best[jj] ? packed : best[jj];
+            }
           }
         }
-        if (!any) continue;
+        if (j0 == 0) {  // the kept mass and count: the first scan's
+          z = block_all_reduce(z, Sum());
+          kept = block_all_reduce(kept, Sum());
+          if (threadIdx.x == 0) {
+            w.part_z[at] = z;
+            w.part_kept[at] = kept;
+          }
+        }
 #pragma unroll
         for (int jj = 0; jj < kSamplesPerScan; ++jj) {
           if (j0 + jj >= S) break;
-          const Philox4 r =
-              noise_block(seed, offset, stream, static_cast<uint32_t>(j0 + jj), static_cast<uint32_t>(q));
-#pragma unroll
-          for (int o = 0; o < 4; ++o) {
-            if (!keep[o]) continue;
-            const Candidate cand =
-                make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
-            const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
-            best[jj] = packed > best[jj] ? packed : best[jj];
-          }
+          best[jj] = block_all_reduce(best[jj], Max());
+          if (threadIdx.x == 0) w.part_best[at * S + j0 + jj] = best[jj];
         }
-      }
-      if (j0 == 0) {  // the kept mass and count: the first scan's
-        z = block_all_reduce(z, Sum());
-        kept = block_all_reduce(kept, Sum());
-        if (threadIdx.x == 0) {
-          w.part_z[at] = z;
-          w.part_kept[at] = kept;
-        }
-      }
-#pragma unroll
-      for (int jj = 0; jj < kSamplesPerScan; ++jj) {
-        if (j0 + jj >= S) break;
-        best[jj] = block_all_reduce(best[jj], Max());
-        if (threadIdx.x == 0) w.part_best[at * S + j0 + jj] = best[jj];
       }
     }
     if (threadIdx.x == 0) {
       __threadfence();
-      s_last = atomicAdd(w.draw_done + slot, 1u) == kDrawBlocks - 1;
+      const uint32_t done = atomicAdd(w.draw_done + slot, static_cast<uint32_t>(parts));
+      s_last = done == static_cast<uint32_t>(kDrawBlocks - parts);
     }
     __syncthreads();
     if (!s_last) continue;

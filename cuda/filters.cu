@@ -2467,6 +2467,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.logprobs = q.logprobs != nullptr;
   f.row_logits = nullptr;
   f.store_all = 0;
+  f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
   f.raw_tiles = raw_tiles_path(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);

@@ -16,6 +16,7 @@ import {
   draw,
   failure,
   flatLogits,
+  gaussianLogits,
   goodnessOfFit,
   keptDistribution,
   plantLogits,
@@ -488,6 +489,53 @@ describeDevices((devName, dev) => {
           ...rowOptions(B, { topP: 0.99, minP: 0.05, temperature: 4 }, c), logprobs: true, filterOrder: 'vllm',
         }));
         if (devName === 'cuda') expect(fallbackRows).toBeGreaterThan(0);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    // A min-p set of 2479 tokens, wider than the 2048 values top-p gathers at least: on compute
+    // capability 9.0 the rows whose gathered prefix leaves survivors out go to the extra pass, which
+    // counts |S| in the buckets around ln(min_p).
+    test('min-p sets wider than top-p gathers (V 3000, B 1024, top-p 0.9, min-p 0.037): chi-square against float64', async () => {
+      const V = 3000;
+      const B = 1024;
+      const calls = scaled(32, 32);
+      const spec = { temperature: 1, topP: 0.9, minP: 0.037 };
+      const base = flatLogits(V, 91, 4);
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+      try {
+        const want = vllmKept(p.logits[0], spec);
+        const survivors = p.logits[0].filter((l) => Math.exp(l - Math.max(...p.logits[0])) >= spec.minP).length;
+        expect(survivors).toBeGreaterThan(2048);
+        const counts = new Float64Array(V);
+        for (let c = 0; c < calls; c++) {
+          for (const tok of (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens) counts[tok] += 1;
+        }
+        const fit = goodnessOfFit(counts, want);
+        expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
+        // The negative control: Hugging Face's order keeps ~100 tokens more (1.9 % of the mass).
+        const hfProbs = keptDistribution(p.logits[0], spec).probs;
+        expect(tvDistance(want, hfProbs)).toBeGreaterThan(0.015);
+        expect(goodnessOfFit(counts, hfProbs).ok).toBe(false);
+      } finally {
+        p.dispose();
+      }
+    });
+
+    (devName === 'cuda' ? test : test.skip)('V = 128256, B = 16, Gaussian rows, min-p 1e-6 (tens of thousands survive): fused == reference(gumbel)', async () => {
+      const V = 128256;
+      const B = 16;
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => gaussianLogits(V, 200 + b, 4)), { D: 64 });
+      try {
+        // top-k off, within the survivors, and above them; the rows go to the extra pass (top-k
+        // 1500 as well: it takes the cuts of Hugging Face's order there)
+        for (const topK of [0, 1500, 30000]) {
+          const fallbackRows = await fusedMatchesGumbel(p.H, p.W, B, (c) => ({
+            ...rowOptions(B, { topK, topP: 0.9, minP: 1e-6, temperature: 1 }, c), logprobs: true, filterOrder: 'vllm',
+          }));
+          if (topK !== 1500) expect(`topK ${topK}: ${fallbackRows}`).toBe(`topK ${topK}: ${4 * B}`);
+        }
       } finally {
         p.dispose();
       }

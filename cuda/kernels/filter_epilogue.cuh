@@ -98,6 +98,7 @@ struct FilterArgs {
   int32_t store_all;       // every row stores them (logprobsMode 'raw': the raw log-probabilities)
   uint8_t* stored_tiles;   // [batch, num_vtiles], zeroed: 1 where a row that stores only some tiles
                            // (not store_all) stored that tile's logits; the extra pass recomputes the rest
+  int32_t min_p_first;     // SampleParams::filter_order is vLLM's (FilterOrder::kMinPFirst)
   int32_t shard;           // a vocabulary shard's call (partial.cu): every row's summaries and winner
   RawTileStats* raw_tiles; // [batch, num_vtiles], or nullptr: the raw distribution's tile statistics
 };
@@ -156,8 +157,9 @@ struct FilterRow {
   // kept masses from the prefix.
   int32_t mass;
   // The epilogue may store the row's raw logits (row_stores_logits): the extra pass then reads them
-  // instead of reading W again.
-  int32_t dense;
+  // instead of reading W again. 0: it does not; else it stores a tile while the row looks wide by
+  // this gap (row_looks_wide).
+  float dense_gap;
 };
 
 // Whether the decision needs a row's tile summaries: filters, logprobs or topLogprobs (a greedy row
@@ -193,11 +195,23 @@ __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bo
 // read as wide; rows with hot tokens or a wider spread do not, and skip the stores they would
 // almost never read back. A heuristic: stored_tiles says what was stored, the extra pass computes
 // the rest from W.
+//
+// A row in vLLM's order with min-p looks wide also while its min-p survivors reach below θ (the
+// top edge less than -ln(min_p) temperatures above it): they are not all among the candidates, so
+// the decision cannot count them and the row goes to the extra pass. A top-k above an eighth of
+// the candidates' capacity stores every tile: the CTA slices (~190 candidates each at 132 CTAs)
+// fill before the grid's appends bound θ, so they drop values above its k-th and its rows go to
+// the extra pass (every row at top-k 8000 and 30000, V = 128256, Gaussian; top-k 4000 is decided).
 constexpr float kWideGap = 8.0f;
-__device__ __forceinline__ bool row_looks_wide(uint32_t theta_bits, uint32_t top, float inv_t) {
+__device__ __forceinline__ float wide_gap(int32_t top_k, int32_t cap, bool min_p_first, float min_p) {
+  if (top_k > cap / 8) return INFINITY;
+  return min_p_first && min_p > 0.0f ? fmaxf(kWideGap, -logf(min_p)) : kWideGap;
+}
+__device__ __forceinline__ bool row_looks_wide(uint32_t theta_bits, uint32_t top, float inv_t, float wide) {
+  if (wide == INFINITY) return true;
   if (theta_bits == 0u || top == 0u) return false;  // nothing appended yet
   const float gap = hist_lower_edge(static_cast<int>(top) - 1) + 0.25f - from_ordered_bits(theta_bits);
-  return gap * inv_t < kWideGap;
+  return gap * inv_t < wide;
 }
 // A top-p row's first tile in a CTA appends its 16 largest values (a heuristic like every θ: a
 // nucleus with more than 16 tokens in one tile of 128 sends the row to the extra pass, still exact;
@@ -207,14 +221,16 @@ constexpr int kTopPFirstRank = 16;
 // The threshold mode of row b: top-k (or topLogprobs alone) by rank, else top-p by mass, else min-p.
 // A top-k above the buffer's reach gets no rank bound: its rows end in the extra pass.
 __device__ __forceinline__ FilterRow filter_row(const FilterArgs& f, int64_t b, bool greedy) {
-  FilterRow r{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
+  FilterRow r{kThetaNone, 0, 0.0f, 0, 0, 0, 0.0f};
   const int32_t k = f.top_k ? f.top_k[b] : 0;
   const float p = f.top_p ? f.top_p[b] : 1.0f;
   const float m = f.min_p ? f.min_p[b] : 0.0f;
   // A shard's partial state (partial.h) carries every row's counts, sum and winner, whatever its
   // options: the merge decides against the whole vocabulary's.
   r.stats = f.shard || row_needs_stats(k, p, m, f.logprobs != 0, f.top_logprobs);
-  r.dense = f.row_logits != nullptr && (f.store_all || row_stores_logits(k, p, greedy));
+  r.dense_gap = f.row_logits != nullptr && (f.store_all || row_stores_logits(k, p, greedy))
+                    ? wide_gap(k, f.cap, f.min_p_first != 0, m)
+                    : 0.0f;
   if (greedy) return r;  // (no masses)
   r.mass = f.shard || p < 1.0f || (k <= 0 && m <= 0.0f && (f.logprobs != 0 || f.top_logprobs > 0));
   // (a shard's filtered rows too: the merge draws them from their keys, SEMANTICS §6)

@@ -294,7 +294,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     if (blockIdx.x == 0 && et == 0) *f.slice_cap = slice.cap;
   }
   // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
-  // (FilterRow::dense, then row_looks_wide), a register test in the trips
+  // (FilterRow::dense_gap, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
@@ -328,7 +328,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0};
+          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0.0f};
           // (a CTA that comes back to a chunk goes on filling its slices of the chunk's rows)
           const uint32_t fill = b < B && slice.cap != 0u ? slice_fills(f, b)[slice.index] : 0u;
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY, fill};
@@ -340,8 +340,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     if constexpr (kFiltered) {
       if (f.row_logits != nullptr) {
         const int n = ew + 8 * lane;
-        const bool dense = lane < kNB / 8 && filt->row[n].dense &&
-                           (f.store_all || chunk_start || row_looks_wide(theta_pref, top_pref, row_inv_t[n]));
+        const float gap = lane < kNB / 8 ? filt->row[n].dense_gap : 0.0f;
+        const bool dense = gap > 0.0f &&
+                           (f.store_all || chunk_start || row_looks_wide(theta_pref, top_pref, row_inv_t[n], gap));
         dense_columns = __ballot_sync(0xffffffffu, dense);
       }
     }
