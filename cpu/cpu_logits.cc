@@ -127,8 +127,7 @@ void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begi
 // logit bias, bans, the repetition penalty, then the frequency and presence penalties, each in
 // float32 in that order.
 void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end, float* dst) const {
-  // a shard's lists in global ids (p.listed_global_ids): those of its own rows, as local ids
-  const int64_t shift = p_.listed_global_ids ? p_.vocab_offset : 0;
+  const int64_t shift = listed_ids(p_).shift;  // a shard's own ids of global lists, as local ids
   auto in_block = [&](int64_t v) { return v >= vocab_begin && v < vocab_end; };
   // offsets clamped to the list's entries, as the CUDA table kernel does (unchecked lists)
   auto range = [&](const int32_t* offsets, int64_t n, int64_t& lo, int64_t& hi) {
@@ -266,8 +265,8 @@ void find_invalid_lists(const SampleParams& p, int32_t* flags) {
   const int64_t V = p.vocab;
   // (a shard's global ids: valid in the whole vocabulary; repeats counted among its own rows, as
   // the CUDA table kernel counts them)
-  const int64_t shift = p.listed_global_ids ? p.vocab_offset : 0;
-  const int64_t valid_end = p.listed_global_ids && p.vocab_total > 0 ? p.vocab_total : V;
+  const ListedIds ids = listed_ids(p);
+  const int64_t shift = ids.shift, valid_end = ids.valid_end;
   for (int64_t b = 0; b < p.batch; ++b) {
     bool invalid = false;
     // one list: offsets clamped to [0, n], then its entries (`usable` on those in range)

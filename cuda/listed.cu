@@ -54,18 +54,15 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     hi = offsets[b + 1] < lo ? lo : offsets[b + 1] > n ? n : offsets[b + 1];
     invalid |= offsets[b] != lo || offsets[b + 1] != hi;
   };
-  // A shard's lists in global ids (p.listed_global_ids): valid in [0, vocab_total), applied where
-  // they fall in the shard, as its local ids.
-  const int64_t shift = p.listed_global_ids ? p.vocab_offset : 0;
-  const int64_t valid_end = p.listed_global_ids && p.vocab_total > 0 ? p.vocab_total : V;
+  const ListedIds ids = listed_ids(p);  // (a shard's global ids: valid in [0, vocab_total))
   auto each = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& usable, auto&& f) {
     if (offsets == nullptr) return;
     int64_t lo, hi;
     range(offsets, n, lo, hi);
     for (int64_t i = lo + tid; i < hi; i += kThreads) {
       const int32_t t = tokens[i];
-      if (t >= 0 && t < valid_end && usable(i)) {
-        const int64_t local = t - shift;
+      if (t >= 0 && t < ids.valid_end && usable(i)) {
+        const int64_t local = t - ids.shift;
         if (local >= 0 && local < V) f(i, static_cast<int32_t>(local));
       } else {
         invalid |= t != -1;

@@ -163,6 +163,16 @@ inline FS_PARAMS_HD bool has_penalties(const SampleParams& p) {
   return p.bias_offsets != nullptr || p.banned_offsets != nullptr || p.penalty_offsets != nullptr;
 }
 
+// The ids of a call's lists: a shard's lists in global ids (listed_global_ids) are valid in
+// [0, vocab_total) and apply, as local ids id - shift, where they fall in the shard.
+struct ListedIds {
+  int64_t shift, valid_end;
+};
+inline FS_PARAMS_HD ListedIds listed_ids(const SampleParams& p) {
+  const bool global = p.listed_global_ids;
+  return ListedIds{global ? p.vocab_offset : 0, global && p.vocab_total > 0 ? p.vocab_total : p.vocab};
+}
+
 // Whether a call truncates rows: top-k, top-p or min-p (the filters that keep a part of the row
 // decided from its order or mass, and so may send a row past the candidates).
 inline FS_PARAMS_HD bool has_truncation(const SampleParams& p) {
