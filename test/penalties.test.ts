@@ -536,6 +536,17 @@ describeDevices((devName, dev) => {
           }));
           if (topK !== 1500) expect(`topK ${topK}: ${fallbackRows}`).toBe(`topK ${topK}: ${4 * B}`);
         }
+        // three samples a row and topLogprobs 5: the largest keys come first among the buckets the
+        // blocks gathered, whatever else they gathered
+        const o: SampleOptions = {
+          ...rowOptions(B, { topP: 0.9, minP: 1e-6, temperature: 1 }, 7), numSamples: 3, logprobs: true, topLogprobs: 5, filterOrder: 'vllm',
+        };
+        const f = await sampleFused(p.H, p.W, o);
+        const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+        expect(Array.from(f.tokens)).toEqual(Array.from(g.tokens));
+        expect(Array.from(f.topTokens!)).toEqual(Array.from(g.topTokens!));
+        for (let i = 0; i < B * 3; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-4);
+        for (let i = 0; i < B * 5; i++) expect(Math.abs(f.topLogprobs![i] - g.topLogprobs![i])).toBeLessThan(1e-4);
       } finally {
         p.dispose();
       }
