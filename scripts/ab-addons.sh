@@ -7,7 +7,8 @@
 #   bash ../shared/gpu/pack && rm -rf .gpu/build        # .gpu without an addon: ab/ carries both
 # then with the device tool (carry [".gpu", "dist", "ab"]; ab/ is git-ignored, about 4.5 MB a build):
 #   bash .gpu/on-gpu bash scripts/ab-addons.sh [bench arguments]
-# Default bench arguments: llama3-8b and qwen3-8b, B 1, 16, 64, fused, the option costs. Each build
+# Default bench arguments: llama3-8b and qwen3-8b, B 1, 16, 64, fused, the option costs (top-k 1000:
+# a k above a tile's 128 takes another path to its threshold). Each build
 # runs REPS (2) times, A B A B; every table goes to $OUT/bench-{a,b}-{rep}.txt and the summary
 # lines (B, plain µs, cost of each option set) are printed.
 set -uo pipefail
@@ -24,7 +25,7 @@ done
 [ ${#builds[@]} -ge 2 ] || { echo "ab-addons: at least two builds are needed as ab/<letter>.node.xz, found: ${builds[*]:-none}" >&2; exit 2; }
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--preset llama3-8b,qwen3-8b --batch 1,16,64 --iters 20 --warmup 3
-  --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines)
+  --options plain,logprobs,topk50,topk1000,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines)
 for rep in $(seq 1 "${REPS:-2}"); do
   for which in "${builds[@]}"; do
     cp "/tmp/ab-$which.node" build/Release/flashsample.node
