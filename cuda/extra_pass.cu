@@ -12,15 +12,16 @@
 //      sorts them by order key and resolves each cut exactly: the row's plan (a key threshold plus
 //      min-p), or its whole output (greedy, no candidate), or "too many values in a cut bucket"
 //      (ties): those rows go to whole_rows_kernel.
-//   3. sample_kernel: the Gumbel argmax of the kept set, its count and float64 mass, per block
-//      (kDrawBlocks a row) then merged in a fixed order by the row's last block, which writes
+//   3. sample_kernel: the Gumbel argmax of the kept set, its count and float64 mass, per partial
+//      (kDrawBlocks a row, a warp each) then merged in a fixed order by the row's last block, which writes
 //      token, logprob and topLogprobs.
 // Fixed grids from B, V, D only; every kernel returns at once when no row is flagged (*count).
 //
-// Masses: the histogram holds round(w 2^shift) per value (w = exp((l - max) / T) in float64 as
-// decide_row computes it; shift = 63 - ceil(log2 V), so a row's sum fits 64 bits). Integer atomics
-// are exact and order independent; the per-value rounding (<= 2^-(shift+1)) only moves a top-p cut
-// whose cumulative mass lies within ~V 2^-shift (1e-9 at V = 128256) of the target.
+// Masses: the histogram holds round(w 2^shift) per value (w = exp((l - max) / T) from an fp32 exp2,
+// as the one-pass decision's weights; shift = 63 - ceil(log2 V), so a row's sum fits 64 bits).
+// Integer atomics are exact and order independent; the weights' relative ~1e-6 and the per-value
+// rounding (<= 2^-(shift+1)) only move a top-p cut whose cumulative mass lies within a relative
+// ~1e-6 of the target. The values in the cut's bucket are weighed in float64 (mass_cut).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,14 +55,17 @@ constexpr double kMaxSpan = 128.0;    // (max - l) / T beyond this shares the la
 constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the cuts
 // Blocks per row of the draw, ~4 quads a thread: with 32 a row, each warp runs ~4000 dependent
 // instructions (ncu, B = 64, 3 flagged rows: the draw 19.2 us against 13.5 with 128).
-constexpr int kDrawBlocks = 128;
-constexpr int kSampleThreads = 256;
+// Draw tasks (blocks of kDrawWarps warps, each on its own run of quads) per row at most: one quad
+// a lane at V = 128256, so that a few rows with wide kept sets spread over the GPU.
+constexpr int kMaxDrawTasks = 128;
+constexpr int kDrawWarps = 8;
+constexpr int kSampleThreads = kDrawWarps * 32;
+constexpr int kDrawQuadsInFlight = 8; // quads a lane loads before using any
 constexpr int kMaxTopLogprobs = 1024;
 constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
 static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
 static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
-static_assert(kDrawBlocks % 32 == 0, "a row's draw partials are merged by one warp");
 
 enum PlanMode : int32_t { kPlanSample = 0, kPlanDone = 1, kPlanWholeRow = 2 };
 enum TaskCounter : int { kHistogramTasks = 0, kCutTasks = 1, kDrawTasks = 2, kTaskCounters = 3 };
@@ -95,9 +99,9 @@ struct Work {
   uint32_t* hist_count;          // [B, kBuckets]
   unsigned long long* hist_mass; // [B, kBuckets]
   uint32_t* draw_done;           // [B]: blocks done with the row's draw
-  double* part_z;                // [B, kDrawBlocks]
-  unsigned long long* part_kept; // [B, kDrawBlocks]
-  unsigned long long* part_best; // [B, kDrawBlocks, num_samples]: packed candidates
+  unsigned long long* kept_mass; // [B]: the kept weights in fixed point (mass_shift), summed by atomics
+  unsigned long long* kept_count;// [B]
+  unsigned long long* best;      // [B, num_samples]: packed candidates, by atomicMax
   unsigned long long* top_keys;  // [B, max(topLogprobs, 1)]
   struct RowShape* shapes;       // [B]: the row's statistics, from the histogram's block 0
   unsigned long long* gathered;  // [B, kGatherCap]: order keys of the cut buckets' values
@@ -185,7 +189,7 @@ __device__ void find_flagged(const int32_t* flags, int64_t B, int first, int* ro
 
 // ---- 1. the flagged rows' logits ----------------------------------------------------------------
 // Zeroes what the later kernels accumulate into, for the F flagged rows (before any of them runs).
-__device__ void clear_row_state(const Work& w, int F, int64_t B) {
+__device__ void clear_row_state(const Work& w, int F, int64_t B, int S) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = first; i < B; i += stride) w.whole_row[i] = 0;
@@ -198,7 +202,10 @@ __device__ void clear_row_state(const Work& w, int F, int64_t B) {
     w.draw_done[i] = 0u;
     w.gather_count[i] = 0u;
     w.cut_done[i] = 0u;
+    w.kept_mass[i] = 0ull;
+    w.kept_count[i] = 0ull;
   }
+  for (int64_t i = first; i < static_cast<int64_t>(F) * S; i += stride) w.best[i] = 0ull;
 }
 
 // Whether the one-pass epilogue stored group row n's logits of vocabulary v's tile of 128: the row
@@ -383,7 +390,7 @@ __global__ void __launch_bounds__(kLogitThreads)
   __shared__ float s_part[kLogitWarps][kTileRows][kGroup + 1];
   __shared__ float s_sum[kTileRows][kGroup + 1];
   __shared__ int s_rows[kGroup], s_stored[kGroup];
-  clear_row_state(w, F, p.batch);
+  clear_row_state(w, F, p.batch, p.num_samples);
   using T = typename std::conditional<kF16, __half, __nv_bfloat16>::type;
   const T* W = static_cast<const T*>(p.weight);
   const T* H = static_cast<const T*>(p.hidden);
@@ -470,7 +477,7 @@ __global__ void __launch_bounds__(kLogitThreads)
   if (F == 0) return;
   __shared__ float s_sum[kTileRows][kGroup + 1];
   __shared__ int s_rows[kGroup], s_stored[kGroup];
-  clear_row_state(w, F, p.batch);
+  clear_row_state(w, F, p.batch, p.num_samples);
   const T* W = static_cast<const T*>(p.weight);
   const T* H = static_cast<const T*>(p.hidden);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -535,6 +542,11 @@ __device__ RowControl load_control(const SampleParams& p, int64_t b) {
 }
 
 // The row's statistics and the bucket map, the same in every block (integer and min/max merges).
+// Fixed-point masses round(w 2^shift) with w <= 1: a row's V of them sum within 64 bits.
+__device__ __forceinline__ int mass_shift(int64_t V) {
+  return 63 - (V > 1 ? 64 - __clzll(static_cast<unsigned long long>(V - 1)) : 0);
+}
+
 struct RowShape {
   float m;                      // largest finite candidate value
   long long valid, posinf;
@@ -567,8 +579,7 @@ __device__ RowShape row_shape(const Work& w, int slot, const RowControl& c, int6
   s.span = 0.0;
   if (s.m != -INFINITY) s.span = fmin((s.md - static_cast<double>(mn)) * s.inv_t, kMaxSpan);
   s.scale = s.span > 0.0 ? kBuckets / s.span : 0.0;
-  const int bits = V > 1 ? 64 - __clzll(static_cast<unsigned long long>(V - 1)) : 0;
-  s.shift = 63 - bits;
+  s.shift = mass_shift(V);
   return s;
 }
 
@@ -1082,16 +1093,6 @@ struct BlockTasks {
   __device__ Cursor end() const { return Cursor{tasks, tasks, slices, counter}; }
 };
 
-// Partials of the draw (kDrawBlocks a row, a fixed split: the kept mass is their float64 sum in
-// order, whatever F) that a task takes: one for a few rows, up to 8 when F rows' tasks would
-// outnumber the grid, so that a block's plan load, task fetch and row count serve several
-// (64 rows: 8192 one-partial tasks, ncu 93 us at B = 64, each a chain of latencies).
-__device__ __forceinline__ int draw_parts_per_task(int F) {
-  int parts = 1;
-  while (parts < 8 && static_cast<int64_t>(F) * (kDrawBlocks / parts) > static_cast<int64_t>(gridDim.x)) parts *= 2;
-  return parts;
-}
-
 // Slices a row of the histogram and the cuts: kRowBlocks for a few flagged rows (each row's latency
 // spread over many blocks), fewer when the F rows' tasks would outnumber the grid (one resident
 // wave): each block then takes one task, and fewer slices flush fewer partial histograms (64 rows
@@ -1132,13 +1133,17 @@ __global__ void __launch_bounds__(kDecideThreads)
         s_count[i] = 0u;
       }
       __syncthreads();
+      // weights from an fp32 exp2 of the prescaled difference, as the one-pass decision's (within a
+      // relative ~3e-7 near the max, docs/SEMANTICS.md §5), scaled to the fixed point exactly
+      const float c2 = static_cast<float>(s.inv_t) * detail::kLog2e;
+      const float unit = ldexpf(1.0f, s.shift);
       scan_row(row, lo, hi, [&](int64_t v, float raw) {
         if (v >= hi) return;
         const float l = candidate_value(p, b, v, raw);
         if (l != l) return;
         const double d = (static_cast<double>(l) - s.md) * s.inv_t;
         const int k = bucket_of(d, s);
-        const unsigned long long wf = __double2ull_rn(ldexp(exp(d), s.shift));
+        const unsigned long long wf = __float2ull_rn(detail::exp2_ftz((l - s.m) * c2) * unit);
         atomicAdd(s_count + k, 1u);
         if (wf != 0ull) atomicAdd(s_mass + k, wf);
       });
@@ -1193,19 +1198,49 @@ __global__ void __launch_bounds__(kDecideThreads)
   }
 }
 
+// candidate_value of the quad vq .. vq + 3 (vq a multiple of 4, its raw values in l, NaN past the
+// vocabulary), with one load of its word's listed marks and allowed bits for the four.
+__device__ __forceinline__ void candidate_quad(const SampleParams& p, int64_t b, int64_t vq, float (&l)[4]) {
+  const int64_t words = (p.vocab + 31) / 32;
+  const int64_t word = b * words + (vq >> 5);
+#pragma unroll
+  for (int o = 0; o < 4; ++o) l[o] = softcap_logit(l[o], p.softcap);
+  if (p.listed_marks != nullptr) {
+    const uint2 m = reinterpret_cast<const uint2*>(p.listed_marks)[word];
+    if ((m.x >> (vq & 31)) & 0xfu) {
+      const float4 y = detail::apply_listed_quad(reinterpret_cast<const detail::ListedEntry*>(p.listed_table), m, vq,
+                                                 make_float4(l[0], l[1], l[2], l[3]));
+      l[0] = y.x, l[1] = y.y, l[2] = y.z, l[3] = y.w;
+    }
+  }
+  const uint32_t allowed = p.allowed == nullptr ? ~0u : p.allowed[word] >> (vq & 31);
+#pragma unroll
+  for (int o = 0; o < 4; ++o)
+    if (((allowed >> o) & 1u) == 0u || l[o] != l[o] || l[o] == -INFINITY) l[o] = NAN;
+}
+
 // ---- 3. the draw ----------------------------------------------------------------------------------
-// Tasks (slot, x), x < kDrawBlocks: each draws over its slice of vocabulary quads (one Philox per
-// quad with a kept value), with its kept count and float64 mass; the row's last block merges the
-// blocks in block order and writes the row. A scan draws kSamplesPerScan samples, each with its
-// own noise stream; more samples scan the slice again (from L1/L2).
+// Tasks (slot, x), x < draw_tasks_per_row(F): each warp of a task draws over its run of the row's
+// vocabulary quads (one Philox per quad with a kept value) and adds its kept count, its kept mass in
+// fixed point and its best candidate of each sample to the row's by atomics: integer sums and
+// maxima, so the result does not depend on the split, which follows F. The row's last block writes
+// token, logprob and topLogprobs. A scan draws kSamplesPerScan samples, each with its own noise
+// stream; more samples scan the run again (from L1/L2).
+__device__ __forceinline__ int draw_tasks_per_row(int F) {
+  const int fit = static_cast<int>(gridDim.x) / F;
+  return fit < 1 ? 1 : fit < kMaxDrawTasks ? fit : kMaxDrawTasks;
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
   if (F == 0) return;
   __shared__ bool s_last;
   const int64_t V = p.vocab;
-  const int parts = draw_parts_per_task(F);
-  for (const Task t : BlockTasks(F, kDrawBlocks / parts, w.next_task + kDrawTasks)) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tasks_per_row = draw_tasks_per_row(F);
+  const double unit = ldexp(1.0, mass_shift(V));
+  for (const Task t : BlockTasks(F, tasks_per_row, w.next_task + kDrawTasks)) {
     const int slot = t.slot;
     const RowPlan plan = w.plans[slot];
     if (plan.mode != kPlanSample) continue;  // block-uniform
@@ -1215,36 +1250,66 @@ __global__ void __launch_bounds__(kSampleThreads)
     const uint64_t seed = p.seed[b], offset = p.offset[b];
     const uint32_t stream = p.per_row_seed ? 0u : static_cast<uint32_t>(b);
     const float* row = row_logits + b * V;
-    auto kept_weight = [&](float l, int64_t v) -> double {  // < 0: not kept
-      if (l != l) return -1.0;
-      if (plan.inf_mode) return l == INFINITY ? 1.0 : -1.0;
-      if (order_key(l, static_cast<uint32_t>(v)) < plan.threshold) return -1.0;
-      const double x = exp((static_cast<double>(l) - plan.md) * plan.inv_t);
-      return plan.min_w == 0.0 || x >= plan.min_w ? x : -1.0;
-    };
     const int64_t quads = (V + 3) / 4;
-    const int64_t per = (quads + kDrawBlocks - 1) / kDrawBlocks;
+    const int64_t runs = static_cast<int64_t>(tasks_per_row) * kDrawWarps;
+    const int64_t per = (quads + runs - 1) / runs;
     const int S = p.num_samples;
-    for (int part = t.x * parts; part < (t.x + 1) * parts; ++part) {  // the task's partials, each as its own block's
-      const int64_t q_lo = part * per, q_hi = q_lo + per < quads ? q_lo + per : quads;
-      const int64_t at = static_cast<int64_t>(slot) * kDrawBlocks + part;
-      for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // block-uniform
-        double z = 0.0;
-        unsigned long long kept = 0ull, best[kSamplesPerScan];
+    const int64_t q_lo = (static_cast<int64_t>(t.x) * kDrawWarps + warp) * per;
+    const int64_t q_hi = q_lo + per < quads ? q_lo + per : quads;
+    for (int j0 = 0; j0 < S; j0 += kSamplesPerScan) {  // warp-uniform
+      unsigned long long z = 0ull, kept = 0ull, best[kSamplesPerScan];
 #pragma unroll
-        for (int jj = 0; jj < kSamplesPerScan; ++jj) best[jj] = 0ull;
-        for (int64_t q = q_lo + threadIdx.x; q < q_hi; q += blockDim.x) {
-          float l[4];
+      for (int jj = 0; jj < kSamplesPerScan; ++jj) best[jj] = 0ull;
+      for (int64_t q0 = q_lo; q0 < q_hi; q0 += 32 * kDrawQuadsInFlight) {
+        // every load of the round before any use: one memory latency a round, not one a quad
+        float l[kDrawQuadsInFlight][4];
+#pragma unroll
+        for (int r = 0; r < kDrawQuadsInFlight; ++r) {
+          const int64_t q = q0 + 32 * r + lane;
+#pragma unroll
+          for (int o = 0; o < 4; ++o) {
+            const int64_t v = 4 * q + o;
+            l[r][o] = q < q_hi && v < V ? row[v] : NAN;
+          }
+        }
+        // the keys at or above the plan's threshold (cheap, every value); the weights, min-p and
+        // noise only for the few quads that hold one
+        uint32_t passes = 0u;  // bit 4r + o
+#pragma unroll
+        for (int r = 0; r < kDrawQuadsInFlight; ++r) {
+          const int64_t q = q0 + 32 * r + lane;
+          if (q < q_hi) candidate_quad(p, b, 4 * q, l[r]);
+#pragma unroll
+          for (int o = 0; o < 4; ++o) {
+            const float x = l[r][o];
+            const bool pass = x == x && (plan.inf_mode ? x == INFINITY
+                                                       : order_key(x, static_cast<uint32_t>(4 * q + o)) >= plan.threshold);
+            passes |= pass ? 1u << (4 * r + o) : 0u;
+          }
+        }
+#pragma unroll 1
+        for (uint32_t left = passes; left != 0u;) {
+          const int r = (__ffs(left) - 1) >> 2;
+          const uint32_t quad_bits = (left >> (4 * r)) & 0xfu;
+          left &= ~(0xfu << (4 * r));
+          float lq[4];
+#pragma unroll
+          for (int o = 0; o < 4; ++o) {
+            lq[o] = l[0][o];
+#pragma unroll
+            for (int rr = 1; rr < kDrawQuadsInFlight; ++rr) lq[o] = r == rr ? l[rr][o] : lq[o];
+          }
+          const int64_t q = q0 + 32 * r + lane;
           bool keep[4];
           bool any = false;
 #pragma unroll
           for (int o = 0; o < 4; ++o) {
-            const int64_t v = 4 * q + o;
-            l[o] = v < V ? candidate_value(p, b, v, row[v]) : NAN;
-            const double x = kept_weight(l[o], v);
-            keep[o] = x >= 0.0;
+            keep[o] = false;
+            if (((quad_bits >> o) & 1u) == 0u) continue;
+            const double x = plan.inf_mode ? 1.0 : exp((static_cast<double>(lq[o]) - plan.md) * plan.inv_t);
+            keep[o] = plan.inf_mode || plan.min_w == 0.0 || x >= plan.min_w;
             if (keep[o]) {
-              z += x;
+              z += __double2ull_rn(x * unit);
               ++kept;
               any = true;
             }
@@ -1253,74 +1318,58 @@ __global__ void __launch_bounds__(kSampleThreads)
 #pragma unroll
           for (int jj = 0; jj < kSamplesPerScan; ++jj) {
             if (j0 + jj >= S) break;
-            const Philox4 r =
+            const Philox4 rn =
                 noise_block(seed, offset, stream, static_cast<uint32_t>(j0 + jj), static_cast<uint32_t>(q));
 #pragma unroll
             for (int o = 0; o < 4; ++o) {
               if (!keep[o]) continue;
               const Candidate cand =
-                  make_candidate(l[o], inv_tf, false, gumbel_from_bits(r.x[o]), static_cast<uint32_t>(4 * q + o));
+                  make_candidate(lq[o], inv_tf, false, gumbel_from_bits(rn.x[o]), static_cast<uint32_t>(4 * q + o));
               const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
               best[jj] = packed > best[jj] ? packed : best[jj];
             }
           }
         }
-        if (j0 == 0) {  // the kept mass and count: the first scan's
-          z = block_all_reduce(z, Sum());
-          kept = block_all_reduce(kept, Sum());
-          if (threadIdx.x == 0) {
-            w.part_z[at] = z;
-            w.part_kept[at] = kept;
-          }
-        }
+      }
+      if (j0 == 0) {  // the kept mass and count: the first scan's
 #pragma unroll
-        for (int jj = 0; jj < kSamplesPerScan; ++jj) {
-          if (j0 + jj >= S) break;
-          best[jj] = block_all_reduce(best[jj], Max());
-          if (threadIdx.x == 0) w.part_best[at * S + j0 + jj] = best[jj];
+        for (int o = 16; o > 0; o >>= 1) {
+          z += __shfl_xor_sync(0xffffffffu, z, o);
+          kept += __shfl_xor_sync(0xffffffffu, kept, o);
+        }
+        if (lane == 0 && kept != 0ull) {
+          atomicAdd(w.kept_mass + slot, z);
+          atomicAdd(w.kept_count + slot, kept);
         }
       }
+#pragma unroll
+      for (int jj = 0; jj < kSamplesPerScan; ++jj) {
+        if (j0 + jj >= S) break;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const unsigned long long bo = __shfl_xor_sync(0xffffffffu, best[jj], o);
+          best[jj] = bo > best[jj] ? bo : best[jj];
+        }
+        if (lane == 0 && best[jj] != 0ull) atomicMax(w.best + static_cast<int64_t>(slot) * S + j0 + jj, best[jj]);
+      }
     }
+    __syncthreads();  // every warp's atomics issued
     if (threadIdx.x == 0) {
       __threadfence();
-      const uint32_t done = atomicAdd(w.draw_done + slot, static_cast<uint32_t>(parts));
-      s_last = done == static_cast<uint32_t>(kDrawBlocks - parts);
+      s_last = atomicAdd(w.draw_done + slot, 1u) == static_cast<uint32_t>(tasks_per_row - 1);
     }
     __syncthreads();
     if (!s_last) continue;
     __threadfence();
     __shared__ double s_log_z;
     __shared__ unsigned long long s_kept;
-    if (threadIdx.x < 32) {  // lane i adds partials i, i + 32, ... in order, then a fixed butterfly
-      const int64_t part = static_cast<int64_t>(slot) * kDrawBlocks + threadIdx.x;
-      double zr = 0.0;
-      unsigned long long kr = 0ull;
-#pragma unroll
-      for (int i = 0; i < kDrawBlocks; i += 32) {
-        zr += __ldcg(w.part_z + part + i);
-        kr += __ldcg(w.part_kept + part + i);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        zr += __shfl_xor_sync(0xffffffffu, zr, o);
-        kr += __shfl_xor_sync(0xffffffffu, kr, o);
-      }
-      const double log_z = log(zr);
+    if (threadIdx.x == 0) {
+      const unsigned long long kr = __ldcg(w.kept_count + slot);
+      const double log_z = log(static_cast<double>(__ldcg(w.kept_mass + slot)) / unit);
       for (int j = 0; j < S; ++j) {
-        unsigned long long br = 0ull;
-#pragma unroll
-        for (int i = 0; i < kDrawBlocks; i += 32) {
-          const unsigned long long bi = __ldcg(w.part_best + (part + i) * S + j);
-          br = bi > br ? bi : br;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-          const unsigned long long bo = __shfl_xor_sync(0xffffffffu, br, o);
-          br = bo > br ? bo : br;
-        }
-        const int32_t token = detail::packed_token(br);
-        if (threadIdx.x == 0) p.tokens[b * S + j] = token;
-        if (threadIdx.x == 0 && p.logprobs) {
+        const int32_t token = detail::packed_token(__ldcg(w.best + static_cast<int64_t>(slot) * S + j));
+        p.tokens[b * S + j] = token;
+        if (p.logprobs) {
           float lp = -INFINITY;
           if (token >= 0) {
             const float l = candidate_value(p, b, token, row[token]);
@@ -1329,10 +1378,8 @@ __global__ void __launch_bounds__(kSampleThreads)
           p.logprobs[b * S + j] = lp;
         }
       }
-      if (threadIdx.x == 0) {
-        s_log_z = log_z;
-        s_kept = kr;
-      }
+      s_log_z = log_z;
+      s_kept = kr;
     }
     __syncthreads();
     const int n_top = p.top_logprobs;
@@ -1402,9 +1449,9 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   l.gc = layout.take(B * sizeof(uint32_t));
   l.cd = layout.take(B * sizeof(uint32_t));
   l.dd = layout.take(B * sizeof(uint32_t));
-  l.pz = layout.take(B * kDrawBlocks * sizeof(double));
-  l.pk = layout.take(B * kDrawBlocks * sizeof(unsigned long long));
-  l.pb = layout.take(B * kDrawBlocks * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
+  l.pz = layout.take(B * sizeof(unsigned long long));
+  l.pk = layout.take(B * sizeof(unsigned long long));
+  l.pb = layout.take(B * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
   l.top = layout.take(B * n_top * sizeof(unsigned long long));
   l.tasks = layout.take(kTaskCounters * sizeof(uint32_t));
   l.bytes = layout.bytes;
@@ -1426,9 +1473,9 @@ Work work_in(uint8_t* ws, const ExtraPassLayout& l, int logit_blocks, const uint
   w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gc);
   w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cd);
   w.draw_done = reinterpret_cast<uint32_t*>(ws + l.dd);
-  w.part_z = reinterpret_cast<double*>(ws + l.pz);
-  w.part_kept = reinterpret_cast<unsigned long long*>(ws + l.pk);
-  w.part_best = reinterpret_cast<unsigned long long*>(ws + l.pb);
+  w.kept_mass = reinterpret_cast<unsigned long long*>(ws + l.pz);
+  w.kept_count = reinterpret_cast<unsigned long long*>(ws + l.pk);
+  w.best = reinterpret_cast<unsigned long long*>(ws + l.pb);
   w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
   w.next_task = reinterpret_cast<uint32_t*>(ws + l.tasks);
   w.stored_tiles = stored_tiles;
@@ -1517,7 +1564,7 @@ cudaError_t launch_extra_pass(const SampleParams& p, const int32_t* flags, const
                                 programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) {
-    err = detail::launch_kernel(sample_kernel, wave(sample_per_sm, kDrawBlocks), dim3(kSampleThreads), 0, stream,
+    err = detail::launch_kernel(sample_kernel, wave(sample_per_sm, kMaxDrawTasks), dim3(kSampleThreads), 0, stream,
                                 programmatic, p, flagged_count, static_cast<const float*>(row_logits), w);
   }
   if (err == cudaSuccess) err = launch_whole_rows(p, row_logits, w.whole_row, flagged_count, stream);
