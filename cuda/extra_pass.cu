@@ -60,7 +60,10 @@ constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the
 constexpr int kMaxDrawTasks = 128;
 constexpr int kDrawWarps = 8;
 constexpr int kSampleThreads = kDrawWarps * 32;
-constexpr int kDrawQuadsInFlight = 8; // quads a lane loads before using any
+// Quads a lane loads before using any, at 4 blocks an SM (64 registers): the draw is bound by its
+// warps' latency, not by bytes (ncu, 256 flagged rows: 8 quads at 2 blocks an SM ran 173 us at 16 %
+// of DRAM); 2 quads at 4 blocks beat 8 at 2 and 4 at 3 (all flagged, B = 256: +257 -> +236 %).
+constexpr int kDrawQuadsInFlight = 2;
 constexpr int kMaxTopLogprobs = 1024;
 constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
 
@@ -1145,7 +1148,7 @@ __global__ void __launch_bounds__(kDecideThreads)
         const int k = bucket_of(d, s);
         const unsigned long long wf = __float2ull_rn(detail::exp2_ftz((l - s.m) * c2) * unit);
         atomicAdd(s_count + k, 1u);
-        if (wf != 0ull) atomicAdd(s_mass + k, wf);
+        if (wf != 0ull) detail::shared_add_u64(s_mass + k, wf);
       });
       __syncthreads();
       for (int i = threadIdx.x; i < kBuckets; i += blockDim.x) {  // integer sums: any order is exact
@@ -1231,7 +1234,7 @@ __device__ __forceinline__ int draw_tasks_per_row(int F) {
   return fit < 1 ? 1 : fit < kMaxDrawTasks ? fit : kMaxDrawTasks;
 }
 
-__global__ void __launch_bounds__(kSampleThreads)
+__global__ void __launch_bounds__(kSampleThreads, 4)
     sample_kernel(SampleParams p, const int32_t* count, const float* row_logits, Work w) {
   const int F = flagged_count_then_wait(count);
   if (F == 0) return;

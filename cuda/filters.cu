@@ -1491,16 +1491,6 @@ __device__ __forceinline__ unsigned long long fixed_mass(float l, float m, float
   return __float2ull_rn(exp2f((l - m) * c2) * static_cast<float>(kMassScale));
 }
 
-// *at += x for a shared 64-bit word as two native 32-bit atomics (a 64-bit ATOMS is a CAS loop that
-// hot buckets serialize): exact and order-free, each wrap of the low word carries once.
-__device__ __forceinline__ void shared_add_u64(unsigned long long* at, unsigned long long x) {
-  uint32_t* const w = reinterpret_cast<uint32_t*>(at);
-  const uint32_t lo = static_cast<uint32_t>(x);
-  const uint32_t old = atomicAdd(w, lo);
-  const uint32_t hi = static_cast<uint32_t>(x >> 32) + (old + lo < old ? 1u : 0u);
-  if (hi != 0u) atomicAdd(w + 1, hi);
-}
-
 // Gathers the keys of buckets [first, last] that are >= floor_key into s.cut_key, sorted descending
 // (ranks by counting), with their fixed-point masses, inclusive, in s.cut_mass when `masses`.
 // False when they do not fit.
@@ -1809,7 +1799,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
     const float l = key_value(s.key[i]);
     const int bk = cb.of(l);
     atomicAdd(&s.count[bk], 1u);
-    if (p_on) shared_add_u64(&s.mass[bk], fixed_mass(l, r.m, c2));
+    if (p_on) detail::shared_add_u64(&s.mass[bk], fixed_mass(l, r.m, c2));
   }
   __syncthreads();
   {  // inclusive prefixes from the top bucket: 4 consecutive buckets a thread (blockDim.x = 512)

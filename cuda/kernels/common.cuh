@@ -152,6 +152,15 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// *at += x for a shared 64-bit word as two native 32-bit atomics (a 64-bit ATOMS is a CAS loop that
+// hot buckets serialize): exact and order-free, each wrap of the low word carries once.
+__device__ __forceinline__ void shared_add_u64(unsigned long long* at, unsigned long long x) {
+  uint32_t* const w = reinterpret_cast<uint32_t*>(at);
+  const uint32_t lo = static_cast<uint32_t>(x);
+  const uint32_t old = atomicAdd(w, lo);
+  const uint32_t hi = static_cast<uint32_t>(x >> 32) + (old + lo < old ? 1u : 0u);
+  if (hi != 0u) atomicAdd(w + 1, hi);
+}
 __device__ __forceinline__ float noise_bits_limit_intercept(float t) {
   const float margin = fmaf(fabsf(t) + 32.0f, 0x1p-20f, 1e-3f);
   return (32.0f * 0.69314718f + margin - t) * kLog2e;
