@@ -769,17 +769,19 @@ struct CutSearch {
   bool min_p_open;                    // vLLM's order with |S| to count
   int min_p_lo, min_p_hi;             // the buckets around ln(min_p)
   unsigned long long survivors_below; // values in the buckets before min_p_lo (all survive)
-  int k_lo, k_hi, p_lo, p_hi;         // bucket ranges gathered for the open cuts (empty: lo > hi)
+  int k_lo, p_lo, p_hi;               // bucket ranges gathered for the open cuts: top-k's [k_lo,
+                                      // min_p_hi], top-p's [p_lo, p_hi] (empty: lo > hi)
   __device__ bool any() const {
     return top.bucket >= 0 || kcut.bucket >= 0 || (pcut.bucket >= 0 && pcut.bucket < kBuckets) || min_p_open;
   }
   __device__ void no_ranges() {
     min_p_open = false;
     min_p_lo = k_lo = p_lo = 1;
-    min_p_hi = k_hi = p_hi = 0;
+    min_p_hi = p_hi = 0;
     survivors_below = 0ull;
   }
-  // A row that keeps every valid value (needs_cut false): no histogram was counted for it.
+  // No cut: a row that keeps every valid value (needs_cut false: no histogram was counted for it),
+  // and the state of a row resolve_row decides without one (greedy, +Inf, nothing valid).
   __device__ void no_cut() {
     for (int i = 0; i < kBucketsPerThread; ++i) {
       cnt[i] = 0u;
@@ -792,8 +794,20 @@ struct CutSearch {
     no_ranges();
   }
   __device__ bool take(int k) const {
-    return k <= top.bucket || k == kcut.bucket || k == pcut.bucket || (k >= k_lo && k <= k_hi) ||
+    return k <= top.bucket || k == kcut.bucket || k == pcut.bucket || (k >= k_lo && k <= min_p_hi) ||
            (k >= p_lo && k <= p_hi);
+  }
+  // (block-collective) The first bucket at which the counts from the top reach n.
+  __device__ Found count_reaching(unsigned long long n) const {
+    return search_buckets<false>(cnt, cnt_excl, kBuckets, n, 0.0, 0);
+  }
+  // (block-collective) The first bucket below `limit` at which the masses from the top reach `target`.
+  __device__ Found mass_reaching(double target, int shift, int limit = kBuckets) const {
+    return search_buckets<true>(mass, mass_excl, limit, 0ull, target, shift);
+  }
+  // (block-collective) Top-p's cut over the whole row (no top-k).
+  __device__ Found whole_row_top_p(float top_p, int shift) const {
+    return mass_reaching(static_cast<double>(top_p) * from_fixed(total_mass, shift), shift);
   }
 };
 
@@ -843,8 +857,8 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
   q.mass_excl = block_exclusive_scan(my_mass, q.total_mass);
   q.want_top = p.top_logprobs < s.valid ? p.top_logprobs : s.valid;
   const Found none{-1, 0ull};
-  q.top = q.want_top > 0 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.want_top, 0.0, 0) : none;
-  q.kcut = q.k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, c.top_k, 0.0, 0) : none;
+  q.top = q.want_top > 0 ? q.count_reaching(q.want_top) : none;
+  q.kcut = q.k_on ? q.count_reaching(c.top_k) : none;
   q.pcut = none;
   if (p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f && q.p_on) {
     const int mb = bucket_of(log(static_cast<double>(c.min_p)), s);
@@ -859,23 +873,19 @@ __device__ void find_cuts(const SampleParams& p, const Work& w, int slot, const 
     q.kcut = none;
     // top-k min(k, |S|) >= survivors_below ends in the bucket of the survivors_below-th value
     // (empty buckets between it and min_p_lo) or in the three around ln(min_p)
-    q.k_lo = q.survivors_below > 0
-                 ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, q.survivors_below, 0.0, 0).bucket
-                 : q.min_p_lo;
-    q.k_hi = q.min_p_hi;
+    q.k_lo = q.survivors_below > 0 ? q.count_reaching(q.survivors_below).bucket : q.min_p_lo;
     const double tp = static_cast<double>(c.top_p);
     const double z_lo = from_fixed(prefix_at(q.mass, q.mass_excl, q.min_p_lo), s.shift);
     const double z_hi = from_fixed(q.min_p_hi + 1 < kBuckets ? prefix_at(q.mass, q.mass_excl, q.min_p_hi + 1)
                                                              : q.total_mass, s.shift);
-    const int lo = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull, tp * z_lo, s.shift).bucket;
-    const int hi = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull, tp * z_hi, s.shift).bucket;
+    const int lo = q.mass_reaching(tp * z_lo, s.shift).bucket;
+    const int hi = q.mass_reaching(tp * z_hi, s.shift).bucket;
     if (hi - lo < kMaxPCutBuckets) {
       q.p_lo = lo;
       q.p_hi = hi;
     }
   } else if (q.p_on && !q.k_on) {
-    q.pcut = search_buckets<true>(q.mass, q.mass_excl, kBuckets, 0ull,
-                                  static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift);
+    q.pcut = q.whole_row_top_p(c.top_p, s.shift);
   }
 }
 
@@ -965,7 +975,6 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   const bool p_on = q.p_on;
   int32_t top_k = c.top_k;
   plan.min_w = c.min_p > 0.0f ? static_cast<double>(c.min_p) : 0.0;
-  const Found top = q.top;
   Found kcut = q.kcut, pcut = q.pcut;
   double z_top_k = from_fixed(q.total_mass, s.shift);
   const long long want_top = q.want_top;
@@ -987,11 +996,8 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
     const long long survivors = static_cast<long long>(q.survivors_below) + block_all_reduce(mine, Sum());
     top_k = min_p_first_top_k(c.top_k, survivors, false);
     k_on = top_k > 0 && top_k < s.valid;
-    kcut = k_on ? search_buckets<false>(q.cnt, q.cnt_excl, kBuckets, static_cast<unsigned long long>(top_k), 0.0, 0)
-                : Found{-1, 0ull};
-    pcut = !k_on ? search_buckets<true>(mass, mass_excl, kBuckets, 0ull,
-                                        static_cast<double>(c.top_p) * from_fixed(q.total_mass, s.shift), s.shift)
-                 : Found{-1, 0ull};
+    kcut = k_on ? q.count_reaching(static_cast<unsigned long long>(top_k)) : Found{-1, 0ull};
+    pcut = !k_on ? q.whole_row_top_p(c.top_p, s.shift) : Found{-1, 0ull};
   }
   if (n > kGatherCap) {
     plan.mode = kPlanWholeRow;
@@ -1021,7 +1027,7 @@ __device__ void resolve_row(const SampleParams& p, const Work& w, int slot, int6
   if (p_on) {
     const double target = static_cast<double>(c.top_p) * z_top_k;
     if (k_on) {
-      pcut = search_buckets<true>(mass, mass_excl, kcut.bucket, 0ull, target, s.shift);
+      pcut = q.mass_reaching(target, s.shift, kcut.bucket);
       if (pcut.bucket == kBuckets) pcut = Found{kcut.bucket, prefix_at(mass, mass_excl, kcut.bucket)};
     }
     if (pcut.bucket < kBuckets && !q.take(pcut.bucket)) {  // (block-uniform) a bucket no block gathered
@@ -1179,15 +1185,10 @@ __global__ void __launch_bounds__(kDecideThreads)
     const RowShape s = w.shapes[slot];
     const float* row = row_logits + b * p.vocab;
     CutSearch q;
-    q.top = q.kcut = q.pcut = Found{-1, 0ull};
-    q.no_ranges();
-    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0) {  // block-uniform
-      if (needs_cut(p, c)) {
-        find_cuts(p, w, slot, c, s, q);
-        if (q.any()) gather_slice(p, w, slot, x, slices, b, row, s, q);
-      } else {
-        q.no_cut();
-      }
+    q.no_cut();
+    if (s.valid > 0 && c.temperature != 0.0f && s.posinf == 0 && needs_cut(p, c)) {  // block-uniform
+      find_cuts(p, w, slot, c, s, q);
+      if (q.any()) gather_slice(p, w, slot, x, slices, b, row, s, q);
     }
     __threadfence();
     __syncthreads();
