@@ -352,6 +352,32 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // A top-p row whose appended values cannot hold p of the mass (bounded from the grid's histogram
+    // of appends) is flagged before its candidates are ranked. That bound must never flag a row the
+    // candidates decide: Gaussian rows of std 4, whose nucleus at these (p, T) is up to ~1200 tokens
+    // (float64, 40 seeds; the candidates hold at least the 2048 largest), and rows with a dominant token.
+    test('V = 128256: top-p rows whose nucleus lies within the candidates are decided in one pass', async () => {
+      const V = 128256;
+      const B = 12;
+      const rows = Array.from({ length: B }, (_, b) => (b % 4 === 3 ? dominantLogits(V, 70 + b, 20) : gaussianLogits(V, 70 + b, 4)));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 16 });
+      try {
+        // (p, T) per row; rows 3, 7 and 11 are the dominant ones
+        const topP = [0.9, 0.9, 0.95, 0.99, 0.97, 0.99, 0.8, 0.9, 0.95, 0.9, 0.97, 0.5];
+        const temperature = [1, 0.7, 0.9, 1, 0.8, 0.7, 1, 1.2, 0.9, 1, 0.8, 1];
+        const fallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(700 + b)),
+          offset: c,
+          topP: Float32Array.from(topP),
+          temperature: Float32Array.from(temperature),
+          logprobs: true,
+        }));
+        expect(fallbackRows).toBe(0);
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('V = 128256: rows whose appends overflow CTAs\' slices of the candidates', async () => {
       const V = 128256;
       const clustered = (seed: number): Float64Array => {
