@@ -12,9 +12,9 @@
 //      sorts them by order key and resolves each cut exactly: the row's plan (a key threshold plus
 //      min-p), or its whole output (greedy, no candidate), or "too many values in a cut bucket"
 //      (ties): those rows go to whole_rows_kernel.
-//   3. sample_kernel: the Gumbel argmax of the kept set, its count and float64 mass, per partial
-//      (kDrawBlocks a row, a warp each) then merged in a fixed order by the row's last block, which writes
-//      token, logprob and topLogprobs.
+//   3. sample_kernel: the Gumbel argmax of the kept set, its count and fixed-point mass, each warp's
+//      over its run of the row added to the row's by integer atomics (the same whatever the split);
+//      the row's last block writes token, logprob and topLogprobs.
 // Fixed grids from B, V, D only; every kernel returns at once when no row is flagged (*count).
 //
 // Masses: the histogram holds round(w 2^shift) per value (w = exp((l - max) / T) from an fp32 exp2,
@@ -53,10 +53,9 @@ constexpr int kDecideThreads = kBuckets / kBucketsPerThread;  // 512
 constexpr int kGatherCap = 8192;      // values of the cut buckets a row's resolution sorts (64 KB)
 constexpr double kMaxSpan = 128.0;    // (max - l) / T beyond this shares the last bucket (w < 1e-55)
 constexpr int kRowBlocks = 32;        // blocks per row of the histogram and the cuts
-// Blocks per row of the draw, ~4 quads a thread: with 32 a row, each warp runs ~4000 dependent
-// instructions (ncu, B = 64, 3 flagged rows: the draw 19.2 us against 13.5 with 128).
 // Draw tasks (blocks of kDrawWarps warps, each on its own run of quads) per row at most: one quad
-// a lane at V = 128256, so that a few rows with wide kept sets spread over the GPU.
+// a lane at V = 128256, so that a few rows with wide kept sets spread over the GPU (16 tasks a row
+// cost the model-like Llama 3 default's 3 flat rows 7 points at B = 64).
 constexpr int kMaxDrawTasks = 128;
 constexpr int kDrawWarps = 8;
 constexpr int kSampleThreads = kDrawWarps * 32;
@@ -65,7 +64,7 @@ constexpr int kSampleThreads = kDrawWarps * 32;
 // of DRAM); 2 quads at 4 blocks beat 8 at 2 and 4 at 3 (all flagged, B = 256: +257 -> +236 %).
 constexpr int kDrawQuadsInFlight = 2;
 constexpr int kMaxTopLogprobs = 1024;
-constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a row's slice (a Philox each per quad)
+constexpr int kSamplesPerScan = 4;    // samples drawn per scan of a warp's run (a Philox each per quad)
 
 static_assert(kBuckets == kDecideThreads * kBucketsPerThread, "one bucket range per thread");
 static_assert((kGatherCap & (kGatherCap - 1)) == 0, "bitonic sort over a power of two");
@@ -1202,27 +1201,6 @@ __global__ void __launch_bounds__(kDecideThreads)
   }
 }
 
-// candidate_value of the quad vq .. vq + 3 (vq a multiple of 4, its raw values in l, NaN past the
-// vocabulary), with one load of its word's listed marks and allowed bits for the four.
-__device__ __forceinline__ void candidate_quad(const SampleParams& p, int64_t b, int64_t vq, float (&l)[4]) {
-  const int64_t words = (p.vocab + 31) / 32;
-  const int64_t word = b * words + (vq >> 5);
-#pragma unroll
-  for (int o = 0; o < 4; ++o) l[o] = softcap_logit(l[o], p.softcap);
-  if (p.listed_marks != nullptr) {
-    const uint2 m = reinterpret_cast<const uint2*>(p.listed_marks)[word];
-    if ((m.x >> (vq & 31)) & 0xfu) {
-      const float4 y = detail::apply_listed_quad(reinterpret_cast<const detail::ListedEntry*>(p.listed_table), m, vq,
-                                                 make_float4(l[0], l[1], l[2], l[3]));
-      l[0] = y.x, l[1] = y.y, l[2] = y.z, l[3] = y.w;
-    }
-  }
-  const uint32_t allowed = p.allowed == nullptr ? ~0u : p.allowed[word] >> (vq & 31);
-#pragma unroll
-  for (int o = 0; o < 4; ++o)
-    if (((allowed >> o) & 1u) == 0u || l[o] != l[o] || l[o] == -INFINITY) l[o] = NAN;
-}
-
 // ---- 3. the draw ----------------------------------------------------------------------------------
 // Tasks (slot, x), x < draw_tasks_per_row(F): each warp of a task draws over its run of the row's
 // vocabulary quads (one Philox per quad with a kept value) and adds its kept count, its kept mass in
@@ -1282,7 +1260,7 @@ __global__ void __launch_bounds__(kSampleThreads, 4)
 #pragma unroll
         for (int r = 0; r < kDrawQuadsInFlight; ++r) {
           const int64_t q = q0 + 32 * r + lane;
-          if (q < q_hi) candidate_quad(p, b, 4 * q, l[r]);
+          if (q < q_hi) detail::candidate_quad(p, b, 4 * q, l[r]);
 #pragma unroll
           for (int o = 0; o < 4; ++o) {
             const float x = l[r][o];

@@ -71,6 +71,27 @@ __device__ __forceinline__ float candidate_value(const SampleParams& p, int64_t 
   return l;
 }
 
+// candidate_value of the quad vq .. vq + 3 (vq a multiple of 4; l holds their raw values, NaN past
+// the vocabulary), with one load of the word's listed marks and allowed bits for the four.
+__device__ __forceinline__ void candidate_quad(const SampleParams& p, int64_t b, int64_t vq, float (&l)[4]) {
+  const int64_t words = (p.vocab + 31) / 32;
+  const int64_t word = b * words + (vq >> 5);
+#pragma unroll
+  for (int o = 0; o < 4; ++o) l[o] = softcap_logit(l[o], p.softcap);
+  if (p.listed_marks != nullptr) {
+    const uint2 m = reinterpret_cast<const uint2*>(p.listed_marks)[word];
+    if ((m.x >> (vq & 31)) & 0xfu) {
+      const float4 y = apply_listed_quad(reinterpret_cast<const ListedEntry*>(p.listed_table), m, vq,
+                                         make_float4(l[0], l[1], l[2], l[3]));
+      l[0] = y.x, l[1] = y.y, l[2] = y.z, l[3] = y.w;
+    }
+  }
+  const uint32_t allowed = p.allowed == nullptr ? ~0u : p.allowed[word] >> (vq & 31);
+#pragma unroll
+  for (int o = 0; o < 4; ++o)
+    if (((allowed >> o) & 1u) == 0u || l[o] != l[o] || l[o] == -INFINITY) l[o] = NAN;
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace flashsample
