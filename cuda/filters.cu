@@ -2078,26 +2078,37 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  // A top-p row whose appended values cannot hold p of the mass needs the extra pass whatever its
-  // prefix: flagged before its candidates are ranked (a flat row took two rounds of decide_prefix
-  // first). The bound weighs each histogram bucket's count at the bucket's upper edge (fp32, with a
-  // margin of 1e-3 over its roundings and decide_prefix's ~1e-6), so that no row decide_prefix
-  // would decide is flagged. vLLM's order counts its min-p survivors first: not here.
-  if (topp_rank && !(p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f)) {
-    const int bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
-    const float upper = bucket == detail::kHistBuckets - 1 ? m : fminf(detail::hist_lower_edge(bucket + 1), m);
-    const float c2 = static_cast<float>(inv_t) * detail::kLog2e;
-    const float w = hist_count == 0u ? 0.0f : static_cast<float>(hist_count) * exp2f((upper - m) * c2);
-    const float bound = block_reduce(w, Sum(), 0.0f);
-    if (static_cast<double>(bound) * 1.001 < static_cast<double>(c.top_p) * z) {  // block-uniform
+  // The complete prefix: every value >= level above `dropped` was appended and kept.
+  float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
+  if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
+
+  // Top-p rows the candidates cannot decide, flagged before they are ranked (a flat row took two
+  // rounds of decide_prefix first, and its block set the kernel's length):
+  // - Hugging Face's order: the appended values cannot hold p of the mass. The bound weighs each
+  //   histogram bucket's count at the bucket's upper edge (fp32, with a margin of 1e-3 over its
+  //   roundings and decide_prefix's ~1e-6), so no row decide_prefix would decide is flagged.
+  // - vLLM's order with min-p and no top-k: fewer values were appended than the row holds (the
+  //   prefix is incomplete) and min-p reaches below its level: decide_prefix's open test
+  //   (min_p_first_top_k) on the whole prefix, which sends such a row to the extra pass.
+  if (topp_rank) {
+    const bool min_p_first = p.filter_order == FilterOrder::kMinPFirst && c.min_p > 0.0f;
+    bool undecidable;  // block-uniform
+    if (min_p_first) {
+      const uint32_t appended = block_reduce(hist_count, Sum(), 0u);
+      undecidable = static_cast<long long>(appended) < valid &&
+                    exp((static_cast<double>(level) - m) * inv_t) >= static_cast<double>(c.min_p);
+    } else {
+      const int bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
+      const float upper = bucket == detail::kHistBuckets - 1 ? m : fminf(detail::hist_lower_edge(bucket + 1), m);
+      const float c2 = static_cast<float>(inv_t) * detail::kLog2e;
+      const float w = hist_count == 0u ? 0.0f : static_cast<float>(hist_count) * exp2f((upper - m) * c2);
+      undecidable = static_cast<double>(block_reduce(w, Sum(), 0.0f)) * 1.001 < static_cast<double>(c.top_p) * z;
+    }
+    if (undecidable) {
       flag();
       return;
     }
   }
-
-  // The complete prefix: every value >= level above `dropped` was appended and kept.
-  float level = used == 0u ? -INFINITY : detail::from_ordered_bits(used);
-  if (dropped != 0u) level = fmaxf(level, detail::from_ordered_bits(dropped));  // (ties: strictly above)
 
   // A top-p row's θ lags the grid's appends, so its level keeps ~2.5x the kTopPRank values it
   // gathers for (5.4 K of 11.3 K appended at llama3-8b, B = 64). The final histogram's rank bound,

@@ -353,8 +353,8 @@ describeDevices((devName, dev) => {
     });
 
     // A top-p row whose appended values cannot hold p of the mass (bounded from the grid's histogram
-    // of appends) is flagged before its candidates are ranked. That bound must never flag a row the
-    // candidates decide: Gaussian rows of std 4, whose nucleus at these (p, T) is up to ~1200 tokens
+    // of appends), or in vLLM's order whose min-p set reaches below the candidates, is flagged
+    // before its candidates are ranked. Those tests must never flag a row the candidates decide: Gaussian rows of std 4, whose nucleus at these (p, T) is up to ~1200 tokens
     // (float64, 40 seeds; the candidates hold at least the 2048 largest), and rows with a dominant token.
     test('V = 128256: top-p rows whose nucleus lies within the candidates are decided in one pass', async () => {
       const V = 128256;
@@ -373,6 +373,17 @@ describeDevices((devName, dev) => {
           logprobs: true,
         }));
         expect(fallbackRows).toBe(0);
+        // vLLM's order with a min-p set well inside the candidates (min-p 0.01 / 0.05: ~40-300 tokens)
+        const vllmFallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(750 + b)),
+          offset: c,
+          topP: Float32Array.from(topP),
+          temperature: Float32Array.from(temperature),
+          minP: Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0.01 : 0.05)),
+          filterOrder: 'vllm',
+          logprobs: true,
+        }));
+        expect(vllmFallbackRows).toBe(0);
       } finally {
         p.dispose();
       }
