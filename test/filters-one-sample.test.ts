@@ -10,8 +10,6 @@ import type { Device, SampleOptions, Tensor } from '../lib/index';
 import { sampleFused, sampleReference } from '../lib/index';
 import {
   type FilterSpec,
-  type Planted,
-  addInto,
   agreement,
   describeDevices,
   differences,
@@ -24,25 +22,12 @@ import {
   makeTensor,
   mixedRowOptions,
   plantLogits,
+  pooledCounts,
   rowOptions,
   safeTopP,
   scaled,
   zipfLogits,
 } from './helpers';
-
-/** Counts of one sample per row, pooled over rows and `calls` offsets. */
-async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: SampleOptions = {}) {
-  const counts = new Float64Array(p.V);
-  let fallbackRows = 0;
-  for (let c = 0; c < calls; c++) {
-    const res = await sampleFused(p.H, p.W, { ...rowOptions(p.B, spec, c), ...extra });
-    fallbackRows += res.fallbackRows ?? 0;
-    const one = new Float64Array(p.V);
-    for (const t of res.tokens) one[t] += 1;
-    addInto(counts, one);
-  }
-  return { counts, fallbackRows };
-}
 
 /** 99 rows over V = 1000: rows with b % 5 < 2 have +Inf logits on INF_TOKENS, the others NaN there
  *  (0 * Inf); the finite logits follow three shapes (zipf, flat, dominant). */
@@ -354,8 +339,9 @@ describeDevices((devName, dev) => {
 
     // A top-p row whose appended values cannot hold p of the mass (bounded from the grid's histogram
     // of appends), or in vLLM's order whose min-p set reaches below the candidates, is flagged
-    // before its candidates are ranked. Those tests must never flag a row the candidates decide: Gaussian rows of std 4, whose nucleus at these (p, T) is up to ~1200 tokens
-    // (float64, 40 seeds; the candidates hold at least the 2048 largest), and rows with a dominant token.
+    // before its candidates are ranked. Those tests must never flag a row the candidates decide:
+    // Gaussian rows of std 4, whose nucleus at these (p, T) is up to ~1200 tokens (float64, 40
+    // seeds; the candidates hold at least the 2048 largest), and rows with a dominant token.
     test('V = 128256: top-p rows whose nucleus lies within the candidates are decided in one pass', async () => {
       const V = 128256;
       const B = 12;
@@ -365,25 +351,17 @@ describeDevices((devName, dev) => {
         // (p, T) per row; rows 3, 7 and 11 are the dominant ones
         const topP = [0.9, 0.9, 0.95, 0.99, 0.97, 0.99, 0.8, 0.9, 0.95, 0.9, 0.97, 0.5];
         const temperature = [1, 0.7, 0.9, 1, 0.8, 0.7, 1, 1.2, 0.9, 1, 0.8, 1];
-        const fallbackRows = await exactOverCalls(p, B, (c) => ({
-          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(700 + b)),
+        const options = (c: number, seedBase: number): SampleOptions => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(seedBase + b)),
           offset: c,
           topP: Float32Array.from(topP),
           temperature: Float32Array.from(temperature),
           logprobs: true,
-        }));
-        expect(fallbackRows).toBe(0);
+        });
+        expect(await exactOverCalls(p, B, (c) => options(c, 700))).toBe(0);
         // vLLM's order with a min-p set well inside the candidates (min-p 0.01 / 0.05: ~40-300 tokens)
-        const vllmFallbackRows = await exactOverCalls(p, B, (c) => ({
-          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(750 + b)),
-          offset: c,
-          topP: Float32Array.from(topP),
-          temperature: Float32Array.from(temperature),
-          minP: Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0.01 : 0.05)),
-          filterOrder: 'vllm',
-          logprobs: true,
-        }));
-        expect(vllmFallbackRows).toBe(0);
+        const minP = Float32Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 0.01 : 0.05));
+        expect(await exactOverCalls(p, B, (c) => ({ ...options(c, 750), minP, filterOrder: 'vllm' }))).toBe(0);
       } finally {
         p.dispose();
       }

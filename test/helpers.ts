@@ -493,6 +493,20 @@ export function rowOptions(B: number, spec: FilterSpec, offset: number): SampleO
   return o;
 }
 
+/** Counts of one sample per row of p's rows (rowOptions per call), pooled over rows and `calls` offsets. */
+export async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, extra: SampleOptions = {}) {
+  const counts = new Float64Array(p.V);
+  let fallbackRows = 0;
+  for (let c = 0; c < calls; c++) {
+    const res = await sampleFused(p.H, p.W, { ...rowOptions(p.B, spec, c), ...extra });
+    fallbackRows += res.fallbackRows ?? 0;
+    const one = new Float64Array(p.V);
+    for (const t of res.tokens) one[t] += 1;
+    addInto(counts, one);
+  }
+  return { counts, fallbackRows };
+}
+
 /**
  * Per-row options cycling through `specs` (row b takes specs[b % specs.length]): temperature,
  * topK, topP and minP as arrays, and per-row seeds seedBase + b.

@@ -20,6 +20,7 @@ import {
   goodnessOfFit,
   keptDistribution,
   plantLogits,
+  pooledCounts,
   rowCounts,
   rng,
   rowOptions,
@@ -463,13 +464,7 @@ describeDevices((devName, dev) => {
       hot.forEach((l, i) => (base[17 + 181 * i] = l));
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
       try {
-        const counts = new Float64Array(V);
-        let fallbackRows = 0;
-        for (let c = 0; c < calls; c++) {
-          const r = await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' });
-          fallbackRows += r.fallbackRows;
-          for (const tok of r.tokens) counts[tok] += 1;
-        }
+        const { counts, fallbackRows } = await pooledCounts(p, spec, calls, { filterOrder: 'vllm' });
         const want = vllmKept(p.logits[0], spec);
         expect(want.filter((x) => x > 0).length).toBe(4);  // top-p 0.9 of the min-p set's mass
         const fit = goodnessOfFit(counts, want);
@@ -508,10 +503,7 @@ describeDevices((devName, dev) => {
         const want = vllmKept(p.logits[0], spec);
         const survivors = p.logits[0].filter((l) => Math.exp(l - Math.max(...p.logits[0])) >= spec.minP).length;
         expect(survivors).toBeGreaterThan(2048);
-        const counts = new Float64Array(V);
-        for (let c = 0; c < calls; c++) {
-          for (const tok of (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens) counts[tok] += 1;
-        }
+        const { counts } = await pooledCounts(p, spec, calls, { filterOrder: 'vllm' });
         const fit = goodnessOfFit(counts, want);
         expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
         // The negative control: Hugging Face's order keeps ~100 tokens more (1.9 % of the mass).
