@@ -274,6 +274,48 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
     }
   });
 
+  // A plain call keeps its winner words per stream, zeroed by its finalize kernel for the next call
+  // (cuda/fused_sample.cu, StreamWords): a word left nonzero would win the next call's atomicMax.
+  test('plain calls reuse each stream\'s winner words: a call repeated after larger ones draws the same tokens', async () => {
+    const small = randomProblem(3, 1000, 64, 'bf16', 21);
+    const big = randomProblem(99, 1000, 64, 'bf16', 22);
+    const s1 = gpu.createStream();
+    let s2: bigint | undefined = gpu.createStream();
+    try {
+      const o: SampleOptions = { seed: 8n, numSamples: 32, temperature: 0.9 };
+      const ob: SampleOptions = { seed: 9n, numSamples: 8 };
+      const want = await sampleFused(small.gpu.H, small.gpu.W, o);
+      expect(agreement(want.tokens, (await draw('reference-gumbel', small.gpu.H, small.gpu.W, o)).tokens)).toBeGreaterThanOrEqual(0.999);
+      const bigRef = (await draw('reference-gumbel', big.gpu.H, big.gpu.W, ob)).tokens;
+      for (const stream of [undefined, s1, s2, 0n]) {
+        // the larger call grows the stream's words; the small one after it reads only zeroed ones
+        const b = await sampleFused(big.gpu.H, big.gpu.W, { ...ob, stream });
+        expect({ stream, agreement: agreement(b.tokens, bigRef) >= 0.999 }).toEqual({ stream, agreement: true });
+        const again = await sampleFused(small.gpu.H, small.gpu.W, { ...o, stream });
+        expect({ stream, tokens: Array.from(again.tokens) }).toEqual({ stream, tokens: Array.from(want.tokens) });
+      }
+      // enqueued back to back on one stream, none awaited before the next is launched
+      const [x, y, z] = await Promise.all([
+        sampleFused(small.gpu.H, small.gpu.W, { ...o, stream: s1 }),
+        sampleFused(big.gpu.H, big.gpu.W, { ...ob, stream: s1 }),
+        sampleFused(small.gpu.H, small.gpu.W, { ...o, stream: s1 }),
+      ]);
+      expect(Array.from(x.tokens)).toEqual(Array.from(want.tokens));
+      expect(agreement(y.tokens, bigRef)).toBeGreaterThanOrEqual(0.999);
+      expect(Array.from(z.tokens)).toEqual(Array.from(want.tokens));
+      // a destroyed stream's words go with it; a new stream's are zeroed before their first use
+      gpu.destroyStream(s2);
+      s2 = gpu.createStream();
+      const fresh = await sampleFused(small.gpu.H, small.gpu.W, { ...o, stream: s2 });
+      expect(Array.from(fresh.tokens)).toEqual(Array.from(want.tokens));
+    } finally {
+      gpu.destroyStream(s1);
+      if (s2 !== undefined) gpu.destroyStream(s2);
+      small.dispose();
+      big.dispose();
+    }
+  });
+
   test('device tensors of per-row seeds and offsets equal the BigUint64Arrays', async () => {
     const prob = randomProblem(3, 1000, 64, 'bf16', 11);
     const seeds = new BigUint64Array([1n, 2n ** 64n - 1n, 12345678901234n]);

@@ -700,7 +700,9 @@ std::string gpu_stream_destroy(int ordinal, uint64_t stream) {
     }
   }
   FS_CUDA_TRY("cudaSetDevice", cudaSetDevice(ordinal));
-  // Work already enqueued on it still completes (cudaStreamDestroy does not wait).
+  // Work already enqueued on it still completes (cudaStreamDestroy does not wait); the plain
+  // calls' winner words it kept are freed after that work.
+  FS_CUDA_TRY("release_stream_words", cuda::release_stream_words(as_stream(stream)));
   FS_CUDA_TRY("cudaStreamDestroy", cudaStreamDestroy(as_stream(stream)));
   return "";
 }

@@ -18,6 +18,11 @@ namespace cuda {
 // Returns cudaErrorNotSupported for options the fused CUDA path does not implement yet.
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream);
 
+// A plain call without a caller's workspace keeps its winner words per stream, zeroed between
+// calls (fused_sample.cu, StreamWords); this frees `stream`'s (stream-ordered, after its enqueued
+// work), for a stream about to be destroyed. A no-op for a stream that has none.
+cudaError_t release_stream_words(cudaStream_t stream);
+
 // The workspace launch_fused_sample needs for `p`, and for any call that differs from `p` only in
 // its pointers, a smaller batch or per-row values (an engine's sampler sized once): the largest
 // of the paths `p`'s options may take.
