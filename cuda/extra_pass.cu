@@ -1141,9 +1141,8 @@ __global__ void __launch_bounds__(kDecideThreads)
         s_count[i] = 0u;
       }
       __syncthreads();
-      // weights from an fp32 exp2 of the prescaled difference, as the one-pass decision's (within a
-      // relative ~3e-7 near the max, docs/SEMANTICS.md §5), scaled to the fixed point exactly
-      const float c2 = static_cast<float>(s.inv_t) * detail::kLog2e;
+      // the one-pass decision's weights (detail::fixed_weight), in this row's 2^-shift units
+      const float c2 = detail::exp2_scale(s.inv_t);
       const float unit = ldexpf(1.0f, s.shift);
       scan_row(row, lo, hi, [&](int64_t v, float raw) {
         if (v >= hi) return;
@@ -1151,7 +1150,7 @@ __global__ void __launch_bounds__(kDecideThreads)
         if (l != l) return;
         const double d = (static_cast<double>(l) - s.md) * s.inv_t;
         const int k = bucket_of(d, s);
-        const unsigned long long wf = __float2ull_rn(detail::exp2_ftz((l - s.m) * c2) * unit);
+        const unsigned long long wf = detail::fixed_weight(l, s.m, c2, unit);
         atomicAdd(s_count + k, 1u);
         if (wf != 0ull) detail::shared_add_u64(s_mass + k, wf);
       });

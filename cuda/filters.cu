@@ -1484,11 +1484,9 @@ __device__ int first_bucket_reaching(const T* incl, double target, int last) {
   return s_at;
 }
 
-// A token's fixed-point mass, exp((l - m) / T) in units of 2^-42, from an fp32 exp2 of the
-// prescaled difference (c2 = log2(e) / T): within a relative 4e-6 at the smallest weights that count
-// and ~3e-7 near the max, a double exp costing ten times the instructions (docs/SEMANTICS.md §5).
+// A token's fixed-point mass, exp((l - m) / T) in units of 2^-42 (c2 = detail::exp2_scale(1 / T)).
 __device__ __forceinline__ unsigned long long fixed_mass(float l, float m, float c2) {
-  return __float2ull_rn(exp2f((l - m) * c2) * static_cast<float>(kMassScale));
+  return detail::fixed_weight(l, m, c2, static_cast<float>(kMassScale));
 }
 
 // Gathers the keys of buckets [first, last] that are >= floor_key into s.cut_key, sorted descending
@@ -1610,7 +1608,7 @@ __device__ PrefixDecision decide_small_prefix(const SampleParams& p, const RowCo
   const double md = static_cast<double>(r.m);
   const double inv_t = 1.0 / static_cast<double>(c.temperature);
   auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
-  const float c2 = static_cast<float>(inv_t * 1.4426950408889634);  // log2(e) / T
+  const float c2 = detail::exp2_scale(inv_t);
 
   // key[j] ends at sorted position 2 lane + j, descending; 0 (below every order key) past n
   uint64_t key[2];
@@ -1753,7 +1751,7 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   const bool minp_on = c.min_p > 0.0f;
   const int n_top = p.top_logprobs;
   auto weight = [=](float l) { return exp((static_cast<double>(l) - md) * inv_t); };
-  const float c2 = static_cast<float>(inv_t * 1.4426950408889634);  // log2(e) / T
+  const float c2 = detail::exp2_scale(inv_t);
   int32_t top_k = c.top_k;
   if (p.filter_order == FilterOrder::kMinPFirst && minp_on && p_on) {
     // vLLM's order: Hugging Face's with top-k min(k, |S|), S the min-p survivors (min_p_first_top_k)
@@ -2100,8 +2098,8 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       const int bucket = detail::kHistBuckets - 1 - static_cast<int>(threadIdx.x);
       const float upper = bucket == detail::kHistBuckets - 1 ? m : fminf(detail::hist_lower_edge(bucket + 1), m);
-      const float c2 = static_cast<float>(inv_t) * detail::kLog2e;
-      const float w = hist_count == 0u ? 0.0f : static_cast<float>(hist_count) * exp2f((upper - m) * c2);
+      const float c2 = detail::exp2_scale(inv_t);
+      const float w = hist_count == 0u ? 0.0f : static_cast<float>(hist_count) * detail::exp2_ftz((upper - m) * c2);
       undecidable = static_cast<double>(block_reduce(w, Sum(), 0.0f)) * 1.001 < static_cast<double>(c.top_p) * z;
     }
     if (undecidable) {

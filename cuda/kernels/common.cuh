@@ -152,6 +152,16 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// log2(e) / T, rounded once from float64: the scale of the prescaled differences whose fp32 exp2
+// gives the fixed-point weights below (the one-pass decision's and the extra pass's alike).
+__device__ __forceinline__ float exp2_scale(double inv_t) { return static_cast<float>(inv_t * 1.4426950408889634); }
+// A value's fixed-point weight round(exp((l - m) / T) · unit), c2 = exp2_scale(1 / T), from one
+// fp32 exp2: within a relative 4e-6 at the smallest weights that count and ~3e-7 near the max
+// (docs/SEMANTICS.md §5), a tenth of a double exp's instructions. Weights below 2^-126 flush to 0,
+// which every unit here (at most 2^63 / V) rounds them to anyway.
+__device__ __forceinline__ unsigned long long fixed_weight(float l, float m, float c2, float unit) {
+  return __float2ull_rn(exp2_ftz((l - m) * c2) * unit);
+}
 // *at += x for a shared 64-bit word as two native 32-bit atomics (a 64-bit ATOMS is a CAS loop that
 // hot buckets serialize): exact and order-free, each wrap of the low word carries once.
 __device__ __forceinline__ void shared_add_u64(unsigned long long* at, unsigned long long x) {
