@@ -280,7 +280,7 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
     const small = randomProblem(3, 1000, 64, 'bf16', 21);
     const big = randomProblem(99, 1000, 64, 'bf16', 22);
     const s1 = gpu.createStream();
-    let s2: bigint | undefined = gpu.createStream();
+    let s2 = gpu.createStream();
     try {
       const o: SampleOptions = { seed: 8n, numSamples: 32, temperature: 0.9 };
       const ob: SampleOptions = { seed: 9n, numSamples: 8 };
@@ -310,7 +310,7 @@ suite(st.usable ? 'cuda' : `cuda — skipped: ${st.reason}`, () => {
       expect(Array.from(fresh.tokens)).toEqual(Array.from(want.tokens));
     } finally {
       gpu.destroyStream(s1);
-      if (s2 !== undefined) gpu.destroyStream(s2);
+      gpu.destroyStream(s2);
       small.dispose();
       big.dispose();
     }
