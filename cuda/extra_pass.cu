@@ -1411,7 +1411,9 @@ cudaError_t logit_blocks_for(const SampleParams& p, LogitsKernel kernel, int* bl
 
 // The workspace regions (byte offsets) for `logit_blocks` logits blocks.
 struct ExtraPassLayout {
-  size_t list, whole, parts, plans, hc, hm, shapes, gathered, gc, cd, dd, pz, pk, pb, top, tasks, bytes;
+  // each region's offset, named as Work's pointer into it
+  size_t list, whole_row, parts, plans, hist_count, hist_mass, shapes, gathered, gather_count, cut_done, draw_done,
+      kept_mass, kept_count, best, top_keys, next_task, bytes;
 };
 
 ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
@@ -1420,21 +1422,21 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
   RegionLayout layout;
   ExtraPassLayout l;
   l.list = layout.take(B * sizeof(int32_t));
-  l.whole = layout.take(B * sizeof(int32_t));
+  l.whole_row = layout.take(B * sizeof(int32_t));
   l.parts = layout.take(B * logit_blocks * sizeof(RowPart));
   l.plans = layout.take(B * sizeof(RowPlan));
-  l.hc = layout.take(B * kBuckets * sizeof(uint32_t));
-  l.hm = layout.take(B * kBuckets * sizeof(unsigned long long));
+  l.hist_count = layout.take(B * kBuckets * sizeof(uint32_t));
+  l.hist_mass = layout.take(B * kBuckets * sizeof(unsigned long long));
   l.shapes = layout.take(B * sizeof(RowShape));
   l.gathered = layout.take(B * kGatherCap * sizeof(unsigned long long));
-  l.gc = layout.take(B * sizeof(uint32_t));
-  l.cd = layout.take(B * sizeof(uint32_t));
-  l.dd = layout.take(B * sizeof(uint32_t));
-  l.pz = layout.take(B * sizeof(unsigned long long));
-  l.pk = layout.take(B * sizeof(unsigned long long));
-  l.pb = layout.take(B * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
-  l.top = layout.take(B * n_top * sizeof(unsigned long long));
-  l.tasks = layout.take(kTaskCounters * sizeof(uint32_t));
+  l.gather_count = layout.take(B * sizeof(uint32_t));
+  l.cut_done = layout.take(B * sizeof(uint32_t));
+  l.draw_done = layout.take(B * sizeof(uint32_t));
+  l.kept_mass = layout.take(B * sizeof(unsigned long long));
+  l.kept_count = layout.take(B * sizeof(unsigned long long));
+  l.best = layout.take(B * static_cast<size_t>(p.num_samples) * sizeof(unsigned long long));
+  l.top_keys = layout.take(B * n_top * sizeof(unsigned long long));
+  l.next_task = layout.take(kTaskCounters * sizeof(uint32_t));
   l.bytes = layout.bytes;
   return l;
 }
@@ -1443,22 +1445,22 @@ ExtraPassLayout extra_pass_layout(const SampleParams& p, int logit_blocks) {
 Work work_in(uint8_t* ws, const ExtraPassLayout& l, int logit_blocks, const uint8_t* stored_tiles, const SampleParams& p) {
   Work w;
   w.list = reinterpret_cast<int32_t*>(ws + l.list);
-  w.whole_row = reinterpret_cast<int32_t*>(ws + l.whole);
+  w.whole_row = reinterpret_cast<int32_t*>(ws + l.whole_row);
   w.parts = reinterpret_cast<RowPart*>(ws + l.parts);
   w.logit_blocks = logit_blocks;
   w.plans = reinterpret_cast<RowPlan*>(ws + l.plans);
-  w.hist_count = reinterpret_cast<uint32_t*>(ws + l.hc);
-  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + l.hm);
+  w.hist_count = reinterpret_cast<uint32_t*>(ws + l.hist_count);
+  w.hist_mass = reinterpret_cast<unsigned long long*>(ws + l.hist_mass);
   w.shapes = reinterpret_cast<RowShape*>(ws + l.shapes);
   w.gathered = reinterpret_cast<unsigned long long*>(ws + l.gathered);
-  w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gc);
-  w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cd);
-  w.draw_done = reinterpret_cast<uint32_t*>(ws + l.dd);
-  w.kept_mass = reinterpret_cast<unsigned long long*>(ws + l.pz);
-  w.kept_count = reinterpret_cast<unsigned long long*>(ws + l.pk);
-  w.best = reinterpret_cast<unsigned long long*>(ws + l.pb);
-  w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top);
-  w.next_task = reinterpret_cast<uint32_t*>(ws + l.tasks);
+  w.gather_count = reinterpret_cast<uint32_t*>(ws + l.gather_count);
+  w.cut_done = reinterpret_cast<uint32_t*>(ws + l.cut_done);
+  w.draw_done = reinterpret_cast<uint32_t*>(ws + l.draw_done);
+  w.kept_mass = reinterpret_cast<unsigned long long*>(ws + l.kept_mass);
+  w.kept_count = reinterpret_cast<unsigned long long*>(ws + l.kept_count);
+  w.best = reinterpret_cast<unsigned long long*>(ws + l.best);
+  w.top_keys = reinterpret_cast<unsigned long long*>(ws + l.top_keys);
+  w.next_task = reinterpret_cast<uint32_t*>(ws + l.next_task);
   w.stored_tiles = stored_tiles;
   w.num_vtiles = (p.vocab + 127) / 128;
   return w;
