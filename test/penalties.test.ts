@@ -217,6 +217,60 @@ describeDevices((devName, dev) => {
     });
   });
 
+  // Lists alone (no filter, no logprobs, one sample per row): the rows the decision takes straight
+  // from the epilogue's winner. The tokens are the ones the Gumbel reference draws, whatever the size
+  // (B 129 and 131: more than one chunk of batch columns), seeds, temperatures and mask.
+  for (const [V, B] of [[111, 1], [1000, 3], [1000, 131], [128256, 129]]) {
+    (V * B < 1e6 || devName === 'cuda' ? test : test.skip)(`lists alone, one sample per row (V ${V}, B ${B}, a mask, greedy rows among sampled ones): fused == reference(gumbel)`, async () => {
+      // (six distinct logit rows: D stays small; the lists, seeds and temperatures differ per row)
+      const distinct = Array.from({ length: 6 }, (_, i) => (i % 2 ? zipfLogits(V, 1.0, 70 + i) : dominantLogits(V, 70 + i, 8)));
+      const logitRows = Array.from({ length: B }, (_, b) => distinct[b % 6]);
+      const r = rng(707 + V);
+      const n = Math.min(512, Math.floor(V / 3));
+      const rows = logitRows.map((l, b): Listed => {
+        const picked = new Set(topTokens(l, 6));
+        while (picked.size < n) picked.add(Math.floor(r() * V));
+        const ids = [...picked];
+        const cut = Math.floor(n / 5);
+        return {
+          bias: ids.slice(0, cut).map((t, i) => [t, i % 2 ? 2.5 : -1.5] as [number, number]),
+          banned: b % 3 === 0 ? [ids[0], ids[cut]] : [],
+          penalized: ids.slice(cut + 1).map((t, i) => [t, i % 3, i % 2 === 0] as [number, number, boolean]),
+          repetition: 1.4,
+          frequency: 0.35,
+          presence: 0.25,
+        };
+      });
+      // the mask drops each row's second-best token and every 7th token
+      const words = Math.ceil(V / 32);
+      const mask = new Uint32Array(B * words).fill(0xffffffff);
+      logitRows.forEach((l, b) => {
+        for (const t of [topTokens(l, 2)[1], ...Array.from({ length: Math.floor(V / 7) }, (_, i) => 7 * i)])
+          mask[b * words + (t >> 5)] &= ~(1 << (t & 31)) >>> 0;
+      });
+      const p = plantLogits(dev(), 'bf16', logitRows, { D: 16 });
+      try {
+        const temperature = Float32Array.from({ length: B }, (_, b) => (b % 4 === 3 ? 0 : b % 2 ? 0.7 : 1.3));
+        let same = 0;
+        for (let c = 0; c < 4; c++) {
+          const seed = c % 2 ? BigUint64Array.from({ length: B }, (_, b) => BigInt(77 + 13 * b)) : 901n;
+          const o: SampleOptions = { ...listedOptions(rows), seed, offset: c, temperature, allowedTokens: mask };
+          const f = await sampleFused(p.H, p.W, o);
+          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+          same += agreement(f.tokens, g.tokens);
+        }
+        expect(same / 4).toBeGreaterThanOrEqual(0.999);
+        // the negative control: without the lists the draws differ
+        const o = { seed: 901n, temperature, allowedTokens: mask };
+        const with_ = await sampleFused(p.H, p.W, { ...o, ...listedOptions(rows) });
+        const without = await sampleFused(p.H, p.W, o);
+        expect(agreement(with_.tokens, without.tokens)).toBeLessThan(B >= 99 ? 0.9 : 1);
+      } finally {
+        p.dispose();
+      }
+    });
+  }
+
   // The marks of a row are built in shared memory up to V = 393216 and in global memory above:
   // the same steps either way. One sample per row, pooled over 1024 rows and 32 offsets.
   (devName === 'cuda' ? test : test.skip)('V = 400000 (marks built in global memory), every list with top-k: chi-square against float64', async () => {
