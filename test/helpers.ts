@@ -631,7 +631,6 @@ export function keptDistribution(logits0: ArrayLike<number>, f: FilterSpec = {})
   return result(kept, topPMargin, minPMargin);
 }
 
-/** Bitmask [B * ceil(V/32)] from per-row predicates. */
 /** A top-p value halfway between the prefix masses around p0 (so fp32 vs float64 rounding of the
  *  cumulative sum cannot move the boundary). */
 export function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): number {
@@ -645,6 +644,7 @@ export function safeTopP(logits: ArrayLike<number>, f: FilterSpec, p0: number): 
   return 1;
 }
 
+/** Bitmask [B * ceil(V/32)] from per-row predicates. */
 export function makeMask(B: number, V: number, allowed: (b: number, v: number) => boolean): Uint32Array {
   const words = Math.ceil(V / 32);
   const m = new Uint32Array(B * words);

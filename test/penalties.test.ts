@@ -29,6 +29,7 @@ import {
   zipfLogits,
   adjusted,
   listedOptions,
+  makeMask,
   makeTensor,
   type FilterSpec,
   type HostListOptions,
@@ -242,12 +243,8 @@ describeDevices((devName, dev) => {
         };
       });
       // the mask drops each row's second-best token and every 7th token
-      const words = Math.ceil(V / 32);
-      const mask = new Uint32Array(B * words).fill(0xffffffff);
-      logitRows.forEach((l, b) => {
-        for (const t of [topTokens(l, 2)[1], ...Array.from({ length: Math.floor(V / 7) }, (_, i) => 7 * i)])
-          mask[b * words + (t >> 5)] &= ~(1 << (t & 31)) >>> 0;
-      });
+      const second = distinct.map((l) => topTokens(l, 2)[1]);
+      const mask = makeMask(B, V, (b, v) => v % 7 !== 0 && v !== second[b % 6]);
       const p = plantLogits(dev(), 'bf16', logitRows, { D: 16 });
       try {
         const temperature = Float32Array.from({ length: B }, (_, b) => (b % 4 === 3 ? 0 : b % 2 ? 0.7 : 1.3));
