@@ -1958,6 +1958,104 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   return kDecided;
 }
 
+// Row b's listed tokens that the epilogue left out (deferred_listed_table), merged into the row's
+// winner before the decision reads it: the steps of their table entries on their stored values, the
+// mask, then the noise the epilogue would have drawn for them (sample 0), pruned against the winner
+// so far as quads_update_pruned prunes (a Philox block only where the largest noise could reach it,
+// the logarithms only where its bits can), so that the winner is the one the epilogue finds when it
+// applies the entries itself. Block (x, b) takes kListedThreads marks words of row b, so that a row's
+// tokens spread over the GPU (the decision's one block a row took 18 us at 4096 listed tokens: ncu,
+// llama3-8b, B = 1); a warp deals its words' tokens out a lane each, so that their entries and
+// values are loaded at once (ncu, 4096 a row at B = 64 / 128: 12.0 / 17.6 us; a thread taking its
+// own words' tokens in turn, 12.8 / 21.1).
+constexpr int kListedThreads = 256;
+
+// The position of the n-th set bit of bits, from 0 (n < popc(bits)).
+__device__ __forceinline__ int nth_set_bit(uint32_t bits, int n) {
+  int pos = 0;
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const int c = __popc(bits & ((1u << s) - 1u));
+    if (n >= c) {
+      n -= c;
+      bits >>= s;
+      pos += s;
+    }
+  }
+  return pos;
+}
+
+struct ListedPick {
+  unsigned long long best;
+  float thr, intercept;
+};
+
+// Offers value x of token v (NaN: none) to the running best.
+__device__ __forceinline__ void offer_listed(ListedPick& pk, const detail::RowParams& rp, float slope, float x,
+                                             uint32_t v) {
+  if (x != x || x == -INFINITY) return;
+  float g = 0.0f;
+  if (!rp.greedy) {
+    if (fmaf(x, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) return;
+    const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, v >> 2);
+    const uint32_t q = v & 3u;
+    const uint32_t noise = q == 0u ? r.x[0] : q == 1u ? r.x[1] : q == 2u ? r.x[2] : r.x[3];
+    if (!detail::noise_bits_can_reach(noise, x, slope, pk.intercept)) return;
+    g = gumbel_from_bits(noise);
+  }
+  const Candidate cand = make_candidate(x, rp.inv_temperature, rp.greedy, g, v);
+  const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+  if (packed > pk.best) {
+    pk.best = packed;
+    pk.thr = cand.score;
+    pk.intercept = detail::noise_bits_limit_intercept(pk.thr);
+  }
+}
+
+__global__ void __launch_bounds__(kListedThreads)
+    listed_winners_kernel(SampleParams p, detail::FilterArgs f, const float* listed_values, unsigned long long* winners) {
+  detail::griddep_wait();  // launched programmatically after the GEMM: its winners and stored values
+  const int64_t b = blockIdx.y;
+  const int64_t words = f.allowed_words;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kListedThreads + threadIdx.x;  // a lane's word
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const uint2 m = w < words ? f.listed[b * words + w] : make_uint2(0u, 0u);
+  const uint32_t bits = m.x & (w < words && f.allowed != nullptr ? f.allowed[b * words + w] : ~0u);
+  // the warp's allowed listed tokens in word order: lane j's are numbers [below, through) of them
+  int through = __popc(bits);
+#pragma unroll
+  for (int s = 1; s < 32; s <<= 1) {
+    const int t = __shfl_up_sync(~0u, through, s);
+    if (lane >= s) through += t;
+  }
+  const int below = through - __popc(bits);
+  const int total = __shfl_sync(~0u, through, 31);
+  const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
+  const unsigned long long winner = __ldcg(winners + b);
+  ListedPick pk{winner, winner != 0ull ? detail::packed_score(winner) : -INFINITY, 0.0f};
+  pk.intercept = detail::noise_bits_limit_intercept(pk.thr);
+  const float slope = rp.inv_temperature * detail::kLog2e;
+  for (int k0 = 0; k0 < total; k0 += 32) {
+    const int k = k0 + lane;  // the token this lane takes: in the word of lane j, the first with through > k
+    int j = 0;
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1)
+      if (__shfl_sync(~0u, through, j + s - 1) <= k) j += s;
+    const uint32_t bits_j = __shfl_sync(~0u, bits, j);
+    const uint32_t marks_j = __shfl_sync(~0u, m.x, j);
+    const uint32_t first_j = __shfl_sync(~0u, m.y, j);
+    const int below_j = __shfl_sync(~0u, below, j);
+    if (k < total) {
+      const int o = nth_set_bit(bits_j, k - below_j);
+      const uint32_t at = first_j + __popc(marks_j & ((1u << o) - 1u));
+      offer_listed(pk, rp, slope, detail::apply_listed_entry(f.listed_table[at], listed_values[at]),
+                   static_cast<uint32_t>((w - lane + j) * 32 + o));
+    }
+  }
+  const unsigned long long best = block_reduce<unsigned long long>(pk.best, Max(), 0ull);
+  if (threadIdx.x == 0 && best > winner) atomicMax(winners + b, best);
+}
+
 // One block per row: the row's statistics from the tile summaries, its winner and the winner's
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
 // the largest threshold used and above the largest dropped value), decided in shared memory
@@ -2331,7 +2429,7 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, listed_values, bytes;
 };
 
 // Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
@@ -2348,6 +2446,23 @@ bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr &&
 int candidate_slices() {
   const int sms = detail::multiprocessor_count();
   return sms < 1 ? 1 : sms > kThreads - 1 ? kThreads - 1 : sms;
+}
+
+// Whether the one-pass epilogue leaves the listed tokens to listed_winners_kernel
+// (detail::deferred_listed_table): in calls whose every row goes without statistics (lists without
+// filters, logprobs or more samples) of at least kDeferListedBatch rows. Deferred from B = 1 (A/B, H200): 4096
+// listed tokens a row cost llama3-8b 16 -> 13 % over plain at B = 64 and qwen3-0.6b 148 -> 96 %, but
+// llama3-8b 3 -> 6 % at B = 1 and 512 listed tokens 2 -> 4 % at B = 16: the extra kernel's start
+// outweighs what it saves on a few rows.
+// The workspace holds the stored values wherever a call may defer: an engine's sampler sizes it once
+// for calls whose logprobs and filters come and go.
+constexpr int64_t kDeferListedBatch = 64;
+bool may_defer_listed(const SampleParams& p) {
+  return has_penalties(p) && p.partial == nullptr && p.batch >= kDeferListedBatch && p.num_samples == 1;
+}
+bool defers_listed(const SampleParams& p) {
+  return may_defer_listed(p) && p.top_k == nullptr && p.top_p == nullptr && p.min_p == nullptr &&
+         p.logprobs == nullptr && p.top_logprobs == 0;
 }
 
 OnePassLayout one_pass_layout(const SampleParams& p) {
@@ -2370,6 +2485,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
+  l.listed_values = layout.take(may_defer_listed(p) ? static_cast<size_t>(p.listed_entries) * sizeof(float) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -2513,6 +2629,11 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
+  // lists alone: the epilogue stores the listed values for listed_winners_kernel (defers_listed)
+  float* const listed_values =
+      defers_listed(p) && p.listed_marks != nullptr ? reinterpret_cast<float*>(ws + l.listed_values) : nullptr;
+  detail::FilterArgs gemm_f = f;
+  if (listed_values != nullptr) gemm_f.listed_table = detail::deferred_listed_table(listed_values);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   const int64_t words = static_cast<int64_t>(l.zeroed / sizeof(uint4));
@@ -2525,7 +2646,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     *built = err == cudaSuccess;
   }
   if (err == cudaSuccess) {
-    err = launch_filtered_gemm(p, winners, f, programmatic, stream);
+    err = launch_filtered_gemm(p, winners, gemm_f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
       scratch.give_back(raw_copy);
       scratch.give_back(row_logits);
@@ -2537,6 +2658,12 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     err = launch_partial_from_candidates(p, f, winners, stream);
     const cudaError_t freed = scratch.give_back(ws);
     return err != cudaSuccess ? err : freed;
+  }
+  if (err == cudaSuccess && listed_values != nullptr) {  // the listed tokens the epilogue left out
+    const int64_t words = (p.vocab + 31) / 32;
+    const dim3 grid(static_cast<unsigned>((words + kListedThreads - 1) / kListedThreads), static_cast<unsigned>(B));
+    err = detail::launch_kernel(listed_winners_kernel, grid, dim3(kListedThreads), 0, stream, programmatic, p, f, listed_values,
+                                winners);
   }
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);

@@ -89,7 +89,7 @@ struct FilterArgs {
   const uint32_t* allowed; // [batch, allowed_words] or nullptr
   int64_t allowed_words;   // also the row stride of `listed`
   const uint2* listed;     // [batch, allowed_words] marks of the listed tokens, or nullptr
-  const ListedEntry* listed_table;  // their steps 2a-2d (listed.cuh)
+  const ListedEntry* listed_table;  // their steps 2a-2d (listed.cuh), or a deferred_listed_table
   float softcap;
   int32_t top_logprobs;
   int32_t logprobs;        // the sampled tokens' logprobs are written (SampleParams::logprobs set)

@@ -48,11 +48,43 @@ __device__ __forceinline__ const ListedEntry& listed_entry(const ListedEntry* ta
 }
 
 // The listed tokens' steps on the quad of tokens vq .. vq + 3 (vq a multiple of 4, m its word's mark).
-static __device__ __noinline__ float4 apply_listed_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
+__device__ __forceinline__ float4 listed_steps_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
   float l[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
   for (int o = 0; o < 4; ++o)
     if ((m.x >> ((vq & 31) + o)) & 1u) l[o] = apply_listed_entry(listed_entry(table, m, vq + o), l[o]);
+  return make_float4(l[0], l[1], l[2], l[3]);
+}
+static __device__ __noinline__ float4 apply_listed_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
+  return listed_steps_quad(table, m, vq, x);
+}
+
+// The one-pass epilogue's table pointer where it leaves the listed tokens to a later kernel
+// (filters.cu's listed_winners_kernel applies the entries): where their values go, bit 0 set (a float
+// array's address never has it). One pointer keeps the epilogue's call the one it makes without
+// deferral: a second argument cost the split kernel 1-2 % at top-k 50 (+ 512 listed), which never
+// defers (ncu, llama3-8b and qwen3-0.6b, B = 256).
+__host__ __device__ inline const ListedEntry* deferred_listed_table(float* listed_values) {
+  return reinterpret_cast<const ListedEntry*>(reinterpret_cast<uintptr_t>(listed_values) | 1u);
+}
+
+// The one-pass epilogue's listed tokens of the quad: their steps, or, with a deferred_listed_table,
+// their values stored at their table index and NaN here. Deferred, a listed token costs the epilogue
+// a store instead of a dependent load of its entry (llama3-8b, 4096 listed tokens a row at B = 64:
+// the split kernel 287 -> 250 us, plain's 239).
+static __device__ __noinline__ float4 epilogue_listed_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
+  const uintptr_t t = reinterpret_cast<uintptr_t>(table);
+  if ((t & 1u) == 0u) return listed_steps_quad(table, m, vq, x);
+  float* values = reinterpret_cast<float*>(t & ~uintptr_t{1});
+  float l[4] = {x.x, x.y, x.z, x.w};
+  const int s = static_cast<int>(vq & 31);
+  uint32_t at = m.y + __popc(m.x & ((1u << s) - 1u));
+#pragma unroll
+  for (int o = 0; o < 4; ++o)
+    if ((m.x >> (s + o)) & 1u) {
+      values[at++] = l[o];
+      l[o] = NAN;
+    }
   return make_float4(l[0], l[1], l[2], l[3]);
 }
 

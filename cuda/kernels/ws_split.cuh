@@ -393,7 +393,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
             raw_tile_stats(f.raw_tiles + b * f.num_vtiles + vtile, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
                            in_vocab, b < B);
           if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
-            const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
+            const float4 q4 = epilogue_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
             l[jj][0] = q4.x;
             l[jj][1] = q4.y;
             l[jj][2] = q4.z;
