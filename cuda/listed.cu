@@ -23,6 +23,9 @@ using detail::ListedEntry;
 // once. Against 256 threads over marks in global memory: llama3-8b, 4096 listed, B = 1 / 16 / 64
 // +7 / +7 / +13 % -> +3 / +3 / +11 % over plain (bench CLI, builds alternated).
 constexpr int kThreads = 1024;
+// A thread's entries of a list taken kBatch at a time, their loads issued together: a 4096-entry
+// row is one batch a thread instead of four chains of dependent loads.
+constexpr int kBatch = 4;
 constexpr int64_t kSharedMarkWords = 12288;  // 96 KB (every CC >= 8.0 opts in to 99 KB): V up to 393216
 
 // Row b's first entry of a list of n entries (its offset clamped to [0, n]; 0 without the list).
@@ -55,34 +58,54 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     invalid |= offsets[b] != lo || offsets[b + 1] != hi;
   };
   const ListedIds ids = listed_ids(p);  // (a shard's global ids: valid in [0, vocab_total))
-  auto each = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& usable, auto&& f) {
+  // f(local id, x) for the list's entries i of row b whose id is in range and whose x = load(i)
+  // is usable(x): kBatch entries a thread at a time, their ids and loads issued before any is used.
+  auto each = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& load, auto&& usable, auto&& f) {
     if (offsets == nullptr) return;
     int64_t lo, hi;
     range(offsets, n, lo, hi);
-    for (int64_t i = lo + tid; i < hi; i += kThreads) {
-      const int32_t t = tokens[i];
-      if (t >= 0 && t < ids.valid_end && usable(i)) {
-        const int64_t local = t - ids.shift;
-        if (local >= 0 && local < V) f(i, static_cast<int32_t>(local));
-      } else {
-        invalid |= t != -1;
+    for (int64_t i0 = lo + tid; i0 < hi; i0 += kBatch * kThreads) {
+      int32_t t[kBatch];
+      decltype(load(i0)) x[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t i = i0 + static_cast<int64_t>(k) * kThreads;
+        t[k] = i < hi ? tokens[i] : -1;
+        x[k] = load(i < hi ? i : i0);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t i = i0 + static_cast<int64_t>(k) * kThreads;
+        if (i >= hi) break;
+        if (t[k] >= 0 && t[k] < ids.valid_end && usable(x[k])) {
+          const int64_t local = t[k] - ids.shift;
+          if (local >= 0 && local < V) f(static_cast<int32_t>(local), x[k]);
+        } else {
+          invalid |= t[k] != -1;
+        }
       }
     }
   };
-  auto any = [](int64_t) { return true; };
-  auto bias_ok = [&](int64_t i) { return isfinite(p.bias_values[i]); };
-  auto count_ok = [&](int64_t i) { return p.penalty_counts[i] >= 0; };
+  auto nothing = [](int64_t) { return 0; };
+  auto any = [](int) { return true; };
+  auto bias_value = [&](int64_t i) { return p.bias_values[i]; };
+  auto finite = [](float v) { return isfinite(v); };
+  auto penalty = [&](int64_t i) {  // (its count, whether it is in the prompt)
+    return make_int2(p.penalty_counts[i], p.penalty_in_prompt != nullptr ? p.penalty_in_prompt[i] : p.penalty_in_prompt_i32[i]);
+  };
+  auto counted = [](int2 c) { return c.x >= 0; };
   // an engine sampler's min-tokens bans end when the row's count reaches 0
   const int32_t* banned = p.banned_while == nullptr || p.banned_while[b] > 0 ? p.banned_offsets : nullptr;
   if (!unchecked) {
-    auto mark = [&](int64_t, int32_t t) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
-    each(p.bias_offsets, p.bias_entries, p.bias_tokens, any, mark);
-    each(banned, p.banned_entries, p.banned_tokens, any, mark);
-    each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, any, mark);
+    auto mark = [&](int32_t t, int) { atomicOr(&row[t >> 5].x, 1u << (t & 31)); };
+    each(p.bias_offsets, p.bias_entries, p.bias_tokens, nothing, any, mark);
+    each(banned, p.banned_entries, p.banned_tokens, nothing, any, mark);
+    each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, nothing, any, mark);
   } else {
     // one list at a time into .y (free until the prefix below), so that a repeat within a list shows
-    auto mark_list = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& usable, bool distinct) {
-      each(offsets, n, tokens, usable, [&](int64_t, int32_t t) {
+    auto mark_list = [&](const int32_t* offsets, int64_t n, const int32_t* tokens, auto&& load, auto&& usable,
+                         bool distinct) {
+      each(offsets, n, tokens, load, usable, [&](int32_t t, auto) {
         const uint32_t bit = 1u << (t & 31);
         invalid |= distinct && (atomicOr(&row[t >> 5].y, bit) & bit) != 0u;
         if (!distinct) atomicOr(&row[t >> 5].y, bit);
@@ -94,9 +117,9 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
       }
       __syncthreads();
     };
-    mark_list(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_ok, true);
-    mark_list(banned, p.banned_entries, p.banned_tokens, any, false);
-    mark_list(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, count_ok, true);
+    mark_list(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_value, finite, true);
+    mark_list(banned, p.banned_entries, p.banned_tokens, nothing, any, false);
+    mark_list(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, penalty, counted, true);
   }
   const bool any_invalid = __syncthreads_or(invalid);  // also the barrier after the marks
   if (tid == 0 && unchecked) p.listed_invalid[b] = any_invalid ? 1 : 0;
@@ -128,21 +151,21 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     const uint2 m = row[t >> 5];
     return table[m.y + __popc(m.x & ((1u << (t & 31)) - 1u))];
   };
-  each(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_ok, [&](int64_t i, int32_t t) {
+  each(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_value, finite, [&](int32_t t, float v) {
     ListedEntry& e = entry(t);
-    e.bias = p.bias_values[i];
+    e.bias = v;
     atomicOr(&e.flags, static_cast<uint32_t>(detail::kListedBias));
   });
-  each(banned, p.banned_entries, p.banned_tokens, any, [&](int64_t, int32_t t) {
+  each(banned, p.banned_entries, p.banned_tokens, nothing, any, [&](int32_t t, int) {
     atomicOr(&entry(t).flags, static_cast<uint32_t>(detail::kListedBanned));
   });
   const float r = p.repetition_penalty ? p.repetition_penalty[b] : 1.0f;
   const float f = p.frequency_penalty ? p.frequency_penalty[b] : 0.0f;
   const float pres = p.presence_penalty ? p.presence_penalty[b] : 0.0f;
-  each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, count_ok, [&](int64_t i, int32_t t) {
+  each(p.penalty_offsets, p.penalty_entries, p.penalty_tokens, penalty, counted, [&](int32_t t, int2 c) {
     ListedEntry& e = entry(t);
-    const int32_t count = p.penalty_counts[i];
-    const bool in_prompt = p.penalty_in_prompt != nullptr ? p.penalty_in_prompt[i] != 0 : p.penalty_in_prompt_i32[i] != 0;
+    const int32_t count = c.x;
+    const bool in_prompt = c.y != 0;
     uint32_t flags = 0u;
     if (r != 1.0f && (count > 0 || in_prompt)) {
       e.repetition = r;
