@@ -30,7 +30,7 @@ if command -v cuobjdump > /dev/null && command -v nvdisasm > /dev/null; then
   for cubin in "$out"/elf/*sm_90a*.cubin; do nvdisasm -g -c "$cubin" 2> /dev/null; done > "$disasm"
 fi
 for opt in ${OPTIONS:-logprobs topk50}; do
-  rep="$out/$opt-b$batch-${KERNEL:-split}"
+  rep="$out/${opt//+/_}-b$batch-${KERNEL:-split}"  # (the device tool brings back no file whose name holds a '+')
   # the bench's warm-up launch is skipped; the next filtered launch is profiled
   timeout 300 "$NCU" ${NCU_ARGS:-} --clock-control none --section SourceCounters --section WarpStateStats \
     --kernel-name regex:"${KERNEL:-wgmma_split_filtered}" --launch-skip 1 --launch-count 1 -f -o "$rep" \

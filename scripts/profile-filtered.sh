@@ -22,7 +22,7 @@ logits=${LOGITS:-model}
 kernels='clear_one_pass|build_listed|listed_winners|wgmma_split|decide_one_pass|whole_rows|flagged_rows|flagged_logits|histogram_kernel|cut_kernel|sample_kernel|raw_slice_stats|raw_logprobs|raw_from_tiles|init_state|fold_chunk|decide_candidates|clear_winners|finalize'
 for opt in $options; do
   for b in $batches; do
-    name="$opt-b$b"
+    name="${opt//+/_}-b$b"  # (the device tool brings back no file whose name holds a '+')
     # every launch of the matching kernels in a warm-up and a timed call; per-kernel min / max / avg
     timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
       --kernel-name regex:"$kernels" \
