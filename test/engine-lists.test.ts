@@ -3,7 +3,8 @@
 // counts each drawn token and counts minTokens down on the device, and every step draws what
 // sampleFused draws with the same lists built on the host (bit for bit, on every device); a full
 // table's status; a fixed table's draws against float64 (chi-square); on CUDA, graph replays that
-// record equal sequential calls.
+// record equal sequential calls. The same with lists alone on 70 rows: on CUDA such calls merge the
+// listed tokens in a kernel of their own after the GEMM (from B = 64), tables unchecked and captured.
 
 import { open, sampleFused, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
 import { native } from '../lib/native';
@@ -99,15 +100,13 @@ function rowFields(rows: PenaltyRow[], seed0: number) {
   };
 }
 
-/** sampleFused's options for the rows at step `step`, the penalties from the host tables. */
-function stepOptions(rows: PenaltyRow[], tables: HostTable[], fields: ReturnType<typeof rowFields>, step: number): SampleOptions {
+/** sampleFused's options for the rows at step `step`, the penalties from the host tables (the filters with `filters`). */
+function stepOptions(rows: PenaltyRow[], tables: HostTable[], fields: ReturnType<typeof rowFields>, step: number, filters = true): SampleOptions {
   const B = rows.length;
   return {
     ...listedOptions(rows.map((r, b) => asListed(r, tables[b]))),
     temperature: fields.temperature,
-    topK: fields.topK,
-    topP: fields.topP,
-    minP: fields.minP,
+    ...(filters ? { topK: fields.topK, topP: fields.topP, minP: fields.minP } : {}),
     seed: fields.seed,
     offset: new BigUint64Array(B).fill(BigInt(step)),
   };
@@ -153,28 +152,38 @@ function biasBans(top: (b: number) => number[]): BiasBan[] {
   ];
 }
 
-/** N steps of enqueue (advanceOffset, recordTokens) against N sampleFused calls with the host's lists. */
+/**
+ * N steps of enqueue (advanceOffset, recordTokens) against N sampleFused calls with the host's lists.
+ * `tiles` copies of the seven rows (their seeds differ); without `filters` the sampler declares none
+ * and the rows keep only their lists (on CUDA from B = 64 such calls merge the listed tokens in a
+ * kernel of their own).
+ */
 async function checkRecordedSteps(
   d: Device, steps: number, enqueue: (s: Sampler, out: Tensor, status: Tensor, H: Tensor, W: Tensor) => void, withBiasBans = false,
+  { tiles = 1, filters = true }: { tiles?: number; filters?: boolean } = {},
 ) {
   const V = 1000;
-  const logits = Array.from({ length: 7 }, (_, b) => dominantLogits(V, 70 + b, 6));
+  const seven = Array.from({ length: 7 }, (_, b) => dominantLogits(V, 70 + b, 6));
   // the greedy row (5, repetition 2, its top token in the prompt): a runner-up at 4 wins until drawn
-  logits[5][(logits[5].indexOf(6) + 1) % V] = 4;
-  const top = (b: number) => topTokens(logits[b], V);
-  const rows = penaltyRows(top);
+  seven[5][(seven[5].indexOf(6) + 1) % V] = 4;
+  const logits = Array.from({ length: 7 * tiles }, (_, b) => seven[b % 7]);
+  const top = (b: number) => topTokens(seven[b % 7], V);
+  const rows = Array.from({ length: tiles }, () => penaltyRows(top))
+    .flat()
+    .map(({ topK, topP, minP, ...lists }) => (filters ? { ...lists, topK, topP, minP } : lists));
   const B = rows.length;
   const cap = 16;
   const p = plantLogits(d, 'bf16', logits, { D: 16 });
   const sampler = d.createSampler({
-    maxBatch: B + 1, vocab: V, hidden: p.D, dtype: 'bf16', filters: ['topK', 'topP', 'minP'], penaltyCapacity: cap,
-    logitBiasCapacity: withBiasBans ? 3 : 0, bannedCapacity: withBiasBans ? 2 : 0,
+    maxBatch: B + 1, vocab: V, hidden: p.D, dtype: 'bf16', ...(filters ? { filters: ['topK', 'topP', 'minP'] as const } : {}),
+    penaltyCapacity: cap, logitBiasCapacity: withBiasBans ? 3 : 0, bannedCapacity: withBiasBans ? 2 : 0,
   });
   const fields = rowFields(rows, 900);
-  sampler.setRows(0, fields);
+  const { topK, topP, minP, ...listsOnly } = fields;
+  sampler.setRows(0, filters ? { ...listsOnly, topK, topP, minP } : listsOnly);
   const tables = hostTables(rows);
   sampler.setPenaltyTokens(0, tableTokens(tables));
-  const lists = withBiasBans ? biasBans(top) : [];
+  const lists = withBiasBans ? Array.from({ length: tiles }, () => biasBans(top)).flat() : [];
   const minTokens = lists.map((l) => l.minTokens);
   if (withBiasBans) {
     const csr = (get: (l: BiasBan) => number[]) => {
@@ -196,11 +205,11 @@ async function checkRecordedSteps(
   const status = d.empty([B], 'i32');
   const drawn: number[][] = [];
   for (let step = 0; step < steps; step++) {
-    const options = stepOptions(rows, tables, fields, step);
+    const options = stepOptions(rows, tables, fields, step, filters);
     if (withBiasBans) {
       const active = lists.map((l, b) => (minTokens[b] - step > 0 ? l.banned : []));
       Object.assign(options, listedOptions(lists.map((l, b) => ({ bias: l.bias, banned: active[b] }))));
-      options.penaltyTokens = stepOptions(rows, tables, fields, step).penaltyTokens;
+      options.penaltyTokens = stepOptions(rows, tables, fields, step, filters).penaltyTokens;
     }
     const want = await sampleFused(p.H, p.W, options);
     enqueue(sampler, out, status, p.H, p.W);
@@ -237,6 +246,10 @@ describeDevices((name, dev) => {
 
   test('with logit bias and min-tokens bans too: the same, and the bans end when minTokens reaches 0', async () => {
     await checkRecordedSteps(dev(), 6, recorded, true);
+  });
+
+  test('lists alone on 70 rows (no filters: the listed tokens merged after the GEMM on CUDA): the same', async () => {
+    await checkRecordedSteps(dev(), 4, recorded, true, { tiles: 10, filters: false });
   });
 
   test('a full table: status 3, the token drawn but not recorded, unrecordedTokens counts it', async () => {
@@ -397,5 +410,15 @@ const st = cudaStatus();
     graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
     graph.launch();
   }, true);
+  graph?.dispose();
+});
+
+(st.usable ? test : test.skip)('cuda: the same with lists alone on 70 rows (the listed tokens merged after the GEMM, captured)', async () => {
+  const gpu = open('cuda');
+  let graph: ReturnType<Device['captureGraph']> | undefined;
+  await checkRecordedSteps(gpu, 4, (s, out, status, H, W) => {
+    graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
+    graph.launch();
+  }, true, { tiles: 10, filters: false });
   graph?.dispose();
 });
