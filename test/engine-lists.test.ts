@@ -403,22 +403,21 @@ describeDevices((name, dev) => {
 });
 
 const st = cudaStatus();
-(st.usable ? test : test.skip)('cuda: N graph replays with recordTokens = N sequential sampleFused calls (all three lists)', async () => {
+/** checkRecordedSteps on CUDA with all three lists, each step a replay of one captured graph of the enqueue. */
+async function checkGraphSteps(steps: number, shape?: { tiles?: number; filters?: boolean }) {
   const gpu = open('cuda');
   let graph: ReturnType<Device['captureGraph']> | undefined;
-  await checkRecordedSteps(gpu, 6, (s, out, status, H, W) => {
+  await checkRecordedSteps(gpu, steps, (s, out, status, H, W) => {
     graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
     graph.launch();
-  }, true);
+  }, true, shape);
   graph?.dispose();
+}
+
+(st.usable ? test : test.skip)('cuda: N graph replays with recordTokens = N sequential sampleFused calls (all three lists)', async () => {
+  await checkGraphSteps(6);
 });
 
 (st.usable ? test : test.skip)('cuda: the same with lists alone on 70 rows (the listed tokens merged after the GEMM, captured)', async () => {
-  const gpu = open('cuda');
-  let graph: ReturnType<Device['captureGraph']> | undefined;
-  await checkRecordedSteps(gpu, 4, (s, out, status, H, W) => {
-    graph ??= gpu.captureGraph(() => s.enqueue({ H, W, out, statusOut: status, advanceOffset: true, recordTokens: true }));
-    graph.launch();
-  }, true, { tiles: 10, filters: false });
-  graph?.dispose();
+  await checkGraphSteps(4, { tiles: 10, filters: false });
 });
