@@ -2450,10 +2450,10 @@ int candidate_slices() {
 
 // Whether the one-pass epilogue leaves the listed tokens to listed_winners_kernel
 // (detail::deferred_listed_table): in calls whose every row goes without statistics (lists without
-// filters, logprobs or more samples) of at least kDeferListedBatch rows. Deferred from B = 1 (A/B, H200): 4096
-// listed tokens a row cost llama3-8b 16 -> 13 % over plain at B = 64 and qwen3-0.6b 148 -> 96 %, but
-// llama3-8b 3 -> 6 % at B = 1 and 512 listed tokens 2 -> 4 % at B = 16: the extra kernel's start
-// outweighs what it saves on a few rows.
+// filters, logprobs or more samples) of at least kDeferListedBatch rows. Deferred from B = 1 (A/B,
+// H200): 4096 listed tokens a row cost llama3-8b 16 -> 13 % over plain at B = 64 and qwen3-0.6b
+// 148 -> 96 %, but llama3-8b 3 -> 6 % at B = 1 and 512 listed tokens 2 -> 4 % at B = 16: the extra
+// kernel's start outweighs what it saves on a few rows.
 // The workspace holds the stored values wherever a call may defer: an engine's sampler sizes it once
 // for calls whose logprobs and filters come and go.
 constexpr int64_t kDeferListedBatch = 64;
@@ -2660,8 +2660,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     return err != cudaSuccess ? err : freed;
   }
   if (err == cudaSuccess && listed_values != nullptr) {  // the listed tokens the epilogue left out
-    const int64_t words = (p.vocab + 31) / 32;
-    const dim3 grid(static_cast<unsigned>((words + kListedThreads - 1) / kListedThreads), static_cast<unsigned>(B));
+    const dim3 grid(static_cast<unsigned>((f.allowed_words + kListedThreads - 1) / kListedThreads),
+                    static_cast<unsigned>(B));
     err = detail::launch_kernel(listed_winners_kernel, grid, dim3(kListedThreads), 0, stream, programmatic, p, f, listed_values,
                                 winners);
   }
