@@ -30,7 +30,7 @@ export const PRESETS: readonly Shape[] = [
   { name: 'gpt2', vocab: 50257, hidden: 768, source: 'GPT-2 (124M): a latency-bound head of 77 MB in bf16' },
 ];
 
-/** The GPU default: Llama 3 8B, the shape KERNEL-NOTES.md and bench/TUNING.md quote floors for. */
+/** The GPU default: Llama 3 8B, the shape bench/TUNING.md quotes floors for. */
 export const GPU_DEFAULT_PRESET = 'llama3-8b';
 
 /**

@@ -19,7 +19,7 @@ import type { Shape } from './presets';
 import type { Progress } from './progress';
 import { Summary, summarize } from './stats';
 
-/** Documented ceilings (KERNEL-NOTES.md, measured on the H200 2026-11-29), used when not measured. */
+/** Documented ceilings (bench/TUNING.md, "The floors"; measured on the H200 2026-11-29), used when not measured. */
 export const DOCUMENTED_READ_BANDWIDTH = 4.48e12; // bytes/s, 16-byte __ldg loads over 4 GB
 export const DOCUMENTED_MATRIX_RATE: Record<BenchDType, { value: number; what: string }> = {
   bf16: { value: 788e12, what: 'documented cuBLAS bf16 8192³ on the H200' },
