@@ -3,7 +3,8 @@
 # clock state shared, so a 1-2 % difference is visible). Here, before the call:
 #   git stash / checkout A; npx cmake-js compile; mkdir -p ab; xz -T0 -c build/Release/flashsample.node > ab/a.node.xz
 #   checkout B;             npx cmake-js compile;             xz -T0 -c build/Release/flashsample.node > ab/b.node.xz
-#   (any letters: every ab/<letter>.node.xz is a build; at least two)
+#   (any letters: every ab/<letter>.node.xz is a build; at least two), or from committed refs without
+#   touching the checkout: bash scripts/ab-build.sh a=main b=my-branch c=my-branch+SOME_MACRO
 #   bash ../shared/gpu/pack && rm -rf .gpu/build        # .gpu without an addon: ab/ carries both
 # then with the device tool (carry [".gpu", "dist", "ab"]; ab/ is git-ignored, about 4.5 MB a build):
 #   bash .gpu/on-gpu bash scripts/ab-addons.sh [bench arguments]
