@@ -170,7 +170,10 @@ async function checkRecordedSteps(
   const top = (b: number) => topTokens(seven[b % 7], V);
   const rows = Array.from({ length: tiles }, () => penaltyRows(top))
     .flat()
-    .map(({ topK, topP, minP, ...lists }) => (filters ? { ...lists, topK, topP, minP } : lists));
+    .map((row) => {
+      const { topK: _k, topP: _p, minP: _m, ...lists } = row;
+      return filters ? row : lists;
+    });
   const B = rows.length;
   const cap = 16;
   const p = plantLogits(d, 'bf16', logits, { D: 16 });
@@ -179,8 +182,8 @@ async function checkRecordedSteps(
     penaltyCapacity: cap, logitBiasCapacity: withBiasBans ? 3 : 0, bannedCapacity: withBiasBans ? 2 : 0,
   });
   const fields = rowFields(rows, 900);
-  const { topK, topP, minP, ...listsOnly } = fields;
-  sampler.setRows(0, filters ? { ...listsOnly, topK, topP, minP } : listsOnly);
+  const { topK: _k, topP: _p, minP: _m, ...listsOnly } = fields;
+  sampler.setRows(0, filters ? fields : listsOnly);
   const tables = hostTables(rows);
   sampler.setPenaltyTokens(0, tableTokens(tables));
   const lists = withBiasBans ? Array.from({ length: tiles }, () => biasBans(top)).flat() : [];
