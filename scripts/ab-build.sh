@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the addon of git refs as ab/<letter>.node.xz: the builds scripts/ab-addons.sh alternates.
+# Builds the addon of git refs as ab/<letter>.node.xz: the builds scripts/ab-addons.sh alternates;
+# beside each, the ref's tree (ab/<letter>.tree.tar.xz), whose own suite scripts/ab-suite.sh runs.
 #   bash scripts/ab-build.sh a=main g=exp-split-dynamic-items h=exp-split-dynamic-items+FS_EXP_DYNAMIC_ONE_CHUNK
 # A spec is <letter>=<ref>, then optionally +MACRO (repeatable): MACRO is defined as 1 in every CUDA
 # file (CMAKE_CUDA_FLAGS), for a branch's variant or timing-only switches. Every ref is built in one
@@ -39,5 +40,8 @@ for spec in "$@"; do
     exit 1
   fi
   xz -T0 -6 -c "$build/Release/flashsample.node" > "ab/$letter.node.xz"
-  echo "ab/$letter.node.xz: $ref at $(git -C "$wt" rev-parse --short HEAD)${macros:+, with $macros}"
+  # the ref's tree, for its own suite (scripts/ab-suite.sh); ~0.5 MB
+  git -C "$wt" archive HEAD ':!bench/results' | xz -T0 -6 > "ab/$letter.tree.tar.xz"
+  echo "$ref at $(git -C "$wt" rev-parse --short HEAD)${macros:+, with $macros}" > "ab/$letter.ref"
+  echo "ab/$letter.node.xz, ab/$letter.tree.tar.xz: $(cat "ab/$letter.ref")"
 done
