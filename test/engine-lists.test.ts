@@ -168,12 +168,8 @@ async function checkRecordedSteps(
   seven[5][(seven[5].indexOf(6) + 1) % V] = 4;
   const logits = Array.from({ length: 7 * tiles }, (_, b) => seven[b % 7]);
   const top = (b: number) => topTokens(seven[b % 7], V);
-  const rows = Array.from({ length: tiles }, () => penaltyRows(top))
-    .flat()
-    .map((row) => {
-      const { topK: _k, topP: _p, minP: _m, ...lists } = row;
-      return filters ? row : lists;
-    });
+  // (without `filters` the rows' topK, topP and minP reach no call: setRows and stepOptions drop them)
+  const rows = Array.from({ length: tiles }, () => penaltyRows(top)).flat();
   const B = rows.length;
   const cap = 16;
   const p = plantLogits(d, 'bf16', logits, { D: 16 });
