@@ -137,8 +137,8 @@ describeDevices((devName, dev) => {
       });
 
       // SEMANTICS §2.6: the prefix whose mass reaches p exactly is the one kept (Σ_prefix w ≥ p Σ w).
-      // Four allowed tokens of equal logits have weights 1 each, so p = 0.5 and 0.75 land exactly on
-      // a boundary: 2 and 3 tokens (the smaller indices). The CPU decides in float64, where these
+      // Four allowed tokens of equal logits have weights 1 each, so p = 0.25, 0.5 and 0.75 land exactly
+      // on a boundary: 1, 2 and 3 tokens (the smaller indices). The CPU decides in float64, where these
       // sums are exact; CUDA's fixed-point masses may cut within a relative 1e-6 of a boundary (§5),
       // so this pins the CPU only.
       (devName === 'cpu' ? test : test.skip)(`${sampler}: top-p on an exact mass boundary keeps the prefix that reaches p (V=111, f32)`, async () => {
