@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation run over the CPU backend and lib/: does some test fail when the code is wrong?
+"""Mutation run over the CPU backend, the binding and lib/: does some test fail when the code is wrong?
 
 Each mutant of scripts/mutants.json replaces one exact string of one file (it must occur once).
 For each, this builds the CPU-only addon (into $MUTANTS_BUILD, default /tmp/fs-mutants), runs jest
