@@ -177,7 +177,9 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
     if (!merge && p.partial == nullptr) throw_error(env, "rowValues: expected a shard call (partial)");
     StorageRef values = NativeBuffer::storage_of(spec.Get("rowValues"), "rowValues");
     StorageRef rows = NativeBuffer::storage_of(spec.Get("valueRows"), "valueRows");
-    if (values->bytes() < static_cast<size_t>(p.value_segments) * row_values_bytes(p.value_row_count, p.value_pitch))
+    // (logprobsMode 'raw': the segments carry the rows' raw logits too; p.logprobs is bound below)
+    const bool raw = p.raw_logprobs != 0 && (call->want_logprobs || p.top_logprobs > 0);
+    if (values->bytes() < static_cast<size_t>(p.value_segments) * row_values_bytes(p.value_row_count, p.value_pitch, raw))
       throw_error(env, "rowValues: the tensor is smaller than its segments");
     if (rows->bytes() < static_cast<size_t>(p.value_row_count) * 4) throw_error(env, "valueRows: the tensor is too small");
     for (const StorageRef& s : {values, rows}) {

@@ -271,8 +271,25 @@ const cases: Record<string, Case> = {
       () => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprobsMode: 'logits' as never }),
     ],
   },
-  [`TypeError: logprobsMode: 'raw' is not supported on vocabulary shards yet (their merge reports the processed distribution)`]: {
-    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 200, logprobsMode: 'raw' } as never)],
+  [`TypeError: logprobsMode: 'raw' is not supported on CUDA vocabulary shards yet (CPU shards report it; a CUDA shard's state has no raw section)`]: {
+    needs: 'gpu',
+    runs: [
+      () => sampleFused(operands(gpu()).H, operands(gpu()).W, { partial: true, vocabOffset: 0, vocabSize: 200, logprobsMode: 'raw' } as never),
+      async () => {
+        const { H, W } = operands(gpu());
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true });
+        return mergePartials([a], { logprobs: true, logprobsMode: 'raw' });
+      },
+    ],
+  },
+  [`RangeError: partials[0]: made without the raw section that logprobsMode 'raw' needs, or with another topLogprobs (give the shards the merge's options)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true });
+        return mergePartials([a], { logprobs: true, logprobsMode: 'raw' });
+      },
+    ],
   },
   [`RangeError: bias: expected shape [111], got [112]`]: {
     runs: [() => sampleFused(operands().H, operands().W, { bias: tensor(cpu, [112]) })],

@@ -268,12 +268,106 @@ describeDevices((name, dev) => {
     await expect(sampleSharded(shards, { ...options, vocabSize: V, ...(candidates ? { candidates } : {}) })).rejects.toBeInstanceOf(RangeError);
   });
 
-  test('+Inf logits in two shards share the mass: the merged tokens are the unsharded ones', async () => {
+  // logprobsMode 'raw' (SEMANTICS §4): a CPU shard's state carries the raw distribution of its rows
+  // (softcap and the model's bias; no mask, no lists, T = 1), the raw logits of its winners and
+  // candidates, and its best raw tokens; the merge (and the rows pass, whose segments carry the raw
+  // logits too) reports the unsharded call's raw log-probabilities and top tokens. Greedy, filtered
+  // and unfiltered rows; per-shard masks, bias, softcap and logit bias, which the draw sees and the
+  // raw distribution does not. A CUDA shard refuses it (errors below).
+  const rawCases: [string, SampleOptions, number | undefined][] = [
+    ['top-p, top tokens, greedy row, the merge decides', {
+      topP: 0.9, temperature: new Float32Array([1.1, 0, 0.8]), logprobs: true, topLogprobs: 4, seed: perRowSeeds(B), numSamples: 2,
+    }, undefined],
+    ['top-p through the rows pass', { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 3, seed: 31n, numSamples: 3 }, 4],
+    ['no filter, logprobs alone', { logprobs: true, seed: 5n, numSamples: 4 }, undefined],
+    ['top-k, top tokens alone', { topK: 12, topLogprobs: 6, seed: 6n }, undefined],
+  ];
+  (name === 'cpu' ? test.each(rawCases) : test.skip.each(rawCases))("logprobsMode 'raw', TP 3: %s: the unsharded raw log-probabilities", async (_label, options, candidates) => {
+    const r = rng(79);
+    const mask = makeMask(B, V, (b, v) => (v * 5 + b) % 9 !== 0 || r() < 0.1);
+    const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 17 === 0 ? -0.75 : 0));
+    const bias = dev().tensor(biasValues, [V], 'f32');
+    const ids = Array.from({ length: B }, (_, b) => [2 * b + 1, 600 + b, 1000]);  // biased 3, -2, 4
+    const lists = (offset: number, size: number) => {
+      const rowOffsets = new Int32Array(B + 1);
+      const tokenIds: number[] = [];
+      const values: number[] = [];
+      ids.forEach((row, b) => {
+        row.forEach((id, k) => {
+          if (id >= offset && id < offset + size) {
+            tokenIds.push(id - offset);
+            values.push([3, -2, 4][k]);
+          }
+        });
+        rowOffsets[b + 1] = tokenIds.length;
+      });
+      return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(values) };
+    };
+    const raw: SampleOptions = { ...options, logprobsMode: 'raw' };
+    const want = await sampleFused(head.H, head.W, { ...raw, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
+    const bounds = shardBounds(V, 3, 17, true);
+    const owned: Tensor[] = [bias];
+    const shards = bounds.map(([offset, size]) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      owned.push(t);
+      return {
+        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
+        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 7, logitBias: lists(offset, size) },
+      };
+    });
+    const got = await sampleSharded(shards, { ...raw, vocabSize: V, ...(candidates === undefined ? {} : { candidates }) });
+    if (candidates !== undefined) expect(got.rowsPassRows.length).toBeGreaterThan(0);
+    expectSameDraws(got, want);
+    // the raw reports are not the processed ones (the lists, the mask and T change the distribution)
+    const processed = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
+    expect(Array.from(got.tokens)).toEqual(Array.from(processed.tokens));
+    const differs = (a?: Float32Array, b?: Float32Array) => a !== undefined && b !== undefined && a.some((x, i) => Math.abs(x - b[i]) > 1e-3);
+    expect(differs(got.logprobs, processed.logprobs) || differs(got.topLogprobs, processed.topLogprobs)).toBe(true);
+    for (const t of owned) t.dispose();
+  });
+
+  (name === 'cpu' ? test : test.skip)("logprobsMode 'raw': the state's raw section as JS reads it", async () => {
+    const options: SampleOptions = { topK: 5, logprobs: true, topLogprobs: 3, logprobsMode: 'raw', seed: 3n, softcap: 9 };
+    const p = await sampleFused(head.H, head.shard(500, 501), { ...options, partial: true, vocabOffset: 500, vocabSize: V });
+    const q = await sampleFused(head.H, head.shard(500, 501), { ...options, logprobsMode: 'processed', partial: true, vocabOffset: 500, vocabSize: V });
+    try {
+      expect(p.rawTop).toBe(3);
+      expect(q.rawTop).toBe(-1);
+      expect(p.bytes).toBeGreaterThan(q.bytes);
+      const d = await p.read();
+      expect(d.rawTop).toBe(3);
+      expect((await q.read()).rows[0].raw).toBeUndefined();
+      for (const row of d.rows) {
+        const raw = row.raw!;
+        expect(raw.keys.length).toBe(3);
+        // the raw keys: global ids of the shard, in (logit descending, id ascending) order
+        for (let i = 0; i < raw.keys.length; i++) {
+          expect(raw.keys[i].token).toBeGreaterThanOrEqual(500);
+          if (i > 0) expect(raw.keys[i].logit).toBeLessThanOrEqual(raw.keys[i - 1].logit);
+        }
+        expect(raw.zMax).toBe(raw.keys[0].logit);
+        expect(raw.sum).toBeGreaterThanOrEqual(1);
+        expect(raw.infCount).toBe(0);
+        expect(raw.candidateLogits.length).toBe(row.candidates.length);
+        // softcap only: a candidate's raw logit is its processed one (T = 1, no mask or lists here)
+        row.candidates.forEach((c, i) => expect(raw.candidateLogits[i]).toBe(c.logit));
+      }
+    } finally {
+      p.dispose();
+      q.dispose();
+    }
+  });
+
+  // (logprobsMode 'raw' on the CPU: the +Inf tier is the raw distribution's too, its top tokens the
+  // two +Inf ones and then none)
+  const infModes: ['processed' | 'raw'][] = name === 'cpu' ? [['processed'], ['raw']] : [['processed']];
+  test.each(infModes)('+Inf logits in two shards share the mass (logprobsMode %s): the merged tokens are the unsharded ones', async (mode) => {
     const biasValues = new Float32Array(V);
     biasValues[5] = Infinity;
     biasValues[998] = Infinity;
     const bias = dev().tensor(biasValues, [V], 'f32');
     const options: SampleOptions = { topP: 0.5, logprobs: true, seed: 3n, numSamples: 16 };
+    if (mode === 'raw') Object.assign(options, { topLogprobs: 3, logprobsMode: mode });
     const want = await sampleFused(head.H, head.W, { ...options, bias });
     const bounds = shardBounds(V, 3, 9);
     const biases: Tensor[] = [];
@@ -285,6 +379,11 @@ describeDevices((name, dev) => {
     expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
     expect(new Set(result.tokens)).toEqual(new Set([5, 998]));
     expectClose(result.logprobs, want.logprobs, 1e-6);
+    if (mode === 'raw') {
+      expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens!));
+      expect(Array.from(result.topTokens!.subarray(0, 3))).toEqual([5, 998, -1]);
+      expectClose(result.topLogprobs, want.topLogprobs, 1e-6);
+    }
     for (const t of biases) t.dispose();
     bias.dispose();
   });
