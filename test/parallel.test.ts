@@ -83,6 +83,23 @@ function plantedHead(dev: Device, rows: ArrayLike<number>[], dtype: 'f32' | 'bf1
   };
 }
 
+/** A shard's logitBias for rows whose token ids[b][k] gets bias values[k]: the ids it holds, local. */
+function shardLogitBias(ids: number[][], values: number[], offset: number, size: number) {
+  const rowOffsets = new Int32Array(ids.length + 1);
+  const tokenIds: number[] = [];
+  const biases: number[] = [];
+  ids.forEach((row, b) => {
+    row.forEach((id, k) => {
+      if (id >= offset && id < offset + size) {
+        tokenIds.push(id - offset);
+        biases.push(values[k]);
+      }
+    });
+    rowOffsets[b + 1] = tokenIds.length;
+  });
+  return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(biases) };
+}
+
 /** Draws every shard's partial state in turn (options per shard from `perShard`), then merges. */
 async function shardAndMerge(
   head: Head, bounds: [number, number][], options: SampleOptions,
@@ -206,21 +223,7 @@ describeDevices((name, dev) => {
     const bias = dev().tensor(biasValues, [V], 'f32');
     // row b: tokens 3b + 1, 500 + b and 1000 (the last shard's one row) biased by 2, -1.5 and 3
     const ids = Array.from({ length: B }, (_, b) => [3 * b + 1, 500 + b, 1000]);
-    const lists = (offset: number, size: number) => {
-      const rowOffsets = new Int32Array(B + 1);
-      const tokenIds: number[] = [];
-      const values: number[] = [];
-      ids.forEach((row, b) => {
-        row.forEach((id, k) => {
-          if (id >= offset && id < offset + size) {
-            tokenIds.push(id - offset);
-            values.push([2, -1.5, 3][k]);
-          }
-        });
-        rowOffsets[b + 1] = tokenIds.length;
-      });
-      return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(values) };
-    };
+    const lists = (offset: number, size: number) => shardLogitBias(ids, [2, -1.5, 3], offset, size);
     const options: SampleOptions = { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 2, seed: perRowSeeds(B), numSamples: 2 };
     const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 5, logitBias: lists(0, V) });
     const bounds = shardBounds(V, 3, 13, true);
@@ -288,21 +291,7 @@ describeDevices((name, dev) => {
     const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 17 === 0 ? -0.75 : 0));
     const bias = dev().tensor(biasValues, [V], 'f32');
     const ids = Array.from({ length: B }, (_, b) => [2 * b + 1, 600 + b, 1000]);  // biased 3, -2, 4
-    const lists = (offset: number, size: number) => {
-      const rowOffsets = new Int32Array(B + 1);
-      const tokenIds: number[] = [];
-      const values: number[] = [];
-      ids.forEach((row, b) => {
-        row.forEach((id, k) => {
-          if (id >= offset && id < offset + size) {
-            tokenIds.push(id - offset);
-            values.push([3, -2, 4][k]);
-          }
-        });
-        rowOffsets[b + 1] = tokenIds.length;
-      });
-      return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(values) };
-    };
+    const lists = (offset: number, size: number) => shardLogitBias(ids, [3, -2, 4], offset, size);
     const raw: SampleOptions = { ...options, logprobsMode: 'raw' };
     const want = await sampleFused(head.H, head.W, { ...raw, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
     const bounds = shardBounds(V, 3, 17, true);
