@@ -214,6 +214,22 @@ describeDevices((name, dev) => {
     bias.dispose();
   });
 
+  /** sampleSharded's shards of `head`, each with its own mask, bias (owned, disposed by the caller),
+   *  softcap and logit bias. */
+  function adjustedShards(
+    bounds: [number, number][], mask: Uint32Array, biasValues: Float32Array, softcap: number,
+    lists: (offset: number, size: number) => ReturnType<typeof shardLogitBias>, owned: Tensor[],
+  ) {
+    return bounds.map(([offset, size]) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      owned.push(t);
+      return {
+        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
+        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap, logitBias: lists(offset, size) },
+      };
+    });
+  }
+
   test("the rows pass applies each shard's mask, bias, softcap and logit bias: the unsharded tokens", async () => {
     // 4 candidates settle none of these rows under top-p 0.9: every row's values come from the
     // shards with their own adjustments (indexed locally), gathered and decided whole.
@@ -226,16 +242,8 @@ describeDevices((name, dev) => {
     const lists = (offset: number, size: number) => shardLogitBias(ids, [2, -1.5, 3], offset, size);
     const options: SampleOptions = { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 2, seed: perRowSeeds(B), numSamples: 2 };
     const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 5, logitBias: lists(0, V) });
-    const bounds = shardBounds(V, 3, 13, true);
     const owned: Tensor[] = [bias];
-    const shards = bounds.map(([offset, size]) => {
-      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
-      owned.push(t);
-      return {
-        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
-        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 5, logitBias: lists(offset, size) },
-      };
-    });
+    const shards = adjustedShards(shardBounds(V, 3, 13, true), mask, biasValues, 5, lists, owned);
     const got = await sampleSharded(shards, { ...options, vocabSize: V, candidates: 4 });
     expect(got.rowsPassRows.length).toBeGreaterThan(0);
     expectSameDraws(got, want);
@@ -294,16 +302,8 @@ describeDevices((name, dev) => {
     const lists = (offset: number, size: number) => shardLogitBias(ids, [3, -2, 4], offset, size);
     const raw: SampleOptions = { ...options, logprobsMode: 'raw' };
     const want = await sampleFused(head.H, head.W, { ...raw, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
-    const bounds = shardBounds(V, 3, 17, true);
     const owned: Tensor[] = [bias];
-    const shards = bounds.map(([offset, size]) => {
-      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
-      owned.push(t);
-      return {
-        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
-        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 7, logitBias: lists(offset, size) },
-      };
-    });
+    const shards = adjustedShards(shardBounds(V, 3, 17, true), mask, biasValues, 7, lists, owned);
     const got = await sampleSharded(shards, { ...raw, vocabSize: V, ...(candidates === undefined ? {} : { candidates }) });
     if (candidates !== undefined) expect(got.rowsPassRows.length).toBeGreaterThan(0);
     expectSameDraws(got, want);
