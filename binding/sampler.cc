@@ -128,7 +128,7 @@ std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s,
                          std::to_string(s.ordinal));
   }
   if (info.size > kMaxShards) throw_error(env, "tp.comm: at most " + std::to_string(kMaxShards) + " ranks");
-  if (p.raw_logprobs != 0) throw_error(env, "tp: logprobsMode 'raw' is not supported on a sharded sampler");
+  if (p.raw_logprobs != 0) throw_error(env, "tp: logprobsMode 'raw' is not supported on a sharded sampler yet");
   t->ranks = info.size;
   t->vocab_total = get_int(c, "vocabSize", p.vocab, INT32_MAX - 1);
   t->vocab_offset = get_int(c, "vocabOffset", 0, t->vocab_total - p.vocab);

@@ -1109,9 +1109,10 @@ __global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t*
   const int64_t i = blockIdx.y;
   if (live != nullptr && i >= *live) return;
   const int64_t b = p.value_rows[i], V = p.vocab;
+  const bool raw = reports_raw_logprobs(p);  // (the segments' rows of raw logits follow their values)
   __shared__ bool s_ok;
   if (threadIdx.x == 0)
-    s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V);
+    s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V, raw);
   __syncthreads();
   const bool leader = blockIdx.x == 0 && threadIdx.x == 0;
   if (!s_ok) {
@@ -1124,7 +1125,7 @@ __global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t*
   }
   float* row = rows + b * V;
   for (int32_t r = 0; r < p.value_segments; ++r) {
-    const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r);
+    const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r, raw);
     const float* src = reinterpret_cast<const float*>(h + 1) + i * p.value_pitch;
     for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < h->vocab_size;
          v += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -2380,12 +2381,12 @@ namespace {
 bool row_values_call_ok(const SampleParams& p) {
   return p.row_values != nullptr && p.value_rows != nullptr && p.value_row_count >= 1 && p.value_row_count <= p.batch &&
          p.value_segments >= 1 && p.value_segments <= kMaxShards && p.value_pitch >= 1 && p.tokens != nullptr &&
-         p.temperature != nullptr && p.seed != nullptr && p.offset != nullptr && p.raw_logprobs == 0 &&
+         p.temperature != nullptr && p.seed != nullptr && p.offset != nullptr &&
          p.allowed == nullptr && p.softcap <= 0.0f && !has_penalties(p);  // (the segments' values are final)
 }
 
 // The segments' rows laid out in `rows` ([B, V]) and flagged (`flags`: [B] and the count, zeroed
-// here), then decided by the extra pass.
+// here), then decided by the extra pass; logprobsMode 'raw' then reports the raw distribution.
 cudaError_t decide_assembled_rows(const SampleParams& p, const int32_t* live, float* rows, int32_t* flags,
                                   cudaStream_t stream) {
   const size_t B = static_cast<size_t>(p.batch);
@@ -2397,6 +2398,7 @@ cudaError_t decide_assembled_rows(const SampleParams& p, const int32_t* live, fl
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = launch_extra_pass(p, flags, flags + B, rows, nullptr, stream);
+  if (err == cudaSuccess) err = launch_decide_raw_rows(p, live, stream);
   return err;
 }
 

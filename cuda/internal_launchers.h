@@ -92,6 +92,10 @@ cudaError_t launch_shard_one_pass(const SampleParams& p, cudaStream_t stream);
 // and candidates: each row's statistics, sample 0's winner and the best keys of its complete prefix.
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
                                            const unsigned long long* winners, cudaStream_t stream);
+// The rows pass's decision, logprobsMode 'raw' (partial.cu): after the draw, the raw logprobs and
+// top tokens of the value rows (the first *live of them where `live` is set) from the raw logits
+// their segments carry. Nothing for a call that reports no raw logprobs.
+cudaError_t launch_decide_raw_rows(const SampleParams& p, const int32_t* live, cudaStream_t stream);
 
 // Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
 // HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact

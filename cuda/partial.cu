@@ -10,6 +10,11 @@
 // partial_slices_kernel cuts each row into slices of kSliceValues (one block each: the slice's
 // winners, statistics and best keys) and partial_rows_kernel merges a row's slices into its
 // state. launch_merge_partials runs merge.h's row merge, a block per row.
+//
+// logprobsMode 'raw' (SEMANTICS §4, §6) takes the materialized path: partial_raw_kernel writes each
+// row's raw section from the stored logits (their statistics, the winners' and candidates' raw
+// logits, the shard's best raw keys), the rows pass's segments carry the rows' raw logits after
+// their values (decide_raw_rows_kernel reads them), and the merge adds merge_write_raw.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -50,6 +55,7 @@ struct PartialCall {
   uint64_t options_hash;
   int64_t vocab_offset, vocab_total;
   bool stats;
+  int32_t raw_top;  // logprobsMode 'raw': the raw keys a row (include/partial.h); -1: no raw section
 };
 
 // A row is cut into slices of kSliceValues values, one block of kSliceThreads each (4 quads a
@@ -298,7 +304,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int tid = threadIdx.x;
   PartialHeader h;
   init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
-                      base, V, c.vocab_total, c.stats);
+                      base, V, c.vocab_total, c.stats, c.raw_top);
   if (b == 0 && tid == 0) *static_cast<PartialHeader*>(p.partial) = h;
   const PartialRowView out = partial_row(p.partial, h, b);
   const bool greedy = !(p.temperature[b] > 0.0f);
@@ -395,6 +401,156 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// ---- logprobsMode 'raw' ------------------------------------------------------------------------
+// The raw keys a row reports at most (topLogprobs' bound, lib/options.ts MAX_TOP_LOGPROBS): a power
+// of two, so block_sort_desc sorts them where they are gathered.
+constexpr int kMaxRawKeys = 1024;
+
+// A row's raw distribution (SEMANTICS §4: the softcapped logits, every token, T = 1), in float64 as
+// the CPU's tile_mass: the max and Σ exp(x - max) over the finite values, the +Inf count, and the
+// drawable values (finite or +Inf).
+struct RawStats {
+  double z_max, sum;
+  long long inf, valid;
+};
+
+// The statistics of the values each_value(fn) hands this thread as fn(global id, x) (x NaN: none;
+// every lane of a warp the same number of calls).
+template <class EachValue>
+__device__ RawStats raw_stats(EachValue&& each_value) {
+  float m = -INFINITY;
+  long long inf = 0, valid = 0;
+  each_value([&](uint32_t, float x) {
+    if (x == INFINITY) ++inf;
+    else if (x > -INFINITY) m = fmaxf(m, x);  // (NaN: neither)
+    valid += x > -INFINITY ? 1 : 0;
+  });
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  valid = block_reduce(valid, Sum(), 0ll);
+  const double z_max = static_cast<double>(m);
+  double sum = 0.0;
+  if (m > -INFINITY)  // (block-uniform)
+    each_value([&](uint32_t, float x) {
+      if (x > -INFINITY && x < INFINITY) sum += exp(static_cast<double>(x) - z_max);
+    });
+  sum = block_reduce(sum, Sum(), 0.0);
+  return RawStats{z_max, sum, inf, valid};
+}
+
+// The best min(valid, n) keys partial_key(x, id) of those values (valid: how many have x > -Inf; n
+// <= kMaxRawKeys), sorted descending into s_keys; returns their count. Keys are distinct (they
+// hold their ids), so the radix selection's threshold admits exactly that many.
+template <class EachValue>
+__device__ int raw_top_keys(EachValue&& each_value, long long valid, int n, unsigned long long* s_keys,
+                            unsigned int* s_count) {
+  const int take = static_cast<int>(valid < n ? valid : n);
+  if (take == 0) return 0;  // (block-uniform)
+  auto each_key = [&](auto&& fn) {
+    each_value([&](uint32_t id, float x) { fn(x > -INFINITY ? partial_key(x, id) : 0ull); });
+  };
+  const unsigned long long threshold = take < valid ? radix_select(each_key, take) : 1ull;
+  if (threadIdx.x == 0) *s_count = 0u;
+  __syncthreads();
+  each_key([&](unsigned long long k) {
+    const bool sel = k != 0ull && k >= threshold;
+    const unsigned int at = warp_append_slot(s_count, sel);
+    if (sel) s_keys[at] = k;
+  });
+  __syncthreads();
+  detail::block_sort_desc(s_keys, take);
+  __syncthreads();
+  return take;
+}
+
+// Row b's raw section (kPartialRaw), after partial_rows_kernel wrote its winners and candidate keys:
+// from the shard's stored logits (bias included) softcapped, their statistics, each winner's and
+// candidate key's raw logit, and the shard's best c.raw_top raw keys (the CPU's write_partial_raw).
+__global__ void __launch_bounds__(kRowThreads)
+    partial_raw_kernel(const float* __restrict__ logits, SampleParams p, PartialCall c) {
+  __shared__ unsigned long long s_keys[kMaxRawKeys];
+  __shared__ unsigned int s_count;
+  const int64_t b = blockIdx.x, V = p.vocab, base = c.vocab_offset;
+  PartialHeader h;
+  init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
+                      base, V, c.vocab_total, c.stats, c.raw_top);
+  const PartialRowView out = partial_row(p.partial, h, b);
+  const float* row = logits + b * V;
+  const int64_t span = (V + 31) / 32 * 32;  // every lane of a warp the same calls
+  auto each_value = [&](auto&& fn) {
+    for (int64_t v = threadIdx.x; v < span; v += kRowThreads)
+      fn(static_cast<uint32_t>(base + v), v < V ? softcap_logit(row[v], p.softcap) : NAN);
+  };
+  const RawStats st = raw_stats(each_value);
+  const int take = raw_top_keys(each_value, st.valid, c.raw_top, s_keys, &s_count);
+  for (int i = threadIdx.x; i < take; i += kRowThreads) out.raw_keys[i] = s_keys[i];
+  auto raw_of = [&](uint32_t global) {
+    const int64_t local = static_cast<int64_t>(global) - base;
+    return local >= 0 && local < V ? softcap_logit(row[local], p.softcap) : NAN;
+  };
+  for (int j = threadIdx.x; j < p.num_samples; j += kRowThreads)
+    out.winner_raw[j] = out.winners[j].key == kNoToken ? 0.0f : raw_of(out.winners[j].key & 0x7fffffffu);
+  const int32_t count = out.row->num_candidates < 0 ? 0 : out.row->num_candidates > c.capacity ? c.capacity
+                                                                                                  : out.row->num_candidates;
+  for (int32_t i = threadIdx.x; i < count; i += kRowThreads) out.key_raw[i] = raw_of(partial_key_index(out.keys[i]));
+  if (threadIdx.x == 0) *out.raw = PartialRawRow{st.z_max, st.sum, static_cast<int64_t>(st.inf), take, 0};
+}
+
+// The rows pass's decision, after its draw (logprobsMode 'raw'): row value_rows[i]'s raw
+// log-probabilities from the raw logits that every shard's segment carries after its values, the
+// drawn tokens' and the topLogprobs best (the CPU's write_raw_row). Rows whose segments are not one
+// round's were left undecided; with `live`, only the first *live rows.
+__global__ void __launch_bounds__(kRowThreads) decide_raw_rows_kernel(SampleParams p, const int32_t* live) {
+  __shared__ unsigned long long s_keys[kMaxRawKeys];
+  __shared__ unsigned int s_count;
+  __shared__ bool s_ok;
+  const int64_t i = blockIdx.x, rows = p.value_row_count, pitch = p.value_pitch;
+  if (live != nullptr && i >= *live) return;
+  if (threadIdx.x == 0) s_ok = row_values_segments_ok(p.row_values, rows, pitch, p.value_segments, p.vocab, true);
+  __syncthreads();
+  if (!s_ok) return;
+  const int64_t b = p.value_rows[i];
+  auto raw_row = [&](int32_t r) {
+    const RowValuesHeader* h = row_values_segment(p.row_values, rows, pitch, r, true);
+    return reinterpret_cast<const float*>(h + 1) + (rows + i) * pitch;
+  };
+  auto each_value = [&](auto&& fn) {
+    for (int32_t r = 0; r < p.value_segments; ++r) {
+      const RowValuesHeader& h = *row_values_segment(p.row_values, rows, pitch, r, true);
+      const float* x = raw_row(r);
+      const int64_t span = (h.vocab_size + 31) / 32 * 32;  // every lane of a warp the same calls
+      for (int64_t v = threadIdx.x; v < span; v += kRowThreads)
+        fn(static_cast<uint32_t>(h.vocab_offset + v), v < h.vocab_size ? x[v] : NAN);
+    }
+  };
+  const RawStats st = raw_stats(each_value);
+  const double lse = st.z_max + log(st.sum);
+  auto logprob = [&](float x) -> float {  // +Inf logits share the mass; -Inf and NaN: probability 0
+    if (st.inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(st.inf))) : -INFINITY;
+    return x > -INFINITY && x < INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
+  };
+  const int32_t S = p.num_samples;
+  if (p.logprobs != nullptr)
+    for (int32_t j = threadIdx.x; j < S; j += kRowThreads) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t < 0) continue;
+      float x = NAN;
+      for (int32_t r = 0; r < p.value_segments; ++r) {
+        const RowValuesHeader& h = *row_values_segment(p.row_values, rows, pitch, r, true);
+        if (t >= h.vocab_offset && t < h.vocab_offset + h.vocab_size) x = raw_row(r)[t - h.vocab_offset];
+      }
+      p.logprobs[b * S + j] = logprob(x);
+    }
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  // with +Inf logits only they are kept: they are the largest keys, so the first ones
+  const int take = raw_top_keys(each_value, st.inf > 0 ? st.inf : st.valid, n, s_keys, &s_count);
+  for (int k = threadIdx.x; k < n; k += kRowThreads) {
+    p.top_tokens[b * n + k] = k < take ? static_cast<int32_t>(partial_key_index(s_keys[k])) : -1;
+    p.top_token_logprobs[b * n + k] = k < take ? logprob(partial_key_logit(s_keys[k])) : -INFINITY;
+  }
+}
+
 // Keys a row of the one-pass shard path holds (sorted in shared memory): larger capacities, which
 // only the merge's later rounds ask, materialize (a one-pass prefix rarely holds more).
 constexpr int kCandidateKeysMax = 2048;
@@ -429,7 +585,7 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
   const int tid = threadIdx.x;
   PartialHeader h;
   init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
-                      base, p.vocab, c.vocab_total, c.stats);
+                      base, p.vocab, c.vocab_total, c.stats, c.raw_top);
   if (b == 0 && tid == 0) *static_cast<PartialHeader*>(p.partial) = h;
   const PartialRowView out = partial_row(p.partial, h, b);
   const float temperature = p.temperature[b];
@@ -528,18 +684,21 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
 // A block per row runs merge.h's steps: setup on one thread, the prefix placed and its chunks'
 // masses a thread per key and chunk, the decision on one thread, each sample's pick over the kept
 // keys a thread per key (one thread a row walked every kept key: 50 ms at B = 64 for model-like
-// flat rows' 50 K-key nuclei, llama3-8b TP 1).
+// flat rows' 50 K-key nuclei, llama3-8b TP 1). `call` is the merge call; `p` is the same but, for
+// logprobsMode 'raw', without the processed log-probabilities, which merge_write_raw replaces.
 __global__ void __launch_bounds__(kMergeThreads)
-    merge_rows_kernel(SampleParams p, PartialSet set, MergeScratch scratch, int32_t* __restrict__ status) {
+    merge_rows_kernel(SampleParams p, SampleParams call, PartialSet set, MergeScratch scratch,
+                      int32_t* __restrict__ status) {
   __shared__ MergeRow r;
   __shared__ MergedKept kept;
   __shared__ int32_t s_error;
   __shared__ bool s_go;
   const int64_t b = blockIdx.x;
   const int tid = threadIdx.x;
+  const bool raw = reports_raw_logprobs(call);
   if (tid == 0) {
     int32_t which = 0;
-    s_error = check_partials(p, set, p.options_hash, has_filters(p), &which);
+    s_error = check_partials(call, set, call.options_hash, has_filters(call), &which, raw ? call.top_logprobs : -1);
     if (b == 0) {
       status[0] = s_error;
       status[1] = which;
@@ -551,6 +710,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   if (!s_go) {
     // (an engine's sharded step reads no status word: its rows say that the states did not fit)
     if (tid == 0 && s_error != kPartialOk) merged_point_row(p, b, kRowShardMismatch, -1);
+    else if (tid == 0 && raw) merge_write_raw(call, set, b);  // (setup wrote the row)
     return;
   }
   merge_place(r, tid, blockDim.x);
@@ -575,6 +735,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (tid == 0) merge_write_sample(p, set, r, b, kept, j, best);
   }
   for (int32_t i = tid; i < p.top_logprobs; i += blockDim.x) merge_write_top(p, r, b, kept, i);
+  if (tid == 0 && raw) merge_write_raw(call, set, b);  // (after this thread wrote the tokens)
   if (tid == 0 && p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
@@ -606,15 +767,22 @@ __global__ void list_undecided_rows_kernel(const int32_t* __restrict__ row_statu
 // first *live rows (the others' slots are left as they are).
 __global__ void shard_row_values_kernel(const float* __restrict__ logits, SampleParams p, const int32_t* live) {
   const int64_t i = blockIdx.y, V = p.vocab;
+  const bool raw = reports_raw_logprobs(p);
   auto* header = static_cast<RowValuesHeader*>(p.row_values);
   if (i == 0 && blockIdx.x == 0 && threadIdx.x == 0)
-    *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
+    *header = RowValuesHeader{raw ? kRowValuesRawMagic : kRowValuesMagic, static_cast<int32_t>(p.value_row_count),
+                              p.vocab_offset, V, p.value_pitch};
   if (live != nullptr && i >= *live) return;
   const int64_t b = p.value_rows[i];
   float* out = reinterpret_cast<float*>(header + 1) + i * p.value_pitch;
+  // logprobsMode 'raw': the rows' raw logits (softcapped; no mask, no lists) after the values' rows
+  float* raw_out = raw ? out + p.value_row_count * p.value_pitch : nullptr;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < V;
-       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[v] = detail::candidate_value(p, b, v, logits[b * V + v]);
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = logits[b * V + v];
+    out[v] = detail::candidate_value(p, b, v, x);
+    if (raw) raw_out[v] = softcap_logit(x, p.softcap);
+  }
 }
 
 // shard_row_values_kernel over the value rows: up to 64 blocks of 256 a row.
@@ -639,7 +807,7 @@ bool partial_params_ok(const SampleParams& p) {
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
                                            const unsigned long long* winners, cudaStream_t stream) {
   const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
-  const PartialCall c{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset, total, true};
+  const PartialCall c{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset, total, true, -1};
   int per_sm = 0;
   cudaError_t err = detail::prepare_kernel(partial_candidates_kernel, detail::kRowBlockThreads,
                                            static_cast<int>(kStagedSmem), &per_sm);
@@ -653,11 +821,12 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   cudaError_t err = detail::check_params(call);
   if (err != cudaSuccess) return err;
   if (!partial_params_ok(call)) return cudaErrorInvalidValue;
-  if (call.raw_logprobs != 0) return cudaErrorNotSupported;  // (lib/parallel.ts refuses it first)
+  const bool raw = reports_raw_logprobs(call);  // logprobsMode 'raw': the raw section from the stored logits
+  if (raw && call.top_logprobs > kMaxRawKeys) return cudaErrorInvalidValue;
   // One pass over the shard's W where its candidates can serve: one sample a row (the epilogue
   // draws one), at most kCandidateKeysMax keys, and a shard whose first-tile costs the GEMM
-  // amortizes (kOnePassShardWeights) or a small batch. The rows pass materializes.
-  if (call.row_values == nullptr && call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
+  // amortizes (kOnePassShardWeights) or a small batch. The rows pass and raw mode materialize.
+  if (!raw && call.row_values == nullptr && call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
       (call.batch <= kOnePassShardBatch || call.vocab * call.dim >= kOnePassShardWeights)) {
     err = launch_shard_one_pass(call, stream);
     if (err != cudaErrorNotSupported) return err;
@@ -696,7 +865,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
     err = launch_shard_row_values(logits, p, nullptr, stream);
   } else if (err == cudaSuccess) {
     const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
-                        has_filters(call)};
+                        has_filters(call), raw ? call.top_logprobs : -1};
     slices.winners = reinterpret_cast<Pick*>(slice_space + win_at);
     slices.stats = reinterpret_cast<SliceStats*>(slice_space + stats_at);
     slices.keys = reinterpret_cast<unsigned long long*>(slice_space + keys_at);
@@ -706,6 +875,10 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
     if (err == cudaSuccess) {
       partial_rows_kernel<<<static_cast<unsigned>(B), kRowThreads, in_shared ? row_smem : 0, stream>>>(
           p, c, slices, sort_space, sort_stride, in_shared);
+      err = cudaGetLastError();
+    }
+    if (err == cudaSuccess && raw) {
+      partial_raw_kernel<<<static_cast<unsigned>(B), kRowThreads, 0, stream>>>(logits, p, c);
       err = cudaGetLastError();
     }
   }
@@ -742,6 +915,15 @@ cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_st
   return err != cudaSuccess ? err : freed;
 }
 
+cudaError_t launch_decide_raw_rows(const SampleParams& p, const int32_t* live, cudaStream_t stream) {
+  if (!reports_raw_logprobs(p)) return cudaSuccess;
+  if (p.top_logprobs > kMaxRawKeys || p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 ||
+      p.tokens == nullptr)
+    return cudaErrorInvalidValue;
+  decide_raw_rows_kernel<<<static_cast<unsigned>(p.value_row_count), kRowThreads, 0, stream>>>(p, live);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status,
                                   cudaStream_t stream) {
   if (set.count < 1 || set.count > kMaxShards || status == nullptr || p.tokens == nullptr || p.batch < 1 ||
@@ -755,7 +937,12 @@ cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, 
   if (err == cudaSuccess)
     err = space.take(static_cast<size_t>(p.batch * merge_chunks(scratch.stride)) * 8u, &scratch.chunk_mass);
   if (err == cudaSuccess) {
-    merge_rows_kernel<<<static_cast<unsigned>(p.batch), kMergeThreads, 0, stream>>>(p, set, scratch, status);
+    SampleParams processed = p;  // logprobsMode 'raw': the merge's draw, then merge_write_raw
+    if (reports_raw_logprobs(p)) {
+      processed.logprobs = nullptr;
+      processed.top_logprobs = 0;
+    }
+    merge_rows_kernel<<<static_cast<unsigned>(p.batch), kMergeThreads, 0, stream>>>(processed, p, set, scratch, status);
     err = cudaGetLastError();
   }
   const cudaError_t freed = space.give_back(scratch.chunk_mass);

@@ -267,8 +267,10 @@ function defaultCapacity(spec: NativeSpec, vocabTotal: number): number {
 function reportsRaw(spec: Pick<NativeSpec, 'logprobsMode' | 'logprobs' | 'topLogprobs'>): boolean {
   return spec.logprobsMode === 1 && (spec.logprobs || spec.topLogprobs > 0);
 }
-const RAW_ON_CUDA_SHARDS =
-  "logprobsMode: 'raw' is not supported on CUDA vocabulary shards yet (CPU shards report it; a CUDA shard's state has no raw section)";
+/** reportsRaw of a call's options, before they become a spec. */
+function optionsReportRaw(options: SampleOptions): boolean {
+  return options.logprobsMode === 'raw' && (options.logprobs === true || (options.topLogprobs ?? 0) > 0);
+}
 
 export function checkInteger(name: string, value: unknown, min: number, max: number, why = ''): number {
   const expected = `an integer in [${min}, ${max}]${why}`;
@@ -296,7 +298,6 @@ export function checkShardRange(
 export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions): { spec: NativeSpec; partial: PartialState } {
   const { spec, operands } = buildSpec(H, W, options, 'fused', SHARD_KEYS);
   const o = options as unknown as Record<string, unknown>;
-  if (spec.logprobsMode === 1 && operands.device.kind === 'cuda') throw new TypeError(RAW_ON_CUDA_SHARDS);
   if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
   const V = operands.vocab;
   const { vocabTotal, vocabOffset } = checkShardRange('', o.vocabSize, o.vocabOffset, V, 'the rows of W', `${V} rows of W`);
@@ -394,7 +395,6 @@ function mergeSpec(device: Device, batch: number, vocabTotal: number, options: u
   }
   checkKnownKeys('options', options, ROW_KEYS);
   const rows = buildRowSpec(batch, device, options as SampleOptions);
-  if (reportsRaw(rows) && device.kind === 'cuda') throw new TypeError(RAW_ON_CUDA_SHARDS);
   return {
     kind: 0,
     device: device.kind === 'cuda' ? 1 : 0,
@@ -626,7 +626,7 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   const rowIds = first.value[0].undecidedRows;
   if (rowIds.length === 0) return first.value;
   const pitch = first.largest;
-  const bytes = rowValuesBytes(rowIds.length, pitch);
+  const bytes = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options));
   const built: ReturnType<typeof buildRowValuesSpec>[] = [];
   const recvs: Tensor[] = [];
   try {
@@ -693,8 +693,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   // buffer on the first shard's device, where the rows are decided whole.
   const rowIds = first.undecidedRows;
   if (rowIds.length === 0) return first;
-  const rawRows = options.logprobsMode === 'raw' && (options.logprobs === true || (options.topLogprobs ?? 0) > 0);
-  const words = rowValuesBytes(rowIds.length, largest, rawRows) / 4;
+  const words = rowValuesBytes(rowIds.length, largest, optionsReportRaw(options)) / 4;
   const gathered = new Int32Array(shards.length * words);
   for (let i = 0; i < shards.length; i++) {
     const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, largest);

@@ -362,7 +362,7 @@ export class Sampler {
       throw typeError('tp.comm', `a communicator on ${this.device} (the sampler's device)`, raw(`one on ${tp.comm.device}`));
     }
     if (this.logprobsMode === 'raw') {
-      throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)");
+      throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (its preallocated states carry no raw section; sampleFusedTP reports it)");
     }
     const { vocabTotal: vocabSize, vocabOffset } = checkShardRange('tp.', tp.vocabSize, tp.vocabOffset, this.vocab, 'vocab', `vocab ${this.vocab}`);
     const filtered = this.filters.length > 0;

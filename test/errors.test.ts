@@ -271,23 +271,17 @@ const cases: Record<string, Case> = {
       () => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprobsMode: 'logits' as never }),
     ],
   },
-  [`TypeError: logprobsMode: 'raw' is not supported on CUDA vocabulary shards yet (CPU shards report it; a CUDA shard's state has no raw section)`]: {
-    needs: 'gpu',
-    runs: [
-      () => sampleFused(operands(gpu()).H, operands(gpu()).W, { partial: true, vocabOffset: 0, vocabSize: 200, logprobsMode: 'raw' } as never),
-      async () => {
-        const { H, W } = operands(gpu());
-        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true });
-        return mergePartials([a], { logprobs: true, logprobsMode: 'raw' });
-      },
-    ],
-  },
   [`RangeError: partials[0]: made without the raw section that logprobsMode 'raw' needs, or with another topLogprobs (give the shards the merge's options)`]: {
     runs: [
       async () => {
         const { H, W } = operands();
         const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true });
         return mergePartials([a], { logprobs: true, logprobsMode: 'raw' });
+      },
+      async () => {  // (a shard and a merge on the GPU, where one is usable)
+        const { H, W } = operands(gpuState.usable ? gpu() : cpu);
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, topLogprobs: 2 });
+        return mergePartials([a], { topLogprobs: 2, logprobsMode: 'raw' });
       },
     ],
   },
@@ -629,7 +623,7 @@ const cases: Record<string, Case> = {
   [`TypeError: tp: a sharded sampler needs a 'cuda' device, got cpu`]: {
     runs: [() => cpu.createSampler({ ...shardedConfig, tp: { comm: {} as Communicator, vocabOffset: 0, vocabSize: 1000 } })],
   },
-  [`TypeError: tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)`]: {
+  [`TypeError: tp: logprobsMode 'raw' is not supported on a sharded sampler yet (its preallocated states carry no raw section; sampleFusedTP reports it)`]: {
     needs: 'nccl',
     runs: [async () => sharded({ logprobs: true, logprobsMode: 'raw' }, {})],
   },

@@ -279,12 +279,12 @@ describeDevices((name, dev) => {
     await expect(sampleSharded(shards, { ...options, vocabSize: V, ...(candidates ? { candidates } : {}) })).rejects.toBeInstanceOf(RangeError);
   });
 
-  // logprobsMode 'raw' (SEMANTICS §4): a CPU shard's state carries the raw distribution of its rows
+  // logprobsMode 'raw' (SEMANTICS §4): a shard's state carries the raw distribution of its rows
   // (softcap and the model's bias; no mask, no lists, T = 1), the raw logits of its winners and
   // candidates, and its best raw tokens; the merge (and the rows pass, whose segments carry the raw
   // logits too) reports the unsharded call's raw log-probabilities and top tokens. Greedy, filtered
   // and unfiltered rows; per-shard masks, bias, softcap and logit bias, which the draw sees and the
-  // raw distribution does not. A CUDA shard refuses it (errors below).
+  // raw distribution does not.
   const rawCases: [string, SampleOptions, number | undefined][] = [
     ['top-p, top tokens, greedy row, the merge decides', {
       topP: 0.9, temperature: new Float32Array([1.1, 0, 0.8]), logprobs: true, topLogprobs: 4, seed: perRowSeeds(B), numSamples: 2,
@@ -293,7 +293,7 @@ describeDevices((name, dev) => {
     ['no filter, logprobs alone', { logprobs: true, seed: 5n, numSamples: 4 }, undefined],
     ['top-k, top tokens alone', { topK: 12, topLogprobs: 6, seed: 6n }, undefined],
   ];
-  (name === 'cpu' ? test.each(rawCases) : test.skip.each(rawCases))("logprobsMode 'raw', TP 3: %s: the unsharded raw log-probabilities", async (_label, options, candidates) => {
+  test.each(rawCases)("logprobsMode 'raw', TP 3: %s: the unsharded raw log-probabilities", async (_label, options, candidates) => {
     const r = rng(79);
     const mask = makeMask(B, V, (b, v) => (v * 5 + b) % 9 !== 0 || r() < 0.1);
     const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 17 === 0 ? -0.75 : 0));
@@ -315,7 +315,7 @@ describeDevices((name, dev) => {
     for (const t of owned) t.dispose();
   });
 
-  (name === 'cpu' ? test : test.skip)("logprobsMode 'raw': the state's raw section as JS reads it", async () => {
+  test("logprobsMode 'raw': the state's raw section as JS reads it", async () => {
     const options: SampleOptions = { topK: 5, logprobs: true, topLogprobs: 3, logprobsMode: 'raw', seed: 3n, softcap: 9 };
     const p = await sampleFused(head.H, head.shard(500, 501), { ...options, partial: true, vocabOffset: 500, vocabSize: V });
     const q = await sampleFused(head.H, head.shard(500, 501), { ...options, logprobsMode: 'processed', partial: true, vocabOffset: 500, vocabSize: V });
@@ -347,9 +347,9 @@ describeDevices((name, dev) => {
     }
   });
 
-  // (logprobsMode 'raw' on the CPU: the +Inf tier is the raw distribution's too, its top tokens the
-  // two +Inf ones and then none)
-  const infModes: ['processed' | 'raw'][] = name === 'cpu' ? [['processed'], ['raw']] : [['processed']];
+  // (logprobsMode 'raw': the +Inf tier is the raw distribution's too, its top tokens the two +Inf
+  // ones and then none)
+  const infModes: ['processed' | 'raw'][] = [['processed'], ['raw']];
   test.each(infModes)('+Inf logits in two shards share the mass (logprobsMode %s): the merged tokens are the unsharded ones', async (mode) => {
     const biasValues = new Float32Array(V);
     biasValues[5] = Infinity;
@@ -518,6 +518,22 @@ describeDevices((name, dev) => {
     cpuHead.dispose();
   });
 
+  (name === 'cuda' ? test : test.skip)("sampleSharded, logprobsMode 'raw': a CPU and a GPU shard report the one-device raw log-probabilities", async () => {
+    const cpuHead = plantedHead(open('cpu'), [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 3), zipfLogits(V, 0.6, 3)]);
+    const bounds = shardBounds(V, 2, 5);
+    const options: SampleOptions = { topK: 40, seed: 6n, logprobs: true, topLogprobs: 5, logprobsMode: 'raw' };
+    const want = await sampleFused(head.H, head.W, options);
+    const got = await sampleSharded(
+      [
+        { H: head.H, W: head.shard(...bounds[0]), vocabOffset: bounds[0][0] },
+        { H: cpuHead.H, W: cpuHead.shard(...bounds[1]), vocabOffset: bounds[1][0] },
+      ],
+      { ...options, vocabSize: V },
+    );
+    expectSameDraws(got, want);
+    cpuHead.dispose();
+  });
+
   // bf16 heads: a CUDA shard with one sample a row and at most 2048 candidates takes the one-pass
   // filtered GEMM (its candidates and tile summaries make the state; cuda/partial.cu). V = 128256:
   // rows of several tiles a CTA; hot, Gaussian, Zipf, flat and greedy rows in one batch.
@@ -544,6 +560,14 @@ describeDevices((name, dev) => {
         topP: new Float32Array([1, 1, 1, 0.5, 1]), minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, seed: seeds,
       }],
       ["filterOrder 'vllm': min-p 0.1 and top-p 0.6", { minP: 0.1, topP: 0.6, filterOrder: 'vllm', logprobs: true, seed: 77n }],
+      // (raw: a CUDA shard materializes; the flat row's raw top tokens come through the rows pass)
+      ["Llama 3 default, logprobsMode 'raw', topLogprobs 20", {
+        temperature: 0.6, topP: 0.9, logprobs: true, topLogprobs: 20, logprobsMode: 'raw', seed: seeds,
+      }],
+      ["per-row greedy, top-k, none, min-p; logprobsMode 'raw'", {
+        temperature: new Float32Array([0, 0.8, 1, 0.7, 1.2]), topK: new Int32Array([0, 40, 0, 0, 0]),
+        minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, topLogprobs: 2, logprobsMode: 'raw', seed: seeds,
+      }],
     ];
     test.each(oneSample)('TP 1, 2 and 3: %s: the merged shards draw the unsharded tokens', async (_label, options) => {
       const want = await sampleFused(bf.H, bf.W, options);
