@@ -2484,7 +2484,8 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
-  l.raw = layout.take(raw_tiles_path(p) ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats) : 0);
+  l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
+                                                                 : 0);
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
@@ -2565,7 +2566,9 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
 // The listed tokens' table (p.listed_*) is built here, between the zeroing kernel and the GEMM,
 // where the GEMM's main loop hides it; *built says whether that kernel was launched.
 // A vocabulary shard's call (p.partial set) takes the same GEMM, every row's summaries and winner
-// (FilterArgs::shard), then launch_partial_from_candidates in place of the decision and extra pass.
+// (FilterArgs::shard), then launch_partial_from_candidates in place of the decision and extra pass;
+// with logprobsMode 'raw' every row stores its raw logits, from which launch_partial_raw writes the
+// state's raw section.
 static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream, bool* built) {
   const size_t B = static_cast<size_t>(p.batch);
   const bool shard = p.partial != nullptr;
@@ -2604,7 +2607,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.store_all = 0;
   f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
-  f.raw_tiles = raw_tiles_path(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
+  f.raw_tiles = raw_tiles_path(p) && !shard ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2626,7 +2629,16 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     f.store_all = store_all ? 1 : 0;
   }
   f.stored_tiles = !shard && rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
-  if (shard && p.shard_row_logits != nullptr && p.shard_stored_tiles != nullptr && rows_store_some_tiles(p)) {
+  const bool shard_raw = shard && reports_raw_logprobs(p);
+  if (shard_raw) {  // (an engine's rows pass then recomputes its rows: no tile is marked stored)
+    err = scratch.take(row_bytes, &row_logits);
+    if (err != cudaSuccess) {
+      scratch.give_back(ws);
+      return err;
+    }
+    f.row_logits = row_logits;
+    f.store_all = 1;
+  } else if (shard && p.shard_row_logits != nullptr && p.shard_stored_tiles != nullptr && rows_store_some_tiles(p)) {
     f.row_logits = p.shard_row_logits;  // (the engine's rows pass reads back what they stored)
     f.stored_tiles = p.shard_stored_tiles;
   }
@@ -2659,8 +2671,10 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   if (err == cudaSuccess && shard) {
     err = launch_partial_from_candidates(p, f, winners, stream);
+    if (err == cudaSuccess && shard_raw) err = launch_partial_raw(p, row_logits, stream);
+    const cudaError_t freed_rows = scratch.give_back(row_logits);
     const cudaError_t freed = scratch.give_back(ws);
-    return err != cudaSuccess ? err : freed;
+    return err != cudaSuccess ? err : freed_rows != cudaSuccess ? freed_rows : freed;
   }
   if (err == cudaSuccess && listed_values != nullptr) {  // the listed tokens the epilogue left out
     const dim3 grid(static_cast<unsigned>((f.allowed_words + kListedThreads - 1) / kListedThreads),

@@ -11,10 +11,10 @@
 // winners, statistics and best keys) and partial_rows_kernel merges a row's slices into its
 // state. launch_merge_partials runs merge.h's row merge, a block per row.
 //
-// logprobsMode 'raw' (SEMANTICS §4, §6) takes the materialized path: partial_raw_kernel writes each
-// row's raw section from the stored logits (their statistics, the winners' and candidates' raw
-// logits, the shard's best raw keys), the rows pass's segments carry the rows' raw logits after
-// their values (decide_raw_rows_kernel reads them), and the merge adds merge_write_raw.
+// logprobsMode 'raw' (SEMANTICS §4, §6): partial_raw_kernel writes each row's raw section from the
+// shard's logits, stored by either path (their statistics, the winners' and candidates' raw logits,
+// the shard's best raw keys), the rows pass's segments carry the rows' raw logits after their
+// values (decide_raw_rows_kernel reads them), and the merge adds merge_write_raw.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -57,6 +57,11 @@ struct PartialCall {
   bool stats;
   int32_t raw_top;  // logprobsMode 'raw': the raw keys a row (include/partial.h); -1: no raw section
 };
+PartialCall partial_call(const SampleParams& p, bool stats) {
+  return PartialCall{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset,
+                     p.vocab_total > 0 ? p.vocab_total : p.vocab, stats,
+                     reports_raw_logprobs(p) ? p.top_logprobs : -1};
+}
 
 // A row is cut into slices of kSliceValues values, one block of kSliceThreads each (4 quads a
 // thread); the row kernel then merges its slices. One block per row over the whole shard row (12
@@ -806,14 +811,20 @@ bool partial_params_ok(const SampleParams& p) {
 
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
                                            const unsigned long long* winners, cudaStream_t stream) {
-  const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
-  const PartialCall c{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset, total, true, -1};
+  const PartialCall c = partial_call(p, true);
   int per_sm = 0;
   cudaError_t err = detail::prepare_kernel(partial_candidates_kernel, detail::kRowBlockThreads,
                                            static_cast<int>(kStagedSmem), &per_sm);
   if (err != cudaSuccess) return err;
   partial_candidates_kernel<<<static_cast<unsigned>(p.batch), detail::kRowBlockThreads, kStagedSmem, stream>>>(
       p, c, f, winners);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, cudaStream_t stream) {
+  if (!reports_raw_logprobs(p)) return cudaSuccess;
+  if (p.top_logprobs > kMaxRawKeys || logits == nullptr) return cudaErrorInvalidValue;
+  partial_raw_kernel<<<static_cast<unsigned>(p.batch), kRowThreads, 0, stream>>>(logits, p, partial_call(p, true));
   return cudaGetLastError();
 }
 
@@ -825,13 +836,12 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (raw && call.top_logprobs > kMaxRawKeys) return cudaErrorInvalidValue;
   // One pass over the shard's W where its candidates can serve: one sample a row (the epilogue
   // draws one), at most kCandidateKeysMax keys, and a shard whose first-tile costs the GEMM
-  // amortizes (kOnePassShardWeights) or a small batch. The rows pass and raw mode materialize.
-  if (!raw && call.row_values == nullptr && call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
+  // amortizes (kOnePassShardWeights) or a small batch. The rows pass materializes.
+  if (call.row_values == nullptr && call.num_samples == 1 && call.partial_capacity <= kCandidateKeysMax &&
       (call.batch <= kOnePassShardBatch || call.vocab * call.dim >= kOnePassShardWeights)) {
     err = launch_shard_one_pass(call, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  const int64_t total = call.vocab_total > 0 ? call.vocab_total : call.vocab;
   Scratch scratch(call, stream);
   SampleParams p;
   void* listed = nullptr;
@@ -864,8 +874,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (err == cudaSuccess && rows_pass) {
     err = launch_shard_row_values(logits, p, nullptr, stream);
   } else if (err == cudaSuccess) {
-    const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
-                        has_filters(call), raw ? call.top_logprobs : -1};
+    const PartialCall c = partial_call(call, has_filters(call));
     slices.winners = reinterpret_cast<Pick*>(slice_space + win_at);
     slices.stats = reinterpret_cast<SliceStats*>(slice_space + stats_at);
     slices.keys = reinterpret_cast<unsigned long long*>(slice_space + keys_at);
@@ -877,10 +886,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
           p, c, slices, sort_space, sort_stride, in_shared);
       err = cudaGetLastError();
     }
-    if (err == cudaSuccess && raw) {
-      partial_raw_kernel<<<static_cast<unsigned>(B), kRowThreads, 0, stream>>>(logits, p, c);
-      err = cudaGetLastError();
-    }
+    if (err == cudaSuccess) err = launch_partial_raw(p, logits, stream);
   }
   cudaError_t freed = cudaSuccess;
   for (void* region : {static_cast<void*>(sort_space), static_cast<void*>(slice_space), static_cast<void*>(logits),

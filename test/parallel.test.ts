@@ -620,6 +620,7 @@ describeDevices((name, dev) => {
         { topK: 50, logprobs: true, seed: 3n },
         { temperature: 0.6, topP: 0.9, logprobs: true, seed: 4n },
         { minP: 0.05, topLogprobs: 4, seed: 5n },
+        { topK: 20, logprobs: true, topLogprobs: 6, logprobsMode: 'raw', softcap: 6, seed: 6n },
       ] as SampleOptions[]) {
         const one = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB });
         const full = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB, candidates: 4096 });
@@ -641,6 +642,14 @@ describeDevices((name, dev) => {
           expect(ra.candidates.length).toBeLessThanOrEqual(one.capacity);
           expect(ra.candidates).toEqual(rz.candidates.slice(0, ra.candidates.length));
           if (ra.complete) expect(ra.candidates.length).toBe(ra.finiteCount + ra.infCount);
+          // logprobsMode 'raw': both sections from the same stored logits by the same kernel
+          if (options.logprobsMode === 'raw') {
+            const [wa, wz] = [ra.raw!, rz.raw!];
+            expect([wa.zMax, wa.sum, wa.infCount, wa.keys]).toEqual([wz.zMax, wz.sum, wz.infCount, wz.keys]);
+            expect(wa.keys.length).toBe(6);
+            expect(wa.candidateLogits).toEqual(wz.candidateLogits.slice(0, ra.candidates.length));
+            if (name === 'cpu') expect(wa.winnerLogits).toEqual(wz.winnerLogits);
+          }
         }
         one.dispose();
         full.dispose();
