@@ -564,9 +564,10 @@ describeDevices((name, dev) => {
       ["Llama 3 default, logprobsMode 'raw', topLogprobs 20", {
         temperature: 0.6, topP: 0.9, logprobs: true, topLogprobs: 20, logprobsMode: 'raw', seed: seeds,
       }],
-      ["per-row greedy, top-k, none, min-p; logprobsMode 'raw'", {
+      // (40 top tokens: more than one GPU's raw tiles path takes, 32)
+      ["per-row greedy, top-k, none, min-p; logprobsMode 'raw', topLogprobs 40", {
         temperature: new Float32Array([0, 0.8, 1, 0.7, 1.2]), topK: new Int32Array([0, 40, 0, 0, 0]),
-        minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, topLogprobs: 2, logprobsMode: 'raw', seed: seeds,
+        minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, topLogprobs: 40, logprobsMode: 'raw', seed: seeds,
       }],
     ];
     test.each(oneSample)('TP 1, 2 and 3: %s: the merged shards draw the unsharded tokens', async (_label, options) => {
