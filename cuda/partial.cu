@@ -686,6 +686,30 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
   }
 }
 
+// merge_write_raw (merge.h) for a row the block drew: the drawn tokens' scans of their shard's
+// candidates shared by the block's threads (one thread's scan waits on an L2 load a key: ~0.3 µs,
+// so a token a thousand keys deep in a top-p prefix would cost the row ~300 µs).
+__device__ void merge_write_raw_block(const SampleParams& p, const PartialSet& set, int64_t b) {
+  __shared__ MergedRaw s_raw;
+  __shared__ float s_x;
+  if (threadIdx.x == 0) s_raw = merged_raw(set, b);
+  __syncthreads();  // (also: thread 0's tokens are written)
+  const MergedRaw r = s_raw;
+  const int32_t S = p.num_samples;
+  if (p.logprobs != nullptr)
+    for (int32_t j = 0; j < S; ++j) {
+      const int32_t t = p.tokens[b * S + j];  // (block-uniform)
+      if (t < 0) continue;
+      if (threadIdx.x == 0) s_x = NAN;
+      __syncthreads();
+      const float x = merged_raw_logit(set, b, t, static_cast<int32_t>(threadIdx.x), static_cast<int32_t>(blockDim.x));
+      if (x == x) s_x = x;  // (one key holds t; a winner every thread finds: the same value)
+      __syncthreads();
+      if (threadIdx.x == 0) p.logprobs[b * S + j] = s_x != s_x ? NAN : merged_raw_logprob(r, s_x);
+    }
+  if (threadIdx.x == 0) merge_write_raw_top(p, set, b, r);
+}
+
 // A block per row runs merge.h's steps: setup on one thread, the prefix placed and its chunks'
 // masses a thread per key and chunk, the decision on one thread, each sample's pick over the kept
 // keys a thread per key (one thread a row walked every kept key: 50 ms at B = 64 for model-like
@@ -740,7 +764,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (tid == 0) merge_write_sample(p, set, r, b, kept, j, best);
   }
   for (int32_t i = tid; i < p.top_logprobs; i += blockDim.x) merge_write_top(p, r, b, kept, i);
-  if (tid == 0 && raw) merge_write_raw(call, set, b);  // (after this thread wrote the tokens)
+  if (raw) merge_write_raw_block(call, set, b);
   if (tid == 0 && p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
