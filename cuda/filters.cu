@@ -2671,7 +2671,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   if (err == cudaSuccess && shard) {
     err = launch_partial_from_candidates(p, f, winners, stream);
-    if (err == cudaSuccess && shard_raw) err = launch_partial_raw(p, row_logits, stream);
+    if (err == cudaSuccess && shard_raw) err = launch_partial_raw(p, row_logits, scratch, stream);
     const cudaError_t freed_rows = scratch.give_back(row_logits);
     const cudaError_t freed = scratch.give_back(ws);
     return err != cudaSuccess ? err : freed_rows != cudaSuccess ? freed_rows : freed;

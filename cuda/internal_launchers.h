@@ -95,8 +95,8 @@ cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::
                                            const unsigned long long* winners, cudaStream_t stream);
 // logprobsMode 'raw' (partial.cu): the raw section of the state's rows, after their winners and
 // candidate keys were written, from the shard's logits [batch, vocab] (bias included, before
-// softcap). Nothing for a call that reports no raw logprobs.
-cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, cudaStream_t stream);
+// softcap); its temporaries from `scratch`. Nothing for a call that reports no raw logprobs.
+cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, Scratch& scratch, cudaStream_t stream);
 // The rows pass's decision, logprobsMode 'raw' (partial.cu): after the draw, the raw logprobs and
 // top tokens of the value rows (the first *live of them where `live` is set) from the raw logits
 // their segments carry. Nothing for a call that reports no raw logprobs.

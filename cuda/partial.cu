@@ -468,27 +468,133 @@ __device__ int raw_top_keys(EachValue&& each_value, long long valid, int n, unsi
   return take;
 }
 
-// Row b's raw section (kPartialRaw), after partial_rows_kernel wrote its winners and candidate keys:
-// from the shard's stored logits (bias included) softcapped, their statistics, each winner's and
-// candidate key's raw logit, and the shard's best c.raw_top raw keys (the CPU's write_partial_raw).
+// A shard's raw section is computed over slices of kRawSliceValues values, a block each with every
+// load issued before any is used, then merged a block a row: one block a row over the row itself
+// left its passes bound by one SM's latency (the unsharded raw path's, ~50 µs a row at V = 128256).
+constexpr int kRawSliceThreads = 256;
+constexpr int kRawSliceLoads = 16;
+constexpr int64_t kRawSliceValues = kRawSliceThreads * kRawSliceLoads;
+
+struct RawSliceStats {
+  float max;           // of the slice's finite raw values (-Inf: none)
+  int32_t inf, valid;  // its +Inf values; its drawable ones (finite or +Inf)
+  double sum;          // Σ exp(x - max) over its finite values, float64
+};
+struct RawSlices {
+  RawSliceStats* stats;      // [batch, slices]
+  unsigned long long* keys;  // [batch, slices, n]: each slice's best min(n, valid) keys (unordered), zeros after
+  int32_t slices, n;
+};
+
+// Slice blockIdx.x of row blockIdx.y: the shard's stored logits (bias included) softcapped, their
+// statistics and best keys partial_key(x, global id).
+__global__ void __launch_bounds__(kRawSliceThreads)
+    raw_slices_kernel(const float* __restrict__ logits, SampleParams p, int64_t base, RawSlices out) {
+  __shared__ unsigned int s_count;
+  const int64_t b = blockIdx.y, V = p.vocab, lo = static_cast<int64_t>(blockIdx.x) * kRawSliceValues;
+  const int64_t at = b * out.slices + blockIdx.x;
+  const float* const row = logits + b * V;
+  float x[kRawSliceLoads];
+#pragma unroll
+  for (int k = 0; k < kRawSliceLoads; ++k) {
+    const int64_t v = lo + threadIdx.x + k * kRawSliceThreads;
+    x[k] = v < V ? row[v] : NAN;
+  }
+  float m = -INFINITY;
+  int32_t inf = 0, valid = 0;
+#pragma unroll
+  for (int k = 0; k < kRawSliceLoads; ++k) {
+    x[k] = softcap_logit(x[k], p.softcap);
+    if (x[k] == INFINITY) ++inf;
+    else if (x[k] > -INFINITY) m = fmaxf(m, x[k]);  // (NaN: neither)
+    valid += x[k] > -INFINITY ? 1 : 0;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0);
+  valid = block_reduce(valid, Sum(), 0);
+  double sum = 0.0;
+  if (m > -INFINITY)  // (block-uniform)
+#pragma unroll
+    for (int k = 0; k < kRawSliceLoads; ++k)
+      if (x[k] > -INFINITY && x[k] < INFINITY) sum += exp(static_cast<double>(x[k]) - static_cast<double>(m));
+  sum = block_reduce(sum, Sum(), 0.0);
+  if (threadIdx.x == 0) out.stats[at] = RawSliceStats{m, inf, valid, sum};
+  if (out.n == 0) return;
+  const int take = valid < out.n ? valid : out.n;  // (block-uniform)
+  unsigned long long* const dst = out.keys + at * out.n;
+  if (take > 0) {
+    auto each_key = [&](auto&& fn) {
+#pragma unroll
+      for (int k = 0; k < kRawSliceLoads; ++k)
+        fn(x[k] > -INFINITY ? partial_key(x[k], static_cast<uint32_t>(base + lo + threadIdx.x + k * kRawSliceThreads))
+                            : 0ull);
+    };
+    const unsigned long long threshold = take < valid ? radix_select(each_key, take) : 1ull;
+    if (threadIdx.x == 0) s_count = 0u;
+    __syncthreads();
+    each_key([&](unsigned long long k) {
+      const bool sel = k != 0ull && k >= threshold;
+      const unsigned int slot = warp_append_slot(&s_count, sel);
+      if (sel) dst[slot] = k;
+    });
+  }
+  for (int i = take + static_cast<int>(threadIdx.x); i < out.n; i += kRawSliceThreads) dst[i] = 0ull;
+}
+
+// Row b's raw section (kPartialRaw), after its winners and candidate keys were written: the row's
+// slices merged in slice order (each sum rescaled in float64 to the row's max), its best c.raw_top
+// keys among the slices' (which hold them: a slice's n best hold its share of the row's n best),
+// and each winner's and candidate key's raw logit read from the stored logits (the CPU's
+// write_partial_raw).
 __global__ void __launch_bounds__(kRowThreads)
-    partial_raw_kernel(const float* __restrict__ logits, SampleParams p, PartialCall c) {
+    partial_raw_kernel(const float* __restrict__ logits, SampleParams p, PartialCall c, RawSlices in) {
   __shared__ unsigned long long s_keys[kMaxRawKeys];
   __shared__ unsigned int s_count;
   const int64_t b = blockIdx.x, V = p.vocab, base = c.vocab_offset;
+  const int R = in.slices, n = in.n;
   PartialHeader h;
   init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
                       base, V, c.vocab_total, c.stats, c.raw_top);
   const PartialRowView out = partial_row(p.partial, h, b);
-  const float* row = logits + b * V;
-  const int64_t span = (V + 31) / 32 * 32;  // every lane of a warp the same calls
-  auto each_value = [&](auto&& fn) {
-    for (int64_t v = threadIdx.x; v < span; v += kRowThreads)
-      fn(static_cast<uint32_t>(base + v), v < V ? softcap_logit(row[v], p.softcap) : NAN);
-  };
-  const RawStats st = raw_stats(each_value);
-  const int take = raw_top_keys(each_value, st.valid, c.raw_top, s_keys, &s_count);
-  for (int i = threadIdx.x; i < take; i += kRowThreads) out.raw_keys[i] = s_keys[i];
+  const RawSliceStats* const stats = in.stats + b * R;
+  float m = -INFINITY;
+  long long inf = 0, valid = 0, listed = 0;
+  for (int s = threadIdx.x; s < R; s += kRowThreads) {
+    m = fmaxf(m, stats[s].max);
+    inf += stats[s].inf;
+    valid += stats[s].valid;
+    listed += stats[s].valid < n ? stats[s].valid : n;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  valid = block_reduce(valid, Sum(), 0ll);
+  listed = block_reduce(listed, Sum(), 0ll);
+  const double z_max = static_cast<double>(m);
+  double sum = 0.0;
+  for (int s = threadIdx.x; s < R; s += kRowThreads)
+    if (stats[s].sum > 0.0) sum += stats[s].sum * exp(static_cast<double>(stats[s].max) - z_max);
+  sum = block_reduce(sum, Sum(), 0.0);
+  const int take = static_cast<int>(valid < n ? valid : n);
+  if (take > 0) {  // (block-uniform)
+    const unsigned long long* const keys = in.keys + b * static_cast<int64_t>(R) * n;
+    const int64_t slots = static_cast<int64_t>(R) * n, span = (slots + 31) / 32 * 32;  // warp-uniform calls
+    auto each_key = [&](auto&& fn) {
+      for (int64_t i = threadIdx.x; i < span; i += kRowThreads) fn(i < slots ? keys[i] : 0ull);
+    };
+    const unsigned long long threshold = take < listed ? radix_select(each_key, take) : 1ull;
+    if (threadIdx.x == 0) s_count = 0u;
+    __syncthreads();
+    each_key([&](unsigned long long k) {
+      const bool sel = k != 0ull && k >= threshold;
+      const unsigned int slot = warp_append_slot(&s_count, sel);
+      if (sel) s_keys[slot] = k;
+    });
+    __syncthreads();
+    detail::block_sort_desc(s_keys, take);
+    __syncthreads();
+    for (int i = threadIdx.x; i < take; i += kRowThreads) out.raw_keys[i] = s_keys[i];
+  }
+  const float* const row = logits + b * V;
   auto raw_of = [&](uint32_t global) {
     const int64_t local = static_cast<int64_t>(global) - base;
     return local >= 0 && local < V ? softcap_logit(row[local], p.softcap) : NAN;
@@ -498,7 +604,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int32_t count = out.row->num_candidates < 0 ? 0 : out.row->num_candidates > c.capacity ? c.capacity
                                                                                                   : out.row->num_candidates;
   for (int32_t i = threadIdx.x; i < count; i += kRowThreads) out.key_raw[i] = raw_of(partial_key_index(out.keys[i]));
-  if (threadIdx.x == 0) *out.raw = PartialRawRow{st.z_max, st.sum, static_cast<int64_t>(st.inf), take, 0};
+  if (threadIdx.x == 0) *out.raw = PartialRawRow{z_max, sum, static_cast<int64_t>(inf), take, 0};
 }
 
 // The rows pass's decision, after its draw (logprobsMode 'raw'): row value_rows[i]'s raw
@@ -845,11 +951,30 @@ cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::
   return cudaGetLastError();
 }
 
-cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, cudaStream_t stream) {
+cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, Scratch& scratch, cudaStream_t stream) {
   if (!reports_raw_logprobs(p)) return cudaSuccess;
   if (p.top_logprobs > kMaxRawKeys || logits == nullptr) return cudaErrorInvalidValue;
-  partial_raw_kernel<<<static_cast<unsigned>(p.batch), kRowThreads, 0, stream>>>(logits, p, partial_call(p, true));
-  return cudaGetLastError();
+  RawSlices slices;
+  slices.slices = static_cast<int32_t>((p.vocab + kRawSliceValues - 1) / kRawSliceValues);
+  slices.n = p.top_logprobs;
+  slices.keys = nullptr;
+  const size_t count = static_cast<size_t>(p.batch) * static_cast<size_t>(slices.slices);
+  cudaError_t err = scratch.take(count * sizeof(RawSliceStats), &slices.stats);
+  if (err == cudaSuccess && slices.n > 0)
+    err = scratch.take(count * static_cast<size_t>(slices.n) * sizeof(unsigned long long), &slices.keys);
+  if (err == cudaSuccess) {
+    const dim3 grid(static_cast<unsigned>(slices.slices), static_cast<unsigned>(p.batch));
+    raw_slices_kernel<<<grid, kRawSliceThreads, 0, stream>>>(logits, p, p.vocab_offset, slices);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) {
+    partial_raw_kernel<<<static_cast<unsigned>(p.batch), kRowThreads, 0, stream>>>(logits, p, partial_call(p, true),
+                                                                                  slices);
+    err = cudaGetLastError();
+  }
+  const cudaError_t freed_keys = scratch.give_back(slices.keys);
+  const cudaError_t freed = scratch.give_back(slices.stats);
+  return err != cudaSuccess ? err : freed_keys != cudaSuccess ? freed_keys : freed;
 }
 
 cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream) {
@@ -910,7 +1035,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
           p, c, slices, sort_space, sort_stride, in_shared);
       err = cudaGetLastError();
     }
-    if (err == cudaSuccess) err = launch_partial_raw(p, logits, stream);
+    if (err == cudaSuccess) err = launch_partial_raw(p, logits, scratch, stream);
   }
   cudaError_t freed = cudaSuccess;
   for (void* region : {static_cast<void*>(sort_space), static_cast<void*>(slice_space), static_cast<void*>(logits),
