@@ -443,9 +443,24 @@ __device__ RawStats raw_stats(EachValue&& each_value) {
   return RawStats{z_max, sum, inf, valid};
 }
 
+// Appends to dst, in no order, the best `take` (>= 1) of the nonzero keys each_key(fn) hands out
+// (`available` >= take of them; every lane of a warp the same calls); *s_count counts them. Keys
+// are distinct (they hold their ids), so the radix selection's threshold admits exactly `take`.
+template <class EachKey>
+__device__ void append_best_keys(EachKey&& each_key, int take, long long available, unsigned long long* dst,
+                                 unsigned int* s_count) {
+  const unsigned long long threshold = take < available ? radix_select(each_key, take) : 1ull;
+  if (threadIdx.x == 0) *s_count = 0u;
+  __syncthreads();
+  each_key([&](unsigned long long k) {
+    const bool sel = k != 0ull && k >= threshold;
+    const unsigned int slot = warp_append_slot(s_count, sel);
+    if (sel) dst[slot] = k;
+  });
+}
+
 // The best min(valid, n) keys partial_key(x, id) of those values (valid: how many have x > -Inf; n
-// <= kMaxRawKeys), sorted descending into s_keys; returns their count. Keys are distinct (they
-// hold their ids), so the radix selection's threshold admits exactly that many.
+// <= kMaxRawKeys), sorted descending into s_keys; returns their count.
 template <class EachValue>
 __device__ int raw_top_keys(EachValue&& each_value, long long valid, int n, unsigned long long* s_keys,
                             unsigned int* s_count) {
@@ -454,14 +469,7 @@ __device__ int raw_top_keys(EachValue&& each_value, long long valid, int n, unsi
   auto each_key = [&](auto&& fn) {
     each_value([&](uint32_t id, float x) { fn(x > -INFINITY ? partial_key(x, id) : 0ull); });
   };
-  const unsigned long long threshold = take < valid ? radix_select(each_key, take) : 1ull;
-  if (threadIdx.x == 0) *s_count = 0u;
-  __syncthreads();
-  each_key([&](unsigned long long k) {
-    const bool sel = k != 0ull && k >= threshold;
-    const unsigned int at = warp_append_slot(s_count, sel);
-    if (sel) s_keys[at] = k;
-  });
+  append_best_keys(each_key, take, valid, s_keys, s_count);
   __syncthreads();
   detail::block_sort_desc(s_keys, take);
   __syncthreads();
@@ -529,14 +537,7 @@ __global__ void __launch_bounds__(kRawSliceThreads)
         fn(x[k] > -INFINITY ? partial_key(x[k], static_cast<uint32_t>(base + lo + threadIdx.x + k * kRawSliceThreads))
                             : 0ull);
     };
-    const unsigned long long threshold = take < valid ? radix_select(each_key, take) : 1ull;
-    if (threadIdx.x == 0) s_count = 0u;
-    __syncthreads();
-    each_key([&](unsigned long long k) {
-      const bool sel = k != 0ull && k >= threshold;
-      const unsigned int slot = warp_append_slot(&s_count, sel);
-      if (sel) dst[slot] = k;
-    });
+    append_best_keys(each_key, take, valid, dst, &s_count);
   }
   for (int i = take + static_cast<int>(threadIdx.x); i < out.n; i += kRawSliceThreads) dst[i] = 0ull;
 }
@@ -581,14 +582,7 @@ __global__ void __launch_bounds__(kRowThreads)
     auto each_key = [&](auto&& fn) {
       for (int64_t i = threadIdx.x; i < span; i += kRowThreads) fn(i < slots ? keys[i] : 0ull);
     };
-    const unsigned long long threshold = take < listed ? radix_select(each_key, take) : 1ull;
-    if (threadIdx.x == 0) s_count = 0u;
-    __syncthreads();
-    each_key([&](unsigned long long k) {
-      const bool sel = k != 0ull && k >= threshold;
-      const unsigned int slot = warp_append_slot(&s_count, sel);
-      if (sel) s_keys[slot] = k;
-    });
+    append_best_keys(each_key, take, listed, s_keys, &s_count);
     __syncthreads();
     detail::block_sort_desc(s_keys, take);
     __syncthreads();
