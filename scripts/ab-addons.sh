@@ -11,7 +11,9 @@
 # Default bench arguments: llama3-8b and qwen3-8b, B 1, 16, 64, fused, the option costs (top-k 1000:
 # a k above a tile's 128 takes another path to its threshold). Each build
 # runs REPS (2) times, A B A B; every table goes to $OUT/bench-{a,b}-{rep}.txt and the summary
-# lines (B, plain µs, cost of each option set) are printed.
+# lines (B, plain µs, cost of each option set) are printed. AB_ONLY=LETTERS (e.g. AB_ONLY=at) takes
+# only those builds of ab/, so that one call can run A/Bs of different bench arguments in turn (give
+# each its own OUT).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-ab-logs}
@@ -20,6 +22,7 @@ builds=()  # every ab/<letter>.node.xz (a, b, c, ...), alternated in that order
 for f in ab/?.node.xz; do
   [ -s "$f" ] || continue
   which=$(basename "$f" .node.xz)
+  [[ -z "${AB_ONLY:-}" || "$AB_ONLY" == *"$which"* ]] || continue
   xz -dc "$f" > "/tmp/ab-$which.node" || exit 2
   builds+=("$which")
 done

@@ -168,12 +168,8 @@ async function checkRecordedSteps(
   seven[5][(seven[5].indexOf(6) + 1) % V] = 4;
   const logits = Array.from({ length: 7 * tiles }, (_, b) => seven[b % 7]);
   const top = (b: number) => topTokens(seven[b % 7], V);
-  const rows = Array.from({ length: tiles }, () => penaltyRows(top))
-    .flat()
-    .map((row) => {
-      const { topK: _k, topP: _p, minP: _m, ...lists } = row;
-      return filters ? row : lists;
-    });
+  // (without `filters` the rows' topK, topP and minP reach no call: setRows and stepOptions drop them)
+  const rows = Array.from({ length: tiles }, () => penaltyRows(top)).flat();
   const B = rows.length;
   const cap = 16;
   const p = plantLogits(d, 'bf16', logits, { D: 16 });
@@ -285,6 +281,35 @@ describeDevices((name, dev) => {
     expect(Array.from((await sampler.readRows()).penaltyTable!.tokenIds)).toEqual([top[V - 1], -1]);
     out.dispose();
     status.dispose();
+    sampler.dispose();
+    p.dispose();
+  });
+
+  // Token 0 is a token like any other: drawing it counts minTokens down and records it, in the
+  // row's first free slot (the smallest index: a packed table stays packed).
+  test('recordTokens: token 0 counts minTokens down and takes the first free slot', async () => {
+    const d = dev();
+    const V = 111;
+    const l = Float64Array.from({ length: V }, (_, v) => (v === 0 ? 9 : (v % 7) * 0.5));
+    const p = plantLogits(d, 'f32', [l], { D: 8 });
+    const sampler = d.createSampler({ maxBatch: 1, vocab: V, hidden: 8, dtype: 'f32', penaltyCapacity: 3, bannedCapacity: 1 });
+    sampler.setRows(0, { temperature: new Float32Array([0]), minTokens: new Int32Array([2]) });
+    sampler.setBannedTokens(0, { rowOffsets: new Int32Array([0, 1]), tokenIds: new Int32Array([7]) });
+    sampler.setPenaltyTokens(0, { rowOffsets: new Int32Array([0, 1]), tokenIds: new Int32Array([5]), outputCounts: new Int32Array([0]), inPrompt: new Uint8Array([1]) });
+    const out = d.empty([1], 'i32');
+    const left: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      sampler.enqueue({ H: p.H, W: p.W, out, recordTokens: true });
+      await d.synchronize();
+      expect(Array.from((await out.toArray()) as Int32Array)).toEqual([0]);
+      left.push((await sampler.readRows()).minTokens[0]);
+    }
+    expect(left).toEqual([1, 0, 0]);
+    const table = (await sampler.readRows()).penaltyTable!;
+    expect(Array.from(table.tokenIds)).toEqual([5, 0, -1]);
+    expect(Array.from(table.outputCounts)).toEqual([0, 3, 0]);
+    expect(Array.from(table.inPrompt)).toEqual([1, 0, 0]);
+    out.dispose();
     sampler.dispose();
     p.dispose();
   });

@@ -135,6 +135,32 @@ describeDevices((devName, dev) => {
           p.dispose();
         }
       });
+
+      // SEMANTICS §2.6: the prefix whose mass reaches p exactly is the one kept (Σ_prefix w ≥ p Σ w).
+      // Four allowed tokens of equal logits have weights 1 each, so p = 0.25, 0.5 and 0.75 land exactly
+      // on a boundary: 1, 2 and 3 tokens (the smaller indices). The CPU decides in float64, where these
+      // sums are exact; CUDA's fixed-point masses may cut within a relative 1e-6 of a boundary (§5),
+      // so this pins the CPU only.
+      (devName === 'cpu' ? test : test.skip)(`${sampler}: top-p on an exact mass boundary keeps the prefix that reaches p (V=111, f32)`, async () => {
+        const allowed = [7, 20, 33, 90];
+        const logits = Float64Array.from({ length: 111 }, (_, v) => (allowed.includes(v) ? 1.5 : 3 - (v % 5)));
+        const p = plantLogits(dev(), 'f32', [logits, logits, logits], { D: 8 });
+        try {
+          const S = scaled(16384, MAX_S);
+          const mask = (v: number) => allowed.includes(v);
+          const rows: RowSpec[] = [{ topP: 0.5, mask }, { topP: 0.75, mask, temperature: 0.7 }, { topP: 0.25, mask }];
+          const res = await draw(sampler, p.H, p.W, { ...optionsFor(rows, p.V), numSamples: S, seed: 14n });
+          const counts = rowCounts(res.tokens, p.B, S, p.V);
+          [2, 3, 1].forEach((n, b) => {
+            const probs = new Float64Array(p.V);
+            for (const v of allowed.slice(0, n)) probs[v] = 1 / n;
+            const gof = goodnessOfFit(counts[b], probs);
+            expect({ row: b, ok: gof.ok, summary: gof.summary }).toEqual({ row: b, ok: true, summary: gof.summary });
+          });
+        } finally {
+          p.dispose();
+        }
+      });
     }
   });
 
@@ -292,7 +318,7 @@ describeDevices((devName, dev) => {
       });
     }
 
-    test('greedy rows ignore top-k / top-p / min-p and report logprob 0', async () => {
+    test('greedy rows ignore top-k / top-p / min-p and report logprob 0 (topLogprobs: the argmax alone)', async () => {
       const V = 1000;
       const a = zipfLogits(V, 1, 8);
       const p = plantLogits(dev(), 'bf16', [a, a], { D: 8 });
@@ -305,10 +331,14 @@ describeDevices((devName, dev) => {
             topP: 0.5,
             minP: 0.1,
             logprobs: true,
+            topLogprobs: 3,
             numSamples: 8,
           });
           expect(Array.from(r.tokens.slice(0, 8))).toEqual(new Array(8).fill(argmax));
           expect(Array.from(r.logprobs!.slice(0, 8))).toEqual(new Array(8).fill(0));
+          // SEMANTICS §2.4: a point mass on the argmax, exactly (not within the sampled rows' 1e-4)
+          expect(Array.from(r.topTokens!.slice(0, 3))).toEqual([argmax, -1, -1]);
+          expect(Array.from(r.topLogprobs!.slice(0, 3))).toEqual([0, -Infinity, -Infinity]);
         }
       } finally {
         p.dispose();

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Compares the builds of an A/B run (scripts/ab-addons.sh) and, with --candidates, picks a winner.
+
+Reads every bench-<letter>-<rep>.txt in DIR (the bench's tables, one per preset), takes each
+option's median µs over the reps, and prints per preset, batch size and option the cost over
+plain fused of every build and its difference from build `a` in points.
+
+  python3 scripts/ab-pick.py DIR
+  python3 scripts/ab-pick.py DIR --candidates gij --options listed512,listed4096 --preset llama3-8b \\
+      --batch 16,64,128 [--guard topk50] [--gain 1.5] [--slack 1.0] [--map g=k,i=l,j=m,none=s]
+
+With --candidates, the last line printed is the winner's letter (or its --map name, `none` when
+no candidate wins), so that one device call can run the winner's suite after its A/B:
+the candidate with the lowest mean cost over --options at --preset and --batch wins when that
+mean is at least --gain points below a's, and its plain µs (relative to a's) and each --guard
+option's cost stay within --slack points of a's at every one of those batch sizes.
+"""
+import argparse
+import glob
+import os
+import re
+import statistics
+import sys
+
+BASE = "fused"  # the table's own `fused µs` column: the costs' base
+CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \(\d+/\d+\)$")
+
+
+def parse_file(path):
+    """{(preset, B): {'plain': µs, option: µs}} from one bench output."""
+    out = {}
+    preset = None
+    columns = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            head = re.match(r"^(\S+) — ", line)
+            if head:
+                preset = head.group(1)
+                columns = None
+                continue
+            if re.match(r"^\s+B\s+fused µs", line):
+                # the header's columns are separated by two or more spaces
+                columns = re.split(r"\s{2,}", line.strip())
+                continue
+            if columns is None or preset is None:
+                continue
+            row = re.split(r"\s{2,}", line.strip())
+            if not row or not row[0].isdigit() or len(row) != len(columns):
+                continue
+            b = int(row[0])
+            cells = {BASE: float(row[1])}
+            for name, cell in zip(columns, row):
+                m = re.match(r"^fused\[(.+)\] µs \(fb rows\)$", name)
+                c = CELL.match(cell)
+                if m and c:
+                    cells[m.group(1)] = float(c.group(1))
+            out[(preset, b)] = cells
+    return out
+
+
+def load(directory):
+    """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(directory, "bench-*-*.txt"))):
+        m = re.match(r"bench-([a-z])-(\d+)\.txt$", os.path.basename(path))
+        if not m:
+            continue
+        for key, cells in parse_file(path).items():
+            for option, us in cells.items():
+                runs.setdefault(m.group(1), {}).setdefault(key, {}).setdefault(option, []).append(us)
+    return {l: {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in keys.items()}
+            for l, keys in runs.items()}
+
+
+def cost(cells, option):
+    """An option's cost over the row's plain fused µs, in points."""
+    base = cells.get(BASE)
+    us = cells.get(option)
+    if base is None or us is None:
+        return None
+    return 100.0 * (us / base - 1.0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--candidates", default="")
+    ap.add_argument("--options", default="")
+    ap.add_argument("--preset", default="")
+    ap.add_argument("--batch", default="")
+    ap.add_argument("--guard", default="")
+    ap.add_argument("--gain", type=float, default=1.5)
+    ap.add_argument("--slack", type=float, default=1.0)
+    ap.add_argument("--map", default="")
+    args = ap.parse_args()
+    data = load(args.dir)
+    if "a" not in data:
+        sys.exit(f"ab-pick: no bench-a-*.txt tables in {args.dir}")
+    letters = sorted(data)
+    keys = sorted({k for l in letters for k in data[l]})
+    options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE})
+    print("preset B option: " + " ".join(f"{l:>14}" for l in letters) + "   (cost over plain, points; Δ vs a)")
+    for preset, b in keys:
+        for option in [BASE] + options:
+            vals = []
+            for l in letters:
+                cells = data[l].get((preset, b), {})
+                if option == BASE:
+                    us, ref = cells.get(BASE), data["a"].get((preset, b), {}).get(BASE)
+                    vals.append(f"{us:8.1f}µs" + (f"{100 * (us / ref - 1):+4.0f}" if us and ref else "    ") if us else " " * 14)
+                else:
+                    c, ca = cost(cells, option), cost(data["a"].get((preset, b), {}), option)
+                    vals.append(f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
+            if any(v.strip() for v in vals):
+                print(f"{preset} {b} {option}: " + " ".join(f"{v:>14}" for v in vals))
+    if not args.candidates:
+        return
+    mapping = dict(kv.split("=") for kv in args.map.split(",") if kv)
+    picked = [o for o in args.options.split(",") if o]
+    guards = [o for o in args.guard.split(",") if o]
+    batches = [int(b) for b in args.batch.split(",") if b]
+    a = data["a"]
+    best, best_mean = None, None
+    for l in args.candidates:
+        if l not in data:
+            print(f"ab-pick: {l}: no tables (a build that did not run)")
+            continue
+        gains, ok = [], True
+        for b in batches:
+            key = (args.preset, b)
+            for o in picked:
+                c, ca = cost(data[l].get(key, {}), o), cost(a.get(key, {}), o)
+                if c is None or ca is None:
+                    ok = False
+                else:
+                    gains.append(c - ca)
+            for o in guards:
+                c, ca = cost(data[l].get(key, {}), o), cost(a.get(key, {}), o)
+                if c is None or ca is None or c - ca > args.slack:
+                    ok = False
+            us, ref = data[l].get(key, {}).get(BASE), a.get(key, {}).get(BASE)
+            if us is None or ref is None or 100.0 * (us / ref - 1.0) > args.slack:
+                ok = False
+        mean = statistics.mean(gains) if gains else None
+        print(f"ab-pick: {l}: mean Δ {mean:+.2f} points over {len(gains)} cells, guards {'held' if ok else 'broken'}"
+              if mean is not None else f"ab-pick: {l}: no cells")
+        if ok and mean is not None and mean <= -args.gain and (best_mean is None or mean < best_mean):
+            best, best_mean = l, mean
+    winner = best or "none"
+    print(mapping.get(winner, winner))
+
+
+if __name__ == "__main__":
+    main()
