@@ -73,7 +73,7 @@ async function wallUs(iters: number, call: () => Promise<unknown>): Promise<numb
  *  (bench/tp-graph-rank.ts), µs a step of rank 0 by "B label"; an error string where one failed. */
 async function graphSteps(plan: TpPlan, shape: GraphCase['shape'], n: number): Promise<Map<string, number | string>> {
   const testCase: GraphCase = {
-    shape, batches: plan.batches, sets: plan.optionSets.filter((set) => !set.listed && !set.mask && !set.logprobsMode),
+    shape, batches: plan.batches, sets: plan.optionSets.filter((set) => !set.listed && !set.mask),
     dtype: plan.dtype, logits: plan.logits, logitStd: plan.logitStd, iters: plan.iters, warmup: plan.warmup,
   };
   const id = Buffer.from(nccl.createUniqueId()).toString('hex');

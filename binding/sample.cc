@@ -162,7 +162,9 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
     if (p.vocab_offset % 4 != 0 || p.vocab_offset + p.vocab > p.vocab_total)
       throw_error(env, "vocabOffset: expected a multiple of 4 with vocabOffset + V <= vocabSize");
     StorageRef s = NativeBuffer::storage_of(spec.Get("partial"), "partial");
-    if (s->bytes() < partial_bytes(p.partial_max_batch, p.num_samples, p.partial_capacity))
+    // (logprobsMode 'raw': each row carries its raw section; p.logprobs is bound below)
+    const int32_t raw_top = p.raw_logprobs != 0 && (call->want_logprobs || p.top_logprobs > 0) ? p.top_logprobs : -1;
+    if (s->bytes() < partial_bytes(p.partial_max_batch, p.num_samples, p.partial_capacity, raw_top))
       throw_error(env, "partial: the tensor is smaller than the partial state");
     if ((s->kind() == MemoryKind::kDevice) != call->on_device) throw_error(env, "partial: the tensor lives on another device");
     call->keep_alive.push_back(s);
@@ -177,7 +179,9 @@ std::unique_ptr<CallInputs> parse_spec(const Napi::Object& spec, bool merge = fa
     if (!merge && p.partial == nullptr) throw_error(env, "rowValues: expected a shard call (partial)");
     StorageRef values = NativeBuffer::storage_of(spec.Get("rowValues"), "rowValues");
     StorageRef rows = NativeBuffer::storage_of(spec.Get("valueRows"), "valueRows");
-    if (values->bytes() < static_cast<size_t>(p.value_segments) * row_values_bytes(p.value_row_count, p.value_pitch))
+    // (logprobsMode 'raw': the segments carry the rows' raw logits too; p.logprobs is bound below)
+    const bool raw = p.raw_logprobs != 0 && (call->want_logprobs || p.top_logprobs > 0);
+    if (values->bytes() < static_cast<size_t>(p.value_segments) * row_values_bytes(p.value_row_count, p.value_pitch, raw))
       throw_error(env, "rowValues: the tensor is smaller than its segments");
     if (rows->bytes() < static_cast<size_t>(p.value_row_count) * 4) throw_error(env, "valueRows: the tensor is too small");
     for (const StorageRef& s : {values, rows}) {

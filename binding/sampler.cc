@@ -128,7 +128,6 @@ std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s,
                          std::to_string(s.ordinal));
   }
   if (info.size > kMaxShards) throw_error(env, "tp.comm: at most " + std::to_string(kMaxShards) + " ranks");
-  if (p.raw_logprobs != 0) throw_error(env, "tp: logprobsMode 'raw' is not supported on a sharded sampler");
   t->ranks = info.size;
   t->vocab_total = get_int(c, "vocabSize", p.vocab, INT32_MAX - 1);
   t->vocab_offset = get_int(c, "vocabOffset", 0, t->vocab_total - p.vocab);
@@ -138,8 +137,10 @@ std::shared_ptr<ShardedStep> sharded_step(Napi::Env env, const EngineSampler& s,
   t->pitch = get_int(c, "maxShardVocab", p.vocab, t->vocab_total);
   t->options_hash = get_u64(c, "optionsHash");
   const size_t B = static_cast<size_t>(s.max_batch), ranks = static_cast<size_t>(t->ranks);
-  t->state_bytes = partial_bytes(static_cast<int32_t>(s.max_batch), p.num_samples, t->capacity);
-  t->segment_bytes = t->rows_pass_rows > 0 ? row_values_bytes(t->rows_pass_rows, t->pitch) : 0;
+  // logprobsMode 'raw': the states carry their raw sections, the segments the rows' raw logits
+  const bool raw = p.raw_logprobs != 0 && (s.logprobs || p.top_logprobs > 0);
+  t->state_bytes = partial_bytes(static_cast<int32_t>(s.max_batch), p.num_samples, t->capacity, raw ? p.top_logprobs : -1);
+  t->segment_bytes = t->rows_pass_rows > 0 ? row_values_bytes(t->rows_pass_rows, t->pitch, raw) : 0;
   RegionLayout regions;
   t->state = regions.take(t->state_bytes);
   t->states = regions.take(ranks * t->state_bytes);

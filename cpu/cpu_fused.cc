@@ -277,8 +277,10 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       PartialHeader& h = *static_cast<PartialHeader*>(p.partial);
       init_partial_header(&h, static_cast<int32_t>(batch), p.partial_max_batch, p.num_samples,
                           static_cast<int32_t>(capacity), p.options_hash, base, p.vocab,
-                          p.vocab_total > 0 ? p.vocab_total : p.vocab, filtered);
+                          p.vocab_total > 0 ? p.vocab_total : p.vocab, filtered,
+                          reports_raw_logprobs(p) ? p.top_logprobs : -1);
       parallel_for(batch, threads, [&](int64_t b) { write_partial_row(p, h, b, rows[b], parts, mass.data(), tiles); });
+      write_partial_raw(p, threads);
       return std::string();
     }
 

@@ -284,6 +284,14 @@ void parallel_for(int64_t items, int num_threads, const std::function<void(int64
 // no mask, no listed steps, T = 1), in float64, over the logits `compute` gives (the same fp32).
 // Nothing when the call asks for no logprobs.
 void write_raw_logprobs(const SampleParams& p, int num_threads);
+// ... of row b from its raw logits x[0, p.vocab) (the rows pass assembles them from its segments).
+void write_raw_row(const SampleParams& p, int64_t b, const float* x);
+// p without the mask and the listed tokens: LogitSource then gives the raw logits.
+SampleParams raw_logits_params(const SampleParams& p);
+// A vocabulary shard's raw section (include/partial.h, kPartialRaw) for logprobsMode 'raw', after
+// its rows were written: the same logits as write_raw_logprobs, their statistics, the raw logits of
+// the winners and candidate keys, and the shard's first p.top_logprobs raw keys.
+void write_partial_raw(const SampleParams& p, int num_threads);
 
 }  // namespace detail
 }  // namespace cpu

@@ -222,40 +222,85 @@ std::vector<float> materialize_logits(const SampleParams& p, int threads) {
   return logits;
 }
 
-void write_raw_logprobs(const SampleParams& p, int num_threads) {
-  if (!reports_raw_logprobs(p)) return;
-  // the raw logits: the same source without the mask and the listed tokens
+void write_raw_row(const SampleParams& p, int64_t b, const float* x) {
+  const int64_t V = p.vocab, S = p.num_samples, n = p.top_logprobs;
+  const int64_t inf = std::count(x, x + V, INFINITY);
+  const MassPartial mass = tile_mass(x, V, 1.0);  // the finite values at T = 1
+  const double lse = mass.max_z + std::log(mass.sum);
+  auto kept = [&](float v) { return inf > 0 ? v == INFINITY : v > -INFINITY; };
+  auto logprob = [&](float v) -> float {
+    if (!kept(v)) return -INFINITY;
+    return static_cast<float>(inf > 0 ? -std::log(static_cast<double>(inf)) : static_cast<double>(v) - lse);
+  };
+  if (p.logprobs != nullptr)
+    for (int64_t j = 0; j < S; ++j) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t >= 0) p.logprobs[b * S + j] = logprob(x[t]);
+    }
+  if (n <= 0) return;
+  std::vector<Entry> order;
+  for (int64_t v = 0; v < V; ++v)
+    if (kept(x[v])) order.push_back(Entry{x[v], static_cast<int32_t>(v)});
+  const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + take, order.end(), entry_before);
+  for (int64_t i = 0; i < n; ++i) {
+    p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)].index : -1;
+    p.top_token_logprobs[b * n + i] = i < take ? logprob(order[static_cast<size_t>(i)].logit) : -INFINITY;
+  }
+}
+
+SampleParams raw_logits_params(const SampleParams& p) {
   SampleParams q = p;
   q.allowed = nullptr;
   q.bias_offsets = q.banned_offsets = q.penalty_offsets = nullptr;
+  return q;
+}
+
+void write_raw_logprobs(const SampleParams& p, int num_threads) {
+  if (!reports_raw_logprobs(p)) return;
+  // the raw logits: the same source without the mask and the listed tokens
+  const SampleParams q = raw_logits_params(p);  // (LogitSource keeps a reference to it)
   const LogitSource source(q);
-  const int64_t V = p.vocab, S = p.num_samples, n = p.top_logprobs;
+  const int64_t V = p.vocab;
   parallel_for(p.batch, num_threads, [&](int64_t b) {
     std::vector<float> x(static_cast<size_t>(V)), scratch;
     source.compute(b, b + 1, 0, V, x.data(), V, scratch);
-    const int64_t inf = std::count(x.begin(), x.end(), INFINITY);
+    write_raw_row(p, b, x.data());
+  });
+}
+
+void write_partial_raw(const SampleParams& p, int num_threads) {
+  const PartialHeader& h = *static_cast<const PartialHeader*>(p.partial);
+  if (partial_raw_top(h) < 0) return;
+  const SampleParams q = raw_logits_params(p);  // (LogitSource keeps a reference to it)
+  const LogitSource source(q);
+  const int64_t V = p.vocab, base = p.vocab_offset, n = partial_raw_top(h);
+  parallel_for(p.batch, num_threads, [&](int64_t b) {
+    std::vector<float> x(static_cast<size_t>(V)), scratch;
+    source.compute(b, b + 1, 0, V, x.data(), V, scratch);
+    const PartialRowView v = partial_row(p.partial, h, b);
     const MassPartial mass = tile_mass(x.data(), V, 1.0);  // the finite values at T = 1
-    const double lse = mass.max_z + std::log(mass.sum);
-    auto kept = [&](float v) { return inf > 0 ? v == INFINITY : v > -INFINITY; };
-    auto logprob = [&](float v) -> float {
-      if (!kept(v)) return -INFINITY;
-      return static_cast<float>(inf > 0 ? -std::log(static_cast<double>(inf)) : static_cast<double>(v) - lse);
-    };
-    if (p.logprobs != nullptr)
-      for (int64_t j = 0; j < S; ++j) {
-        const int32_t t = p.tokens[b * S + j];
-        if (t >= 0) p.logprobs[b * S + j] = logprob(x[static_cast<size_t>(t)]);
-      }
-    if (n <= 0) return;
-    std::vector<Entry> order;
-    for (int64_t v = 0; v < V; ++v)
-      if (kept(x[static_cast<size_t>(v)])) order.push_back(Entry{x[static_cast<size_t>(v)], static_cast<int32_t>(v)});
+    std::vector<Entry> order;  // the drawable ones (finite or +Inf), in the raw order
+    int64_t inf = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const float l = x[static_cast<size_t>(i)];
+      inf += l == INFINITY ? 1 : 0;
+      if (l > -INFINITY) order.push_back(Entry{l, static_cast<int32_t>(i)});
+    }
     const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
     std::partial_sort(order.begin(), order.begin() + take, order.end(), entry_before);
-    for (int64_t i = 0; i < n; ++i) {
-      p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)].index : -1;
-      p.top_token_logprobs[b * n + i] = i < take ? logprob(order[static_cast<size_t>(i)].logit) : -INFINITY;
-    }
+    *v.raw = PartialRawRow{mass.max_z, mass.sum, inf, static_cast<int32_t>(take), 0};
+    for (int64_t i = 0; i < take; ++i)
+      v.raw_keys[i] = partial_key(order[static_cast<size_t>(i)].logit,
+                                  static_cast<uint32_t>(base + order[static_cast<size_t>(i)].index));
+    auto raw_of = [&](uint32_t global) {
+      const int64_t local = static_cast<int64_t>(global) - base;
+      return local >= 0 && local < V ? x[static_cast<size_t>(local)] : NAN;
+    };
+    for (int32_t j = 0; j < h.num_samples; ++j)
+      v.winner_raw[j] = v.winners[j].key == kNoToken ? 0.0f : raw_of(v.winners[j].key & 0x7fffffffu);
+    const int32_t count = v.row->num_candidates;
+    for (int32_t i = 0; i < count; ++i) v.key_raw[i] = raw_of(partial_key_index(v.keys[i]));
   });
 }
 

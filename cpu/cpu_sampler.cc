@@ -30,7 +30,6 @@ std::string validate(const SampleParams& p) {
   if (p.dim <= 0) return "dim must be positive";
   if (p.num_samples <= 0 || p.num_samples > kMaxSamples) return "num_samples must be in 1 .. 65536";
   if (p.top_logprobs < 0) return "top_logprobs must be >= 0";
-  if (p.raw_logprobs != 0 && p.partial != nullptr) return "logprobsMode 'raw' is not supported on vocabulary shards";
   if (p.top_logprobs > 0 && (p.top_tokens == nullptr || p.top_token_logprobs == nullptr)) {
     return "top_logprobs > 0 needs top_tokens and top_token_logprobs";
   }

@@ -1109,9 +1109,10 @@ __global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t*
   const int64_t i = blockIdx.y;
   if (live != nullptr && i >= *live) return;
   const int64_t b = p.value_rows[i], V = p.vocab;
+  const bool raw = reports_raw_logprobs(p);  // (the segments' rows of raw logits follow their values)
   __shared__ bool s_ok;
   if (threadIdx.x == 0)
-    s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V);
+    s_ok = row_values_segments_ok(p.row_values, p.value_row_count, p.value_pitch, p.value_segments, V, raw);
   __syncthreads();
   const bool leader = blockIdx.x == 0 && threadIdx.x == 0;
   if (!s_ok) {
@@ -1124,7 +1125,7 @@ __global__ void assemble_row_values_kernel(float* rows, SampleParams p, int32_t*
   }
   float* row = rows + b * V;
   for (int32_t r = 0; r < p.value_segments; ++r) {
-    const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r);
+    const RowValuesHeader* h = row_values_segment(p.row_values, p.value_row_count, p.value_pitch, r, raw);
     const float* src = reinterpret_cast<const float*>(h + 1) + i * p.value_pitch;
     for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < h->vocab_size;
          v += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -1970,7 +1971,8 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
 // own words' tokens in turn, 12.8 / 21.1).
 constexpr int kListedThreads = 256;
 
-// The position of the n-th set bit of bits, from 0 (n < popc(bits)).
+// The position of the n-th set bit of bits, from 0 (n < popc(bits)). CUDA's __fns(bits, 0, n + 1)
+// is the same, emulated for any base and offset sign: 16 more instructions and a branch (sm_90a SASS).
 __device__ __forceinline__ int nth_set_bit(uint32_t bits, int n) {
   int pos = 0;
 #pragma unroll
@@ -2047,7 +2049,7 @@ __global__ void __launch_bounds__(kListedThreads)
     const int below_j = __shfl_sync(~0u, below, j);
     if (k < total) {
       const int o = nth_set_bit(bits_j, k - below_j);
-      const uint32_t at = first_j + __popc(marks_j & ((1u << o) - 1u));
+      const uint32_t at = detail::listed_index(make_uint2(marks_j, first_j), o);
       offer_listed(pk, rp, slope, detail::apply_listed_entry(f.listed_table[at], listed_values[at]),
                    static_cast<uint32_t>((w - lane + j) * 32 + o));
     }
@@ -2380,12 +2382,12 @@ namespace {
 bool row_values_call_ok(const SampleParams& p) {
   return p.row_values != nullptr && p.value_rows != nullptr && p.value_row_count >= 1 && p.value_row_count <= p.batch &&
          p.value_segments >= 1 && p.value_segments <= kMaxShards && p.value_pitch >= 1 && p.tokens != nullptr &&
-         p.temperature != nullptr && p.seed != nullptr && p.offset != nullptr && p.raw_logprobs == 0 &&
+         p.temperature != nullptr && p.seed != nullptr && p.offset != nullptr &&
          p.allowed == nullptr && p.softcap <= 0.0f && !has_penalties(p);  // (the segments' values are final)
 }
 
 // The segments' rows laid out in `rows` ([B, V]) and flagged (`flags`: [B] and the count, zeroed
-// here), then decided by the extra pass.
+// here), then decided by the extra pass; logprobsMode 'raw' then reports the raw distribution.
 cudaError_t decide_assembled_rows(const SampleParams& p, const int32_t* live, float* rows, int32_t* flags,
                                   cudaStream_t stream) {
   const size_t B = static_cast<size_t>(p.batch);
@@ -2397,6 +2399,7 @@ cudaError_t decide_assembled_rows(const SampleParams& p, const int32_t* live, fl
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = launch_extra_pass(p, flags, flags + B, rows, nullptr, stream);
+  if (err == cudaSuccess) err = launch_decide_raw_rows(p, live, stream);
   return err;
 }
 
@@ -2481,7 +2484,8 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
-  l.raw = layout.take(raw_tiles_path(p) ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats) : 0);
+  l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
+                                                                 : 0);
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
@@ -2562,7 +2566,9 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
 // The listed tokens' table (p.listed_*) is built here, between the zeroing kernel and the GEMM,
 // where the GEMM's main loop hides it; *built says whether that kernel was launched.
 // A vocabulary shard's call (p.partial set) takes the same GEMM, every row's summaries and winner
-// (FilterArgs::shard), then launch_partial_from_candidates in place of the decision and extra pass.
+// (FilterArgs::shard), then launch_partial_from_candidates in place of the decision and extra pass;
+// with logprobsMode 'raw' every row stores its raw logits, from which launch_partial_raw writes the
+// state's raw section.
 static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t stream, bool* built) {
   const size_t B = static_cast<size_t>(p.batch);
   const bool shard = p.partial != nullptr;
@@ -2601,7 +2607,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.store_all = 0;
   f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
-  f.raw_tiles = raw_tiles_path(p) ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
+  f.raw_tiles = raw_tiles_path(p) && !shard ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2623,7 +2629,16 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     f.store_all = store_all ? 1 : 0;
   }
   f.stored_tiles = !shard && rows_store_some_tiles(p) ? ws + l.marks : nullptr;  // (the top-p rows' row_logits, not store_all)
-  if (shard && p.shard_row_logits != nullptr && p.shard_stored_tiles != nullptr && rows_store_some_tiles(p)) {
+  const bool shard_raw = shard && reports_raw_logprobs(p);
+  if (shard_raw) {  // (an engine's rows pass then recomputes its rows: no tile is marked stored)
+    err = scratch.take(row_bytes, &row_logits);
+    if (err != cudaSuccess) {
+      scratch.give_back(ws);
+      return err;
+    }
+    f.row_logits = row_logits;
+    f.store_all = 1;
+  } else if (shard && p.shard_row_logits != nullptr && p.shard_stored_tiles != nullptr && rows_store_some_tiles(p)) {
     f.row_logits = p.shard_row_logits;  // (the engine's rows pass reads back what they stored)
     f.stored_tiles = p.shard_stored_tiles;
   }
@@ -2656,8 +2671,10 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   if (err == cudaSuccess && shard) {
     err = launch_partial_from_candidates(p, f, winners, stream);
+    if (err == cudaSuccess && shard_raw) err = launch_partial_raw(p, row_logits, scratch, stream);
+    const cudaError_t freed_rows = scratch.give_back(row_logits);
     const cudaError_t freed = scratch.give_back(ws);
-    return err != cudaSuccess ? err : freed;
+    return err != cudaSuccess ? err : freed_rows != cudaSuccess ? freed_rows : freed;
   }
   if (err == cudaSuccess && listed_values != nullptr) {  // the listed tokens the epilogue left out
     const dim3 grid(static_cast<unsigned>((f.allowed_words + kListedThreads - 1) / kListedThreads),

@@ -85,13 +85,22 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
                                  const detail::FilterArgs& f, bool programmatic, cudaStream_t stream);
 
 // A vocabulary shard's call (p.partial set; SEMANTICS §6) on the one-pass path: the filtered GEMM
-// with every row's summaries and winner, then launch_partial_from_candidates. numSamples 1.
+// with every row's summaries and winner, then launch_partial_from_candidates (and with logprobsMode
+// 'raw', every row's logits stored, launch_partial_raw). numSamples 1.
 // cudaErrorNotSupported where the one-pass GEMM does not run for `p` (the caller materializes).
 cudaError_t launch_shard_one_pass(const SampleParams& p, cudaStream_t stream);
 // The shard's partial state (partial.cu) from the one-pass GEMM's tile summaries, winners ([batch])
 // and candidates: each row's statistics, sample 0's winner and the best keys of its complete prefix.
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
                                            const unsigned long long* winners, cudaStream_t stream);
+// logprobsMode 'raw' (partial.cu): the raw section of the state's rows, after their winners and
+// candidate keys were written, from the shard's logits [batch, vocab] (bias included, before
+// softcap); its temporaries from `scratch`. Nothing for a call that reports no raw logprobs.
+cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, Scratch& scratch, cudaStream_t stream);
+// The rows pass's decision, logprobsMode 'raw' (partial.cu): after the draw, the raw logprobs and
+// top tokens of the value rows (the first *live of them where `live` is set) from the raw logits
+// their segments carry. Nothing for a call that reports no raw logprobs.
+cudaError_t launch_decide_raw_rows(const SampleParams& p, const int32_t* live, cudaStream_t stream);
 
 // Fused: the vocabulary in L2-sized chunks (the [B, chunk] logits live in L2, never [B, V] in
 // HBM), an exact online log-sum-exp and the top kCandidateCap candidates per row, then the exact

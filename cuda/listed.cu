@@ -148,8 +148,7 @@ __global__ void __launch_bounds__(kThreads) build_listed_kernel(SampleParams p, 
     for (int64_t w = tid; w < words; w += kThreads) out[w] = row[w];
 
   auto entry = [&](int32_t t) -> ListedEntry& {
-    const uint2 m = row[t >> 5];
-    return table[m.y + __popc(m.x & ((1u << (t & 31)) - 1u))];
+    return table[detail::listed_index(row[t >> 5], t & 31)];
   };
   each(p.bias_offsets, p.bias_entries, p.bias_tokens, bias_value, finite, [&](int32_t t, float v) {
     ListedEntry& e = entry(t);

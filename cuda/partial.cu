@@ -10,6 +10,11 @@
 // partial_slices_kernel cuts each row into slices of kSliceValues (one block each: the slice's
 // winners, statistics and best keys) and partial_rows_kernel merges a row's slices into its
 // state. launch_merge_partials runs merge.h's row merge, a block per row.
+//
+// logprobsMode 'raw' (SEMANTICS §4, §6): partial_raw_kernel writes each row's raw section from the
+// shard's logits, stored by either path (their statistics, the winners' and candidates' raw logits,
+// the shard's best raw keys), the rows pass's segments carry the rows' raw logits after their
+// values (decide_raw_rows_kernel reads them), and the merge adds merge_write_raw.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +55,13 @@ struct PartialCall {
   uint64_t options_hash;
   int64_t vocab_offset, vocab_total;
   bool stats;
+  int32_t raw_top;  // logprobsMode 'raw': the raw keys a row (include/partial.h); -1: no raw section
 };
+PartialCall partial_call(const SampleParams& p, bool stats) {
+  return PartialCall{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset,
+                     p.vocab_total > 0 ? p.vocab_total : p.vocab, stats,
+                     reports_raw_logprobs(p) ? p.top_logprobs : -1};
+}
 
 // A row is cut into slices of kSliceValues values, one block of kSliceThreads each (4 quads a
 // thread); the row kernel then merges its slices. One block per row over the whole shard row (12
@@ -298,7 +309,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int tid = threadIdx.x;
   PartialHeader h;
   init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
-                      base, V, c.vocab_total, c.stats);
+                      base, V, c.vocab_total, c.stats, c.raw_top);
   if (b == 0 && tid == 0) *static_cast<PartialHeader*>(p.partial) = h;
   const PartialRowView out = partial_row(p.partial, h, b);
   const bool greedy = !(p.temperature[b] > 0.0f);
@@ -395,6 +406,256 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// ---- logprobsMode 'raw' ------------------------------------------------------------------------
+// The raw keys a row reports at most (topLogprobs' bound, lib/options.ts MAX_TOP_LOGPROBS): a power
+// of two, so block_sort_desc sorts them where they are gathered.
+constexpr int kMaxRawKeys = 1024;
+
+// A row's raw distribution (SEMANTICS §4: the softcapped logits, every token, T = 1), in float64 as
+// the CPU's tile_mass: the max and Σ exp(x - max) over the finite values, the +Inf count, and the
+// drawable values (finite or +Inf).
+struct RawStats {
+  double z_max, sum;
+  long long inf, valid;
+};
+
+// The statistics of the values each_value(fn) hands this thread as fn(global id, x) (x NaN: none;
+// every lane of a warp the same number of calls).
+template <class EachValue>
+__device__ RawStats raw_stats(EachValue&& each_value) {
+  float m = -INFINITY;
+  long long inf = 0, valid = 0;
+  each_value([&](uint32_t, float x) {
+    if (x == INFINITY) ++inf;
+    else if (x > -INFINITY) m = fmaxf(m, x);  // (NaN: neither)
+    valid += x > -INFINITY ? 1 : 0;
+  });
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  valid = block_reduce(valid, Sum(), 0ll);
+  const double z_max = static_cast<double>(m);
+  double sum = 0.0;
+  if (m > -INFINITY)  // (block-uniform)
+    each_value([&](uint32_t, float x) {
+      if (x > -INFINITY && x < INFINITY) sum += exp(static_cast<double>(x) - z_max);
+    });
+  sum = block_reduce(sum, Sum(), 0.0);
+  return RawStats{z_max, sum, inf, valid};
+}
+
+// Appends to dst, in no order, the best `take` (>= 1) of the nonzero keys each_key(fn) hands out
+// (`available` >= take of them; every lane of a warp the same calls); *s_count counts them. Keys
+// are distinct (they hold their ids), so the radix selection's threshold admits exactly `take`.
+template <class EachKey>
+__device__ void append_best_keys(EachKey&& each_key, int take, long long available, unsigned long long* dst,
+                                 unsigned int* s_count) {
+  const unsigned long long threshold = take < available ? radix_select(each_key, take) : 1ull;
+  if (threadIdx.x == 0) *s_count = 0u;
+  __syncthreads();
+  each_key([&](unsigned long long k) {
+    const bool sel = k != 0ull && k >= threshold;
+    const unsigned int slot = warp_append_slot(s_count, sel);
+    if (sel) dst[slot] = k;
+  });
+}
+
+// The best min(valid, n) keys partial_key(x, id) of those values (valid: how many have x > -Inf; n
+// <= kMaxRawKeys), sorted descending into s_keys; returns their count.
+template <class EachValue>
+__device__ int raw_top_keys(EachValue&& each_value, long long valid, int n, unsigned long long* s_keys,
+                            unsigned int* s_count) {
+  const int take = static_cast<int>(valid < n ? valid : n);
+  if (take == 0) return 0;  // (block-uniform)
+  auto each_key = [&](auto&& fn) {
+    each_value([&](uint32_t id, float x) { fn(x > -INFINITY ? partial_key(x, id) : 0ull); });
+  };
+  append_best_keys(each_key, take, valid, s_keys, s_count);
+  __syncthreads();
+  detail::block_sort_desc(s_keys, take);
+  __syncthreads();
+  return take;
+}
+
+// A shard's raw section is computed over slices of kRawSliceValues values, a block each with every
+// load issued before any is used, then merged a block a row: one block a row over the row itself
+// left its passes bound by one SM's latency (the unsharded raw path's, ~50 µs a row at V = 128256).
+constexpr int kRawSliceThreads = 256;
+constexpr int kRawSliceLoads = 16;
+constexpr int64_t kRawSliceValues = kRawSliceThreads * kRawSliceLoads;
+
+struct RawSliceStats {
+  float max;           // of the slice's finite raw values (-Inf: none)
+  int32_t inf, valid;  // its +Inf values; its drawable ones (finite or +Inf)
+  double sum;          // Σ exp(x - max) over its finite values, float64
+};
+struct RawSlices {
+  RawSliceStats* stats;      // [batch, slices]
+  unsigned long long* keys;  // [batch, slices, n]: each slice's best min(n, valid) keys (unordered), zeros after
+  int32_t slices, n;
+};
+
+// Slice blockIdx.x of row blockIdx.y: the shard's stored logits (bias included) softcapped, their
+// statistics and best keys partial_key(x, global id).
+__global__ void __launch_bounds__(kRawSliceThreads)
+    raw_slices_kernel(const float* __restrict__ logits, SampleParams p, int64_t base, RawSlices out) {
+  __shared__ unsigned int s_count;
+  const int64_t b = blockIdx.y, V = p.vocab, lo = static_cast<int64_t>(blockIdx.x) * kRawSliceValues;
+  const int64_t at = b * out.slices + blockIdx.x;
+  const float* const row = logits + b * V;
+  float x[kRawSliceLoads];
+#pragma unroll
+  for (int k = 0; k < kRawSliceLoads; ++k) {
+    const int64_t v = lo + threadIdx.x + k * kRawSliceThreads;
+    x[k] = v < V ? row[v] : NAN;
+  }
+  float m = -INFINITY;
+  int32_t inf = 0, valid = 0;
+#pragma unroll
+  for (int k = 0; k < kRawSliceLoads; ++k) {
+    x[k] = softcap_logit(x[k], p.softcap);
+    if (x[k] == INFINITY) ++inf;
+    else if (x[k] > -INFINITY) m = fmaxf(m, x[k]);  // (NaN: neither)
+    valid += x[k] > -INFINITY ? 1 : 0;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0);
+  valid = block_reduce(valid, Sum(), 0);
+  double sum = 0.0;
+  if (m > -INFINITY)  // (block-uniform)
+#pragma unroll
+    for (int k = 0; k < kRawSliceLoads; ++k)
+      if (x[k] > -INFINITY && x[k] < INFINITY) sum += exp(static_cast<double>(x[k]) - static_cast<double>(m));
+  sum = block_reduce(sum, Sum(), 0.0);
+  if (threadIdx.x == 0) out.stats[at] = RawSliceStats{m, inf, valid, sum};
+  if (out.n == 0) return;
+  const int take = valid < out.n ? valid : out.n;  // (block-uniform)
+  unsigned long long* const dst = out.keys + at * out.n;
+  if (take > 0) {
+    auto each_key = [&](auto&& fn) {
+#pragma unroll
+      for (int k = 0; k < kRawSliceLoads; ++k)
+        fn(x[k] > -INFINITY ? partial_key(x[k], static_cast<uint32_t>(base + lo + threadIdx.x + k * kRawSliceThreads))
+                            : 0ull);
+    };
+    append_best_keys(each_key, take, valid, dst, &s_count);
+  }
+  for (int i = take + static_cast<int>(threadIdx.x); i < out.n; i += kRawSliceThreads) dst[i] = 0ull;
+}
+
+// Row b's raw section (kPartialRaw), after its winners and candidate keys were written: the row's
+// slices merged in slice order (each sum rescaled in float64 to the row's max), its best c.raw_top
+// keys among the slices' (which hold them: a slice's n best hold its share of the row's n best),
+// and each winner's and candidate key's raw logit read from the stored logits (the CPU's
+// write_partial_raw).
+__global__ void __launch_bounds__(kRowThreads)
+    partial_raw_kernel(const float* __restrict__ logits, SampleParams p, PartialCall c, RawSlices in) {
+  __shared__ unsigned long long s_keys[kMaxRawKeys];
+  __shared__ unsigned int s_count;
+  const int64_t b = blockIdx.x, V = p.vocab, base = c.vocab_offset;
+  const int R = in.slices, n = in.n;
+  PartialHeader h;
+  init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
+                      base, V, c.vocab_total, c.stats, c.raw_top);
+  const PartialRowView out = partial_row(p.partial, h, b);
+  const RawSliceStats* const stats = in.stats + b * R;
+  float m = -INFINITY;
+  long long inf = 0, valid = 0, listed = 0;
+  for (int s = threadIdx.x; s < R; s += kRowThreads) {
+    m = fmaxf(m, stats[s].max);
+    inf += stats[s].inf;
+    valid += stats[s].valid;
+    listed += stats[s].valid < n ? stats[s].valid : n;
+  }
+  m = block_reduce(m, Max(), -INFINITY);
+  inf = block_reduce(inf, Sum(), 0ll);
+  valid = block_reduce(valid, Sum(), 0ll);
+  listed = block_reduce(listed, Sum(), 0ll);
+  const double z_max = static_cast<double>(m);
+  double sum = 0.0;
+  for (int s = threadIdx.x; s < R; s += kRowThreads)
+    if (stats[s].sum > 0.0) sum += stats[s].sum * exp(static_cast<double>(stats[s].max) - z_max);
+  sum = block_reduce(sum, Sum(), 0.0);
+  const int take = static_cast<int>(valid < n ? valid : n);
+  if (take > 0) {  // (block-uniform)
+    const unsigned long long* const keys = in.keys + b * static_cast<int64_t>(R) * n;
+    const int64_t slots = static_cast<int64_t>(R) * n, span = (slots + 31) / 32 * 32;  // warp-uniform calls
+    auto each_key = [&](auto&& fn) {
+      for (int64_t i = threadIdx.x; i < span; i += kRowThreads) fn(i < slots ? keys[i] : 0ull);
+    };
+    append_best_keys(each_key, take, listed, s_keys, &s_count);
+    __syncthreads();
+    detail::block_sort_desc(s_keys, take);
+    __syncthreads();
+    for (int i = threadIdx.x; i < take; i += kRowThreads) out.raw_keys[i] = s_keys[i];
+  }
+  const float* const row = logits + b * V;
+  auto raw_of = [&](uint32_t global) {
+    const int64_t local = static_cast<int64_t>(global) - base;
+    return local >= 0 && local < V ? softcap_logit(row[local], p.softcap) : NAN;
+  };
+  for (int j = threadIdx.x; j < p.num_samples; j += kRowThreads)
+    out.winner_raw[j] = out.winners[j].key == kNoToken ? 0.0f : raw_of(out.winners[j].key & 0x7fffffffu);
+  const int32_t count = out.row->num_candidates < 0 ? 0 : out.row->num_candidates > c.capacity ? c.capacity
+                                                                                                  : out.row->num_candidates;
+  for (int32_t i = threadIdx.x; i < count; i += kRowThreads) out.key_raw[i] = raw_of(partial_key_index(out.keys[i]));
+  if (threadIdx.x == 0) *out.raw = PartialRawRow{z_max, sum, static_cast<int64_t>(inf), take, 0};
+}
+
+// The rows pass's decision, after its draw (logprobsMode 'raw'): row value_rows[i]'s raw
+// log-probabilities from the raw logits that every shard's segment carries after its values, the
+// drawn tokens' and the topLogprobs best (the CPU's write_raw_row). Rows whose segments are not one
+// round's were left undecided; with `live`, only the first *live rows.
+__global__ void __launch_bounds__(kRowThreads) decide_raw_rows_kernel(SampleParams p, const int32_t* live) {
+  __shared__ unsigned long long s_keys[kMaxRawKeys];
+  __shared__ unsigned int s_count;
+  __shared__ bool s_ok;
+  const int64_t i = blockIdx.x, rows = p.value_row_count, pitch = p.value_pitch;
+  if (live != nullptr && i >= *live) return;
+  if (threadIdx.x == 0) s_ok = row_values_segments_ok(p.row_values, rows, pitch, p.value_segments, p.vocab, true);
+  __syncthreads();
+  if (!s_ok) return;
+  const int64_t b = p.value_rows[i];
+  auto raw_row = [&](int32_t r) {
+    const RowValuesHeader* h = row_values_segment(p.row_values, rows, pitch, r, true);
+    return reinterpret_cast<const float*>(h + 1) + (rows + i) * pitch;
+  };
+  auto each_value = [&](auto&& fn) {
+    for (int32_t r = 0; r < p.value_segments; ++r) {
+      const RowValuesHeader& h = *row_values_segment(p.row_values, rows, pitch, r, true);
+      const float* x = raw_row(r);
+      const int64_t span = (h.vocab_size + 31) / 32 * 32;  // every lane of a warp the same calls
+      for (int64_t v = threadIdx.x; v < span; v += kRowThreads)
+        fn(static_cast<uint32_t>(h.vocab_offset + v), v < h.vocab_size ? x[v] : NAN);
+    }
+  };
+  const RawStats st = raw_stats(each_value);
+  const double lse = st.z_max + log(st.sum);
+  auto logprob = [&](float x) -> float {  // +Inf logits share the mass; -Inf and NaN: probability 0
+    if (st.inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(st.inf))) : -INFINITY;
+    return x > -INFINITY && x < INFINITY ? static_cast<float>(static_cast<double>(x) - lse) : -INFINITY;
+  };
+  const int32_t S = p.num_samples;
+  if (p.logprobs != nullptr)
+    for (int32_t j = threadIdx.x; j < S; j += kRowThreads) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t < 0) continue;
+      float x = NAN;
+      for (int32_t r = 0; r < p.value_segments; ++r) {
+        const RowValuesHeader& h = *row_values_segment(p.row_values, rows, pitch, r, true);
+        if (t >= h.vocab_offset && t < h.vocab_offset + h.vocab_size) x = raw_row(r)[t - h.vocab_offset];
+      }
+      p.logprobs[b * S + j] = logprob(x);
+    }
+  const int n = p.top_logprobs;
+  if (n <= 0) return;
+  // with +Inf logits only they are kept: they are the largest keys, so the first ones
+  const int take = raw_top_keys(each_value, st.inf > 0 ? st.inf : st.valid, n, s_keys, &s_count);
+  for (int k = threadIdx.x; k < n; k += kRowThreads) {
+    p.top_tokens[b * n + k] = k < take ? static_cast<int32_t>(partial_key_index(s_keys[k])) : -1;
+    p.top_token_logprobs[b * n + k] = k < take ? logprob(partial_key_logit(s_keys[k])) : -INFINITY;
+  }
+}
+
 // Keys a row of the one-pass shard path holds (sorted in shared memory): larger capacities, which
 // only the merge's later rounds ask, materialize (a one-pass prefix rarely holds more).
 constexpr int kCandidateKeysMax = 2048;
@@ -429,7 +690,7 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
   const int tid = threadIdx.x;
   PartialHeader h;
   init_partial_header(&h, static_cast<int32_t>(p.batch), c.max_batch, p.num_samples, c.capacity, c.options_hash,
-                      base, p.vocab, c.vocab_total, c.stats);
+                      base, p.vocab, c.vocab_total, c.stats, c.raw_top);
   if (b == 0 && tid == 0) *static_cast<PartialHeader*>(p.partial) = h;
   const PartialRowView out = partial_row(p.partial, h, b);
   const float temperature = p.temperature[b];
@@ -525,21 +786,48 @@ __global__ void __launch_bounds__(detail::kRowBlockThreads)
   }
 }
 
+// merge_write_raw (merge.h) for a row the block drew: the drawn tokens' scans of their shard's
+// candidates shared by the block's threads (one thread's scan waits on an L2 load a key: ~0.3 µs,
+// so a token a thousand keys deep in a top-p prefix would cost the row ~300 µs).
+__device__ void merge_write_raw_block(const SampleParams& p, const PartialSet& set, int64_t b) {
+  __shared__ MergedRaw s_raw;
+  __shared__ float s_x;
+  if (threadIdx.x == 0) s_raw = merged_raw(set, b);
+  __syncthreads();  // (also: thread 0's tokens are written)
+  const MergedRaw r = s_raw;
+  const int32_t S = p.num_samples;
+  if (p.logprobs != nullptr)
+    for (int32_t j = 0; j < S; ++j) {
+      const int32_t t = p.tokens[b * S + j];  // (block-uniform)
+      if (t < 0) continue;
+      if (threadIdx.x == 0) s_x = NAN;
+      __syncthreads();
+      const float x = merged_raw_logit(set, b, t, static_cast<int32_t>(threadIdx.x), static_cast<int32_t>(blockDim.x));
+      if (x == x) s_x = x;  // (one key holds t; a winner every thread finds: the same value)
+      __syncthreads();
+      if (threadIdx.x == 0) p.logprobs[b * S + j] = s_x != s_x ? NAN : merged_raw_logprob(r, s_x);
+    }
+  if (threadIdx.x == 0) merge_write_raw_top(p, set, b, r);
+}
+
 // A block per row runs merge.h's steps: setup on one thread, the prefix placed and its chunks'
 // masses a thread per key and chunk, the decision on one thread, each sample's pick over the kept
 // keys a thread per key (one thread a row walked every kept key: 50 ms at B = 64 for model-like
-// flat rows' 50 K-key nuclei, llama3-8b TP 1).
+// flat rows' 50 K-key nuclei, llama3-8b TP 1). `call` is the merge call; `p` is the same but, for
+// logprobsMode 'raw', without the processed log-probabilities, which merge_write_raw replaces.
 __global__ void __launch_bounds__(kMergeThreads)
-    merge_rows_kernel(SampleParams p, PartialSet set, MergeScratch scratch, int32_t* __restrict__ status) {
+    merge_rows_kernel(SampleParams p, SampleParams call, PartialSet set, MergeScratch scratch,
+                      int32_t* __restrict__ status) {
   __shared__ MergeRow r;
   __shared__ MergedKept kept;
   __shared__ int32_t s_error;
   __shared__ bool s_go;
   const int64_t b = blockIdx.x;
   const int tid = threadIdx.x;
+  const bool raw = reports_raw_logprobs(call);
   if (tid == 0) {
     int32_t which = 0;
-    s_error = check_partials(p, set, p.options_hash, has_filters(p), &which);
+    s_error = check_partials(call, set, call.options_hash, has_filters(call), &which, raw ? call.top_logprobs : -1);
     if (b == 0) {
       status[0] = s_error;
       status[1] = which;
@@ -551,6 +839,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   if (!s_go) {
     // (an engine's sharded step reads no status word: its rows say that the states did not fit)
     if (tid == 0 && s_error != kPartialOk) merged_point_row(p, b, kRowShardMismatch, -1);
+    else if (tid == 0 && raw) merge_write_raw(call, set, b);  // (setup wrote the row)
     return;
   }
   merge_place(r, tid, blockDim.x);
@@ -575,6 +864,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (tid == 0) merge_write_sample(p, set, r, b, kept, j, best);
   }
   for (int32_t i = tid; i < p.top_logprobs; i += blockDim.x) merge_write_top(p, r, b, kept, i);
+  if (raw) merge_write_raw_block(call, set, b);
   if (tid == 0 && p.row_status != nullptr) p.row_status[b] = kRowOk;
 }
 
@@ -606,15 +896,22 @@ __global__ void list_undecided_rows_kernel(const int32_t* __restrict__ row_statu
 // first *live rows (the others' slots are left as they are).
 __global__ void shard_row_values_kernel(const float* __restrict__ logits, SampleParams p, const int32_t* live) {
   const int64_t i = blockIdx.y, V = p.vocab;
+  const bool raw = reports_raw_logprobs(p);
   auto* header = static_cast<RowValuesHeader*>(p.row_values);
   if (i == 0 && blockIdx.x == 0 && threadIdx.x == 0)
-    *header = RowValuesHeader{kRowValuesMagic, static_cast<int32_t>(p.value_row_count), p.vocab_offset, V, p.value_pitch};
+    *header = RowValuesHeader{raw ? kRowValuesRawMagic : kRowValuesMagic, static_cast<int32_t>(p.value_row_count),
+                              p.vocab_offset, V, p.value_pitch};
   if (live != nullptr && i >= *live) return;
   const int64_t b = p.value_rows[i];
   float* out = reinterpret_cast<float*>(header + 1) + i * p.value_pitch;
+  // logprobsMode 'raw': the rows' raw logits (softcapped; no mask, no lists) after the values' rows
+  float* raw_out = raw ? out + p.value_row_count * p.value_pitch : nullptr;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < V;
-       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[v] = detail::candidate_value(p, b, v, logits[b * V + v]);
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = logits[b * V + v];
+    out[v] = detail::candidate_value(p, b, v, x);
+    if (raw) raw_out[v] = softcap_logit(x, p.softcap);
+  }
 }
 
 // shard_row_values_kernel over the value rows: up to 64 blocks of 256 a row.
@@ -638,8 +935,7 @@ bool partial_params_ok(const SampleParams& p) {
 
 cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::FilterArgs& f,
                                            const unsigned long long* winners, cudaStream_t stream) {
-  const int64_t total = p.vocab_total > 0 ? p.vocab_total : p.vocab;
-  const PartialCall c{p.partial_max_batch, p.partial_capacity, p.options_hash, p.vocab_offset, total, true};
+  const PartialCall c = partial_call(p, true);
   int per_sm = 0;
   cudaError_t err = detail::prepare_kernel(partial_candidates_kernel, detail::kRowBlockThreads,
                                            static_cast<int>(kStagedSmem), &per_sm);
@@ -649,11 +945,38 @@ cudaError_t launch_partial_from_candidates(const SampleParams& p, const detail::
   return cudaGetLastError();
 }
 
+cudaError_t launch_partial_raw(const SampleParams& p, const float* logits, Scratch& scratch, cudaStream_t stream) {
+  if (!reports_raw_logprobs(p)) return cudaSuccess;
+  if (p.top_logprobs > kMaxRawKeys || logits == nullptr) return cudaErrorInvalidValue;
+  RawSlices slices;
+  slices.slices = static_cast<int32_t>((p.vocab + kRawSliceValues - 1) / kRawSliceValues);
+  slices.n = p.top_logprobs;
+  slices.keys = nullptr;
+  const size_t count = static_cast<size_t>(p.batch) * static_cast<size_t>(slices.slices);
+  cudaError_t err = scratch.take(count * sizeof(RawSliceStats), &slices.stats);
+  if (err == cudaSuccess && slices.n > 0)
+    err = scratch.take(count * static_cast<size_t>(slices.n) * sizeof(unsigned long long), &slices.keys);
+  if (err == cudaSuccess) {
+    const dim3 grid(static_cast<unsigned>(slices.slices), static_cast<unsigned>(p.batch));
+    raw_slices_kernel<<<grid, kRawSliceThreads, 0, stream>>>(logits, p, p.vocab_offset, slices);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) {
+    partial_raw_kernel<<<static_cast<unsigned>(p.batch), kRowThreads, 0, stream>>>(logits, p, partial_call(p, true),
+                                                                                  slices);
+    err = cudaGetLastError();
+  }
+  const cudaError_t freed_keys = scratch.give_back(slices.keys);
+  const cudaError_t freed = scratch.give_back(slices.stats);
+  return err != cudaSuccess ? err : freed_keys != cudaSuccess ? freed_keys : freed;
+}
+
 cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream) {
   cudaError_t err = detail::check_params(call);
   if (err != cudaSuccess) return err;
   if (!partial_params_ok(call)) return cudaErrorInvalidValue;
-  if (call.raw_logprobs != 0) return cudaErrorNotSupported;  // (lib/parallel.ts refuses it first)
+  const bool raw = reports_raw_logprobs(call);  // logprobsMode 'raw': the raw section from the stored logits
+  if (raw && call.top_logprobs > kMaxRawKeys) return cudaErrorInvalidValue;
   // One pass over the shard's W where its candidates can serve: one sample a row (the epilogue
   // draws one), at most kCandidateKeysMax keys, and a shard whose first-tile costs the GEMM
   // amortizes (kOnePassShardWeights) or a small batch. The rows pass materializes.
@@ -662,7 +985,6 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
     err = launch_shard_one_pass(call, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  const int64_t total = call.vocab_total > 0 ? call.vocab_total : call.vocab;
   Scratch scratch(call, stream);
   SampleParams p;
   void* listed = nullptr;
@@ -695,8 +1017,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
   if (err == cudaSuccess && rows_pass) {
     err = launch_shard_row_values(logits, p, nullptr, stream);
   } else if (err == cudaSuccess) {
-    const PartialCall c{call.partial_max_batch, call.partial_capacity, call.options_hash, call.vocab_offset, total,
-                        has_filters(call)};
+    const PartialCall c = partial_call(call, has_filters(call));
     slices.winners = reinterpret_cast<Pick*>(slice_space + win_at);
     slices.stats = reinterpret_cast<SliceStats*>(slice_space + stats_at);
     slices.keys = reinterpret_cast<unsigned long long*>(slice_space + keys_at);
@@ -708,6 +1029,7 @@ cudaError_t launch_partial_sample(const SampleParams& call, cudaStream_t stream)
           p, c, slices, sort_space, sort_stride, in_shared);
       err = cudaGetLastError();
     }
+    if (err == cudaSuccess) err = launch_partial_raw(p, logits, scratch, stream);
   }
   cudaError_t freed = cudaSuccess;
   for (void* region : {static_cast<void*>(sort_space), static_cast<void*>(slice_space), static_cast<void*>(logits),
@@ -742,6 +1064,15 @@ cudaError_t launch_rows_pass_values(const SampleParams& p, const int32_t* row_st
   return err != cudaSuccess ? err : freed;
 }
 
+cudaError_t launch_decide_raw_rows(const SampleParams& p, const int32_t* live, cudaStream_t stream) {
+  if (!reports_raw_logprobs(p)) return cudaSuccess;
+  if (p.top_logprobs > kMaxRawKeys || p.row_values == nullptr || p.value_rows == nullptr || p.value_row_count < 1 ||
+      p.tokens == nullptr)
+    return cudaErrorInvalidValue;
+  decide_raw_rows_kernel<<<static_cast<unsigned>(p.value_row_count), kRowThreads, 0, stream>>>(p, live);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, int32_t* status,
                                   cudaStream_t stream) {
   if (set.count < 1 || set.count > kMaxShards || status == nullptr || p.tokens == nullptr || p.batch < 1 ||
@@ -755,7 +1086,12 @@ cudaError_t launch_merge_partials(const SampleParams& p, const PartialSet& set, 
   if (err == cudaSuccess)
     err = space.take(static_cast<size_t>(p.batch * merge_chunks(scratch.stride)) * 8u, &scratch.chunk_mass);
   if (err == cudaSuccess) {
-    merge_rows_kernel<<<static_cast<unsigned>(p.batch), kMergeThreads, 0, stream>>>(p, set, scratch, status);
+    SampleParams processed = p;  // logprobsMode 'raw': the merge's draw, then merge_write_raw
+    if (reports_raw_logprobs(p)) {
+      processed.logprobs = nullptr;
+      processed.top_logprobs = 0;
+    }
+    merge_rows_kernel<<<static_cast<unsigned>(p.batch), kMergeThreads, 0, stream>>>(processed, p, set, scratch, status);
     err = cudaGetLastError();
   }
   const cudaError_t freed = space.give_back(scratch.chunk_mass);

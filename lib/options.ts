@@ -350,13 +350,13 @@ export type SamplerCode = 0 | 1 | 2;
  *  share (and what a partial state's options hash covers). */
 export const ROW_KEYS = [
   'temperature', 'seed', 'offset', 'numSamples', 'topK', 'topP', 'minP', 'logprobs', 'topLogprobs',
-  'filterOrder', 'stream',
+  'filterOrder', 'logprobsMode', 'stream',
 ] as const;
 
 type RowSpec = Pick<
   NativeSpec,
   'numSamples' | 'temperature' | 'seed' | 'offset' | 'perRowSeed' | 'topK' | 'topP' | 'minP' | 'logprobs' |
-  'topLogprobs' | 'filterOrder' | 'stream'
+  'topLogprobs' | 'filterOrder' | 'logprobsMode' | 'stream'
 >;
 
 /** Validates the ROW_KEYS options of a call of `batch` rows on `device`. */
@@ -396,6 +396,7 @@ export function buildRowSpec(batch: number, device: Device, opts: SampleOptions)
   }
   if (opts.topLogprobs !== undefined) spec.topLogprobs = checkTopLogprobs(opts.topLogprobs);
   if (opts.filterOrder !== undefined) spec.filterOrder = checkFilterOrder(opts.filterOrder);
+  if (opts.logprobsMode !== undefined) spec.logprobsMode = checkLogprobsMode(opts.logprobsMode);
   if (opts.stream !== undefined) {
     checkStream('stream', opts.stream);
     if (device.kind !== 'cuda') {
@@ -453,7 +454,6 @@ export function buildSpec(
     spec.bias = bias.handle('bias');
   }
   if (opts.softcap !== undefined) spec.softcap = checkSoftcap(opts.softcap);
-  if (opts.logprobsMode !== undefined) spec.logprobsMode = checkLogprobsMode(opts.logprobsMode);
   if (opts.allowedTokens !== undefined) {
     const words = batch * Math.ceil(vocab / 32);
     const a = opts.allowedTokens;

@@ -46,7 +46,11 @@ const SHARD_ONLY = [
 const HEADER_BYTES = 64;
 const ROW_BYTES = 40;
 const WINNER_BYTES = 16;
-const rowBytes = (numSamples: number, capacity: number) => ROW_BYTES + WINNER_BYTES * numSamples + 8 * capacity;
+const RAW_ROW_BYTES = 32;
+/** A row's bytes; rawTop >= 0: with the raw section of logprobsMode 'raw' (include/partial.h). */
+const rowBytes = (numSamples: number, capacity: number, rawTop = -1) =>
+  ROW_BYTES + WINNER_BYTES * numSamples + 8 * capacity +
+  (rawTop < 0 ? 0 : RAW_ROW_BYTES + Math.ceil((4 * (numSamples + capacity)) / 8) * 8 + 8 * rawTop);
 
 /** A shard's partial state: a tensor on the shard's device in include/partial.h's layout. */
 export class PartialState {
@@ -57,6 +61,8 @@ export class PartialState {
   readonly numSamples: number;
   /** Candidate keys per row. */
   readonly capacity: number;
+  /** Raw top keys per row (logprobsMode 'raw': its raw section; -1: none). */
+  readonly rawTop: number;
   readonly vocabOffset: number;
   /** The shard's rows of W. */
   readonly vocabSize: number;
@@ -70,6 +76,7 @@ export class PartialState {
     this.maxBatch = fields.maxBatch;
     this.numSamples = fields.numSamples;
     this.capacity = fields.capacity;
+    this.rawTop = fields.rawTop;
     this.vocabOffset = fields.vocabOffset;
     this.vocabSize = fields.vocabSize;
     this.vocabTotal = fields.vocabTotal;
@@ -78,7 +85,7 @@ export class PartialState {
 
   /** Its size in bytes: what one rank sends per exchange. */
   get bytes(): number {
-    return partialBytes(this.maxBatch, this.numSamples, this.capacity);
+    return partialBytes(this.maxBatch, this.numSamples, this.capacity, this.rawTop);
   }
 
   /** The state decoded (copied to the host). */
@@ -92,8 +99,9 @@ export class PartialState {
   }
 }
 
-export function partialBytes(maxBatch: number, numSamples: number, capacity: number): number {
-  return HEADER_BYTES + maxBatch * rowBytes(numSamples, capacity);
+/** A partial state's bytes; rawTop >= 0 (logprobsMode 'raw'): with its raw section of rawTop keys. */
+export function partialBytes(maxBatch: number, numSamples: number, capacity: number, rawTop = -1): number {
+  return HEADER_BYTES + maxBatch * rowBytes(numSamples, capacity, rawTop);
 }
 
 export interface DecodedPartial {
@@ -108,6 +116,8 @@ export interface DecodedPartial {
   vocabSize: number;
   vocabTotal: number;
   hasStats: boolean;
+  /** logprobsMode 'raw': raw keys a row (-1: no raw section). */
+  rawTop: number;
   rows: {
     /** max of logit / T over the shard's finite drawable tokens (-Infinity: none). */
     zMax: number;
@@ -121,6 +131,16 @@ export interface DecodedPartial {
     winners: { score: number; token: number; logit: number }[];
     /** The shard's best tokens in (logit descending, token ascending) order: a prefix of its order. */
     candidates: { token: number; logit: number }[];
+    /** logprobsMode 'raw': the raw distribution over the shard (after softcap; no mask, no lists,
+     *  T = 1), the raw logits of the winners and candidates, and the shard's best raw tokens. */
+    raw?: {
+      zMax: number;
+      sum: number;
+      infCount: number;
+      winnerLogits: number[];
+      candidateLogits: number[];
+      keys: { token: number; logit: number }[];
+    };
   }[];
 }
 
@@ -141,10 +161,18 @@ export function decodePartial(buffer: ArrayBuffer): DecodedPartial {
     vocabSize: i64(40),
     vocabTotal: i64(48),
     hasStats: (view.getUint32(56, true) & 1) !== 0,
+    rawTop: (view.getUint32(56, true) & 2) !== 0 ? view.getUint32(56, true) >>> 16 : -1,
     rows: [],
   };
   const stride = view.getUint32(60, true);
   const key = new DataView(new ArrayBuffer(4));
+  const keyAt = (k: number) => {  // partial_key's (logit, global token) at byte k
+    const low = view.getUint32(k, true);
+    let bits = view.getUint32(k + 4, true);
+    bits = bits & 0x80000000 ? bits & 0x7fffffff : ~bits >>> 0;
+    key.setUint32(0, bits);
+    return { token: 0xffffffff - low, logit: key.getFloat32(0) };
+  };
   for (let b = 0; b < d.batch; b++) {
     const at = HEADER_BYTES + b * stride;
     const winners = [];
@@ -159,13 +187,21 @@ export function decodePartial(buffer: ArrayBuffer): DecodedPartial {
     }
     const count = i32(at + 32);
     const candidates = [];
-    for (let i = 0; i < count; i++) {
-      const k = at + ROW_BYTES + d.numSamples * WINNER_BYTES + 8 * i;
-      const low = view.getUint32(k, true);
-      let bits = view.getUint32(k + 4, true);
-      bits = bits & 0x80000000 ? bits & 0x7fffffff : ~bits >>> 0;
-      key.setUint32(0, bits);
-      candidates.push({ token: 0xffffffff - low, logit: key.getFloat32(0) });
+    for (let i = 0; i < count; i++) candidates.push(keyAt(at + ROW_BYTES + d.numSamples * WINNER_BYTES + 8 * i));
+    let rawSection: DecodedPartial['rows'][number]['raw'];
+    if (d.rawTop >= 0) {
+      const r = at + ROW_BYTES + d.numSamples * WINNER_BYTES + 8 * d.capacity;
+      const logits = r + RAW_ROW_BYTES;
+      const keys = logits + Math.ceil((4 * (d.numSamples + d.capacity)) / 8) * 8;
+      const f32 = (i: number) => view.getFloat32(logits + 4 * i, true);
+      rawSection = {
+        zMax: view.getFloat64(r, true),
+        sum: view.getFloat64(r + 8, true),
+        infCount: Number(view.getBigInt64(r + 16, true)),
+        winnerLogits: Array.from({ length: d.numSamples }, (_, j) => f32(j)),
+        candidateLogits: Array.from({ length: count }, (_, i) => f32(d.numSamples + i)),
+        keys: Array.from({ length: view.getInt32(r + 24, true) }, (_, i) => keyAt(keys + 8 * i)),
+      };
     }
     d.rows.push({
       zMax: view.getFloat64(at, true),
@@ -175,6 +211,7 @@ export function decodePartial(buffer: ArrayBuffer): DecodedPartial {
       complete: i32(at + 36) !== 0,
       winners,
       candidates,
+      ...(rawSection ? { raw: rawSection } : {}),
     });
   }
   return d;
@@ -226,6 +263,15 @@ function defaultCapacity(spec: NativeSpec, vocabTotal: number): number {
   return Math.min(c, vocabTotal, MAX_PARTIAL_CANDIDATES);
 }
 
+/** Whether a call's spec reports raw log-probabilities (logprobsMode 'raw' with logprobs or topLogprobs). */
+function reportsRaw(spec: Pick<NativeSpec, 'logprobsMode' | 'logprobs' | 'topLogprobs'>): boolean {
+  return spec.logprobsMode === 1 && (spec.logprobs || spec.topLogprobs > 0);
+}
+/** reportsRaw of a call's options, before they become a spec. */
+function optionsReportRaw(options: SampleOptions): boolean {
+  return options.logprobsMode === 'raw' && (options.logprobs === true || (options.topLogprobs ?? 0) > 0);
+}
+
 export function checkInteger(name: string, value: unknown, min: number, max: number, why = ''): number {
   const expected = `an integer in [${min}, ${max}]${why}`;
   if (typeof value !== 'number') throw typeError(name, expected, value);
@@ -252,9 +298,6 @@ export function checkShardRange(
 export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions): { spec: NativeSpec; partial: PartialState } {
   const { spec, operands } = buildSpec(H, W, options, 'fused', SHARD_KEYS);
   const o = options as unknown as Record<string, unknown>;
-  if (spec.logprobsMode === 1) {
-    throw new TypeError("logprobsMode: 'raw' is not supported on vocabulary shards yet (their merge reports the processed distribution)");
-  }
   if (o.partial !== true) throw typeError('partial', 'true (vocabOffset and vocabSize then say where the shard lies)', o.partial);
   const V = operands.vocab;
   const { vocabTotal, vocabOffset } = checkShardRange('', o.vocabSize, o.vocabOffset, V, 'the rows of W', `${V} rows of W`);
@@ -265,7 +308,8 @@ export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions):
   if (o.listIds !== undefined && o.listIds !== 'local' && o.listIds !== 'global') throw typeError('listIds', "'local' or 'global'", o.listIds);
   if (o.listIds === 'global') spec.listedGlobalIds = true;
   const optionsHashValue = optionsHash(spec, operands.batch, vocabTotal);
-  const bytes = partialBytes(maxBatch, spec.numSamples, capacity);
+  const rawTop = reportsRaw(spec) ? spec.topLogprobs : -1;
+  const bytes = partialBytes(maxBatch, spec.numSamples, capacity, rawTop);
   const state = operands.device.empty([bytes / 4], 'i32');
   spec.partial = state.handle('partial');
   spec.vocabOffset = vocabOffset;
@@ -274,7 +318,7 @@ export function buildPartialSpec(H: unknown, W: unknown, options: ShardOptions):
   spec.partialMaxBatch = maxBatch;
   spec.optionsHash = optionsHashValue;
   const partial = new PartialState({
-    state, batch: operands.batch, maxBatch, numSamples: spec.numSamples, capacity, vocabOffset, vocabSize: V, vocabTotal,
+    state, batch: operands.batch, maxBatch, numSamples: spec.numSamples, capacity, rawTop, vocabOffset, vocabSize: V, vocabTotal,
     optionsHash: optionsHashValue,
   });
   return { spec, partial };
@@ -312,6 +356,7 @@ const MERGE_ERRORS: Record<number, (who: string, batch: number, vocab: number, f
   6: (who, _b, vocab) => `partials: the shards do not cover the vocabulary [0, ${vocab}) exactly once (${who} overlaps another or leaves a gap)`,
   7: (who) => `${who}: made without the statistics that filters and logprobs need (give the shards the merge's options)`,
   8: (who) => `${who}: its header does not match its size (not a partial state of this layout)`,
+  9: (who) => `${who}: made without the raw section that logprobsMode 'raw' needs, or with another topLogprobs (give the shards the merge's options)`,
 };
 
 /** The native merge of `spec`'s blocks; `who(i)` names block i in errors. */
@@ -458,9 +503,10 @@ function rowOptionsOf(options: SampleOptions): SampleOptions {
 }
 
 /** Bytes of one shard's segment in the rows pass (include/partial.h, RowValuesHeader): a 32-byte
- *  header, then `rows` rows of `pitch` float32 candidate values. */
-function rowValuesBytes(rows: number, pitch: number): number {
-  return 32 + rows * pitch * 4;
+ *  header, then `rows` rows of `pitch` float32 candidate values (and with `raw`, logprobsMode 'raw',
+ *  as many rows of raw logits). */
+function rowValuesBytes(rows: number, pitch: number, raw = false): number {
+  return 32 + rows * pitch * (raw ? 8 : 4);
 }
 
 /** The rows pass's shard call: the candidate values of `rows` (the merge's undecided rows) of the
@@ -468,7 +514,7 @@ function rowValuesBytes(rows: number, pitch: number): number {
 function buildRowValuesSpec(s: TPShard, options: ShardOptions, rows: Int32Array, pitch: number) {
   const { spec, partial } = buildPartialSpec(s.H, s.W, { ...options, candidates: 0 });
   const device = partial.state.device;
-  const values = device.empty([rowValuesBytes(rows.length, pitch) / 4], 'i32');
+  const values = device.empty([rowValuesBytes(rows.length, pitch, reportsRaw(spec)) / 4], 'i32');
   const rowIds = device.tensor(rows, [rows.length], 'i32');
   spec.rowValues = values.handle('rowValues');
   spec.valueRows = rowIds.handle('valueRows');
@@ -580,7 +626,7 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   const rowIds = first.value[0].undecidedRows;
   if (rowIds.length === 0) return first.value;
   const pitch = first.largest;
-  const bytes = rowValuesBytes(rowIds.length, pitch);
+  const bytes = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options));
   const built: ReturnType<typeof buildRowValuesSpec>[] = [];
   const recvs: Tensor[] = [];
   try {
@@ -647,7 +693,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   // buffer on the first shard's device, where the rows are decided whole.
   const rowIds = first.undecidedRows;
   if (rowIds.length === 0) return first;
-  const words = rowValuesBytes(rowIds.length, largest) / 4;
+  const words = rowValuesBytes(rowIds.length, largest, optionsReportRaw(options)) / 4;
   const gathered = new Int32Array(shards.length * words);
   for (let i = 0; i < shards.length; i++) {
     const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, largest);

@@ -52,7 +52,7 @@ export interface SamplerConfig {
    * recordTokens counts minTokens down. setBannedTokens. Needs numSamples 1.
    */
   bannedCapacity?: number;
-  /** One rank's vocabulary shard, over NCCL (CUDA; logprobsMode 'processed'; list tables hold global ids). */
+  /** One rank's vocabulary shard, over NCCL (CUDA; list tables hold global ids). */
   tp?: SamplerShardConfig;
 }
 
@@ -360,9 +360,6 @@ export class Sampler {
     }
     if (!tp.comm.device.sameAs(this.device)) {
       throw typeError('tp.comm', `a communicator on ${this.device} (the sampler's device)`, raw(`one on ${tp.comm.device}`));
-    }
-    if (this.logprobsMode === 'raw') {
-      throw new TypeError("tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)");
     }
     const { vocabTotal: vocabSize, vocabOffset } = checkShardRange('tp.', tp.vocabSize, tp.vocabOffset, this.vocab, 'vocab', `vocab ${this.vocab}`);
     const filtered = this.filters.length > 0;

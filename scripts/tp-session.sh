@@ -29,7 +29,7 @@ summary+=("tests rc=$? $((SECONDS - t0))s $(grep -E '^[0-9]+ passed, [0-9]+ fail
 
 t0=$SECONDS
 timeout 300 node dist/bench/cli.js --mode tp --tp "$degrees" --preset llama3-70b --batch 1,16,64,256 \
-  --iters 30 --warmup 5 --logits model --options plain,topp0.9,llama3+logprobs,qwen3 --json "$out/tp.json" > "$out/tp.log" 2>&1
+  --iters 30 --warmup 5 --logits model --options plain,topp0.9,llama3+logprobs,llama3+logprobs+raw,qwen3 --json "$out/tp.json" > "$out/tp.log" 2>&1
 summary+=("bench rc=$? $((SECONDS - t0))s")
 
 for n in ${degrees//,/ }; do

@@ -271,8 +271,19 @@ const cases: Record<string, Case> = {
       () => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprobsMode: 'logits' as never }),
     ],
   },
-  [`TypeError: logprobsMode: 'raw' is not supported on vocabulary shards yet (their merge reports the processed distribution)`]: {
-    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 200, logprobsMode: 'raw' } as never)],
+  [`RangeError: partials[0]: made without the raw section that logprobsMode 'raw' needs, or with another topLogprobs (give the shards the merge's options)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, logprobs: true });
+        return mergePartials([a], { logprobs: true, logprobsMode: 'raw' });
+      },
+      async () => {  // (a shard and a merge on the GPU, where one is usable)
+        const { H, W } = operands(gpuState.usable ? gpu() : cpu);
+        const a = await sampleFused(H, W, { partial: true, vocabOffset: 0, vocabSize: 111, topLogprobs: 2 });
+        return mergePartials([a], { topLogprobs: 2, logprobsMode: 'raw' });
+      },
+    ],
   },
   [`RangeError: bias: expected shape [111], got [112]`]: {
     runs: [() => sampleFused(operands().H, operands().W, { bias: tensor(cpu, [112]) })],
@@ -611,10 +622,6 @@ const cases: Record<string, Case> = {
   },
   [`TypeError: tp: a sharded sampler needs a 'cuda' device, got cpu`]: {
     runs: [() => cpu.createSampler({ ...shardedConfig, tp: { comm: {} as Communicator, vocabOffset: 0, vocabSize: 1000 } })],
-  },
-  [`TypeError: tp: logprobsMode 'raw' is not supported on a sharded sampler yet (the merge reports the processed distribution)`]: {
-    needs: 'nccl',
-    runs: [async () => sharded({ logprobs: true, logprobsMode: 'raw' }, {})],
   },
   [`TypeError: tp.comm: the communicator was aborted or disposed`]: {
     needs: 'nccl',

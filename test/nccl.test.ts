@@ -78,6 +78,7 @@ describe('loading libnccl', () => {
     ['plain', { temperature: 0.7, seed: 3n, numSamples: 4 }],
     ['top-k with logprobs', { topK: 30, logprobs: true, topLogprobs: 4, seed: 4n }],
     ['top-p and min-p', { topP: 0.9, minP: 0.001, seed: 5n, logprobs: true }],
+    ["top-k, logprobsMode 'raw'", { topK: 30, logprobs: true, topLogprobs: 4, logprobsMode: 'raw', seed: 4n }],
   ])('sampleFusedTP through NCCL draws sampleFused\'s tokens: %s', async (_label, options) => {
     const want = await sampleFused(H, W, options);
     const got = await sampleFusedTP(comm, H, W, { ...options, vocabOffset: 0, vocabSize: V });
@@ -89,8 +90,8 @@ describe('loading libnccl', () => {
     if (want.topTokens) expect(Array.from(got.topTokens!)).toEqual(Array.from(want.topTokens));
   });
 
-  test('rows 16 candidates cannot settle take the rows pass over NCCL', async () => {
-    const options: SampleOptions = { topP: 0.95, seed: 6n, logprobs: true, topLogprobs: 3 };
+  test.each(['processed', 'raw'] as const)('rows 16 candidates cannot settle take the rows pass over NCCL (logprobsMode %s)', async (mode) => {
+    const options: SampleOptions = { topP: 0.95, seed: 6n, logprobs: true, topLogprobs: 3, logprobsMode: mode };
     const want = await sampleFused(H, W, options);
     const got = await sampleFusedTP(comm, H, W, { ...options, vocabOffset: 0, vocabSize: V, candidates: 16 });
     expect(got.undecidedRows.length).toBe(0);

@@ -83,6 +83,23 @@ function plantedHead(dev: Device, rows: ArrayLike<number>[], dtype: 'f32' | 'bf1
   };
 }
 
+/** A shard's logitBias for rows whose token ids[b][k] gets bias values[k]: the ids it holds, local. */
+function shardLogitBias(ids: number[][], values: number[], offset: number, size: number) {
+  const rowOffsets = new Int32Array(ids.length + 1);
+  const tokenIds: number[] = [];
+  const biases: number[] = [];
+  ids.forEach((row, b) => {
+    row.forEach((id, k) => {
+      if (id >= offset && id < offset + size) {
+        tokenIds.push(id - offset);
+        biases.push(values[k]);
+      }
+    });
+    rowOffsets[b + 1] = tokenIds.length;
+  });
+  return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(biases) };
+}
+
 /** Draws every shard's partial state in turn (options per shard from `perShard`), then merges. */
 async function shardAndMerge(
   head: Head, bounds: [number, number][], options: SampleOptions,
@@ -197,6 +214,22 @@ describeDevices((name, dev) => {
     bias.dispose();
   });
 
+  /** sampleSharded's shards of `head`, each with its own mask, bias (owned, disposed by the caller),
+   *  softcap and logit bias. */
+  function adjustedShards(
+    bounds: [number, number][], mask: Uint32Array, biasValues: Float32Array, softcap: number,
+    lists: (offset: number, size: number) => ReturnType<typeof shardLogitBias>, owned: Tensor[],
+  ) {
+    return bounds.map(([offset, size]) => {
+      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
+      owned.push(t);
+      return {
+        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
+        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap, logitBias: lists(offset, size) },
+      };
+    });
+  }
+
   test("the rows pass applies each shard's mask, bias, softcap and logit bias: the unsharded tokens", async () => {
     // 4 candidates settle none of these rows under top-p 0.9: every row's values come from the
     // shards with their own adjustments (indexed locally), gathered and decided whole.
@@ -206,33 +239,11 @@ describeDevices((name, dev) => {
     const bias = dev().tensor(biasValues, [V], 'f32');
     // row b: tokens 3b + 1, 500 + b and 1000 (the last shard's one row) biased by 2, -1.5 and 3
     const ids = Array.from({ length: B }, (_, b) => [3 * b + 1, 500 + b, 1000]);
-    const lists = (offset: number, size: number) => {
-      const rowOffsets = new Int32Array(B + 1);
-      const tokenIds: number[] = [];
-      const values: number[] = [];
-      ids.forEach((row, b) => {
-        row.forEach((id, k) => {
-          if (id >= offset && id < offset + size) {
-            tokenIds.push(id - offset);
-            values.push([2, -1.5, 3][k]);
-          }
-        });
-        rowOffsets[b + 1] = tokenIds.length;
-      });
-      return { rowOffsets, tokenIds: Int32Array.from(tokenIds), values: Float32Array.from(values) };
-    };
+    const lists = (offset: number, size: number) => shardLogitBias(ids, [2, -1.5, 3], offset, size);
     const options: SampleOptions = { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 2, seed: perRowSeeds(B), numSamples: 2 };
     const want = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 5, logitBias: lists(0, V) });
-    const bounds = shardBounds(V, 3, 13, true);
     const owned: Tensor[] = [bias];
-    const shards = bounds.map(([offset, size]) => {
-      const t = dev().tensor(biasValues.slice(offset, offset + size), [size], 'f32');
-      owned.push(t);
-      return {
-        H: head.H, W: head.shard(offset, size), vocabOffset: offset,
-        options: { allowedTokens: shardMask(mask, B, V, offset, size), bias: t, softcap: 5, logitBias: lists(offset, size) },
-      };
-    });
+    const shards = adjustedShards(shardBounds(V, 3, 13, true), mask, biasValues, 5, lists, owned);
     const got = await sampleSharded(shards, { ...options, vocabSize: V, candidates: 4 });
     expect(got.rowsPassRows.length).toBeGreaterThan(0);
     expectSameDraws(got, want);
@@ -268,12 +279,84 @@ describeDevices((name, dev) => {
     await expect(sampleSharded(shards, { ...options, vocabSize: V, ...(candidates ? { candidates } : {}) })).rejects.toBeInstanceOf(RangeError);
   });
 
-  test('+Inf logits in two shards share the mass: the merged tokens are the unsharded ones', async () => {
+  // logprobsMode 'raw' (SEMANTICS §4): a shard's state carries the raw distribution of its rows
+  // (softcap and the model's bias; no mask, no lists, T = 1), the raw logits of its winners and
+  // candidates, and its best raw tokens; the merge (and the rows pass, whose segments carry the raw
+  // logits too) reports the unsharded call's raw log-probabilities and top tokens. Greedy, filtered
+  // and unfiltered rows; per-shard masks, bias, softcap and logit bias, which the draw sees and the
+  // raw distribution does not.
+  const rawCases: [string, SampleOptions, number | undefined][] = [
+    ['top-p, top tokens, greedy row, the merge decides', {
+      topP: 0.9, temperature: new Float32Array([1.1, 0, 0.8]), logprobs: true, topLogprobs: 4, seed: perRowSeeds(B), numSamples: 2,
+    }, undefined],
+    ['top-p through the rows pass', { topP: 0.9, temperature: 1.1, logprobs: true, topLogprobs: 3, seed: 31n, numSamples: 3 }, 4],
+    ['no filter, logprobs alone', { logprobs: true, seed: 5n, numSamples: 4 }, undefined],
+    ['top-k, top tokens alone', { topK: 12, topLogprobs: 6, seed: 6n }, undefined],
+  ];
+  test.each(rawCases)("logprobsMode 'raw', TP 3: %s: the unsharded raw log-probabilities", async (_label, options, candidates) => {
+    const r = rng(79);
+    const mask = makeMask(B, V, (b, v) => (v * 5 + b) % 9 !== 0 || r() < 0.1);
+    const biasValues = Float32Array.from({ length: V }, (_, v) => (v % 17 === 0 ? -0.75 : 0));
+    const bias = dev().tensor(biasValues, [V], 'f32');
+    const ids = Array.from({ length: B }, (_, b) => [2 * b + 1, 600 + b, 1000]);  // biased 3, -2, 4
+    const lists = (offset: number, size: number) => shardLogitBias(ids, [3, -2, 4], offset, size);
+    const raw: SampleOptions = { ...options, logprobsMode: 'raw' };
+    const want = await sampleFused(head.H, head.W, { ...raw, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
+    const owned: Tensor[] = [bias];
+    const shards = adjustedShards(shardBounds(V, 3, 17, true), mask, biasValues, 7, lists, owned);
+    const got = await sampleSharded(shards, { ...raw, vocabSize: V, ...(candidates === undefined ? {} : { candidates }) });
+    if (candidates !== undefined) expect(got.rowsPassRows.length).toBeGreaterThan(0);
+    expectSameDraws(got, want);
+    // the raw reports are not the processed ones (the lists, the mask and T change the distribution)
+    const processed = await sampleFused(head.H, head.W, { ...options, allowedTokens: mask, bias, softcap: 7, logitBias: lists(0, V) });
+    expect(Array.from(got.tokens)).toEqual(Array.from(processed.tokens));
+    const differs = (a?: Float32Array, b?: Float32Array) => a !== undefined && b !== undefined && a.some((x, i) => Math.abs(x - b[i]) > 1e-3);
+    expect(differs(got.logprobs, processed.logprobs) || differs(got.topLogprobs, processed.topLogprobs)).toBe(true);
+    for (const t of owned) t.dispose();
+  });
+
+  test("logprobsMode 'raw': the state's raw section as JS reads it", async () => {
+    const options: SampleOptions = { topK: 5, logprobs: true, topLogprobs: 3, logprobsMode: 'raw', seed: 3n, softcap: 9 };
+    const p = await sampleFused(head.H, head.shard(500, 501), { ...options, partial: true, vocabOffset: 500, vocabSize: V });
+    const q = await sampleFused(head.H, head.shard(500, 501), { ...options, logprobsMode: 'processed', partial: true, vocabOffset: 500, vocabSize: V });
+    try {
+      expect(p.rawTop).toBe(3);
+      expect(q.rawTop).toBe(-1);
+      expect(p.bytes).toBeGreaterThan(q.bytes);
+      const d = await p.read();
+      expect(d.rawTop).toBe(3);
+      expect((await q.read()).rows[0].raw).toBeUndefined();
+      for (const row of d.rows) {
+        const raw = row.raw!;
+        expect(raw.keys.length).toBe(3);
+        // the raw keys: global ids of the shard, in (logit descending, id ascending) order
+        for (let i = 0; i < raw.keys.length; i++) {
+          expect(raw.keys[i].token).toBeGreaterThanOrEqual(500);
+          if (i > 0) expect(raw.keys[i].logit).toBeLessThanOrEqual(raw.keys[i - 1].logit);
+        }
+        expect(raw.zMax).toBe(raw.keys[0].logit);
+        expect(raw.sum).toBeGreaterThanOrEqual(1);
+        expect(raw.infCount).toBe(0);
+        expect(raw.candidateLogits.length).toBe(row.candidates.length);
+        // softcap only: a candidate's raw logit is its processed one (T = 1, no mask or lists here)
+        row.candidates.forEach((c, i) => expect(raw.candidateLogits[i]).toBe(c.logit));
+      }
+    } finally {
+      p.dispose();
+      q.dispose();
+    }
+  });
+
+  // (logprobsMode 'raw': the +Inf tier is the raw distribution's too, its top tokens the two +Inf
+  // ones and then none)
+  const infModes: ['processed' | 'raw'][] = [['processed'], ['raw']];
+  test.each(infModes)('+Inf logits in two shards share the mass (logprobsMode %s): the merged tokens are the unsharded ones', async (mode) => {
     const biasValues = new Float32Array(V);
     biasValues[5] = Infinity;
     biasValues[998] = Infinity;
     const bias = dev().tensor(biasValues, [V], 'f32');
     const options: SampleOptions = { topP: 0.5, logprobs: true, seed: 3n, numSamples: 16 };
+    if (mode === 'raw') Object.assign(options, { topLogprobs: 3, logprobsMode: mode });
     const want = await sampleFused(head.H, head.W, { ...options, bias });
     const bounds = shardBounds(V, 3, 9);
     const biases: Tensor[] = [];
@@ -285,6 +368,11 @@ describeDevices((name, dev) => {
     expect(Array.from(result.tokens)).toEqual(Array.from(want.tokens));
     expect(new Set(result.tokens)).toEqual(new Set([5, 998]));
     expectClose(result.logprobs, want.logprobs, 1e-6);
+    if (mode === 'raw') {
+      expect(Array.from(result.topTokens!)).toEqual(Array.from(want.topTokens!));
+      expect(Array.from(result.topTokens!.subarray(0, 3))).toEqual([5, 998, -1]);
+      expectClose(result.topLogprobs, want.topLogprobs, 1e-6);
+    }
     for (const t of biases) t.dispose();
     bias.dispose();
   });
@@ -430,6 +518,22 @@ describeDevices((name, dev) => {
     cpuHead.dispose();
   });
 
+  (name === 'cuda' ? test : test.skip)("sampleSharded, logprobsMode 'raw': a CPU and a GPU shard report the one-device raw log-probabilities", async () => {
+    const cpuHead = plantedHead(open('cpu'), [zipfLogits(V, 1.1, 1), flatLogits(V, 2, 3), zipfLogits(V, 0.6, 3)]);
+    const bounds = shardBounds(V, 2, 5);
+    const options: SampleOptions = { topK: 40, seed: 6n, logprobs: true, topLogprobs: 5, logprobsMode: 'raw' };
+    const want = await sampleFused(head.H, head.W, options);
+    const got = await sampleSharded(
+      [
+        { H: head.H, W: head.shard(...bounds[0]), vocabOffset: bounds[0][0] },
+        { H: cpuHead.H, W: cpuHead.shard(...bounds[1]), vocabOffset: bounds[1][0] },
+      ],
+      { ...options, vocabSize: V },
+    );
+    expectSameDraws(got, want);
+    cpuHead.dispose();
+  });
+
   // bf16 heads: a CUDA shard with one sample a row and at most 2048 candidates takes the one-pass
   // filtered GEMM (its candidates and tile summaries make the state; cuda/partial.cu). V = 128256:
   // rows of several tiles a CTA; hot, Gaussian, Zipf, flat and greedy rows in one batch.
@@ -456,6 +560,15 @@ describeDevices((name, dev) => {
         topP: new Float32Array([1, 1, 1, 0.5, 1]), minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, seed: seeds,
       }],
       ["filterOrder 'vllm': min-p 0.1 and top-p 0.6", { minP: 0.1, topP: 0.6, filterOrder: 'vllm', logprobs: true, seed: 77n }],
+      // (raw: a CUDA shard materializes; the flat row's raw top tokens come through the rows pass)
+      ["Llama 3 default, logprobsMode 'raw', topLogprobs 20", {
+        temperature: 0.6, topP: 0.9, logprobs: true, topLogprobs: 20, logprobsMode: 'raw', seed: seeds,
+      }],
+      // (40 top tokens: more than one GPU's raw tiles path takes, 32)
+      ["per-row greedy, top-k, none, min-p; logprobsMode 'raw', topLogprobs 40", {
+        temperature: new Float32Array([0, 0.8, 1, 0.7, 1.2]), topK: new Int32Array([0, 40, 0, 0, 0]),
+        minP: new Float32Array([0, 0, 0, 0, 0.1]), logprobs: true, topLogprobs: 40, logprobsMode: 'raw', seed: seeds,
+      }],
     ];
     test.each(oneSample)('TP 1, 2 and 3: %s: the merged shards draw the unsharded tokens', async (_label, options) => {
       const want = await sampleFused(bf.H, bf.W, options);
@@ -508,6 +621,7 @@ describeDevices((name, dev) => {
         { topK: 50, logprobs: true, seed: 3n },
         { temperature: 0.6, topP: 0.9, logprobs: true, seed: 4n },
         { minP: 0.05, topLogprobs: 4, seed: 5n },
+        { topK: 20, logprobs: true, topLogprobs: 6, logprobsMode: 'raw', softcap: 6, seed: 6n },
       ] as SampleOptions[]) {
         const one = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB });
         const full = await sampleFused(bf.H, W, { ...options, partial: true, vocabOffset: offset, vocabSize: VB, candidates: 4096 });
@@ -529,6 +643,14 @@ describeDevices((name, dev) => {
           expect(ra.candidates.length).toBeLessThanOrEqual(one.capacity);
           expect(ra.candidates).toEqual(rz.candidates.slice(0, ra.candidates.length));
           if (ra.complete) expect(ra.candidates.length).toBe(ra.finiteCount + ra.infCount);
+          // logprobsMode 'raw': both sections from the same stored logits by the same kernel
+          if (options.logprobsMode === 'raw') {
+            const [wa, wz] = [ra.raw!, rz.raw!];
+            expect([wa.zMax, wa.sum, wa.infCount, wa.keys]).toEqual([wz.zMax, wz.sum, wz.infCount, wz.keys]);
+            expect(wa.keys.length).toBe(6);
+            expect(wa.candidateLogits).toEqual(wz.candidateLogits.slice(0, ra.candidates.length));
+            if (name === 'cpu') expect(wa.winnerLogits).toEqual(wz.winnerLogits);
+          }
         }
         one.dispose();
         full.dispose();

@@ -73,6 +73,9 @@ describe('createSampler({ tp }) on the CPU', () => {
     ['plain, 3 samples a row', { numSamples: 3 }],
     ['top-k with logprobs', { filters: ['topK'], topK: 30, logprobs: true }],
     ['top-p and min-p with logprobs', { filters: ['topP', 'minP'], topP: 0.9, minP: 0.001, logprobs: true }],
+    // (raw: the shard materializes; top-p 0.95 leaves the flat row to the rows pass)
+    ["top-k, logprobsMode 'raw'", { filters: ['topK'], topK: 30, logprobs: true, logprobsMode: 'raw' }],
+    ["top-p 0.95, logprobsMode 'raw'", { filters: ['topP'], topP: 0.95, logprobs: true, logprobsMode: 'raw' }],
   ])('enqueue and graph replays draw sampleFused\'s tokens: %s', async (_label, o) => {
     const d = dev();
     const V = 5000, B = 3;
@@ -80,7 +83,7 @@ describe('createSampler({ tp }) on the CPU', () => {
     const S = o.numSamples ?? 1;
     const sampler = d.createSampler({
       maxBatch: B, vocab: V, hidden: p.D, dtype: 'bf16', numSamples: S, filters: o.filters, logprobs: o.logprobs,
-      tp: { comm, vocabOffset: 0, vocabSize: V },
+      logprobsMode: o.logprobsMode, tp: { comm, vocabOffset: 0, vocabSize: V },
     });
     const rows = {
       seed: seeds(B, 40), temperature: new Float32Array(B).fill(0.8),
@@ -94,7 +97,7 @@ describe('createSampler({ tp }) on the CPU', () => {
     const replayed = await steps(sampler, p, 2, true, !!o.logprobs);
     for (let step = 0; step < 2; step++) {
       const want = await sampleFused(p.H, p.W, {
-        ...rows, numSamples: S, logprobs: o.logprobs, offset: new BigUint64Array(B).fill(BigInt(step)),
+        ...rows, numSamples: S, logprobs: o.logprobs, logprobsMode: o.logprobsMode, offset: new BigUint64Array(B).fill(BigInt(step)),
       });
       for (const got of [eager[step], replayed[step]]) {
         expect(got.tokens).toEqual(Array.from(want.tokens));
@@ -262,7 +265,6 @@ describe('createSampler({ tp }) on the CPU', () => {
     ['a shard past vocabSize', {}, { vocabOffset: 4, vocabSize: 1000 }, RangeError, /^tp\.vocabOffset: expected an integer in \[0, 0\] \(vocabOffset \+ vocab 1000 <= vocabSize\)/],
     ['maxShardVocab below the shard', {}, { vocabOffset: 0, vocabSize: 1000, maxShardVocab: 999 }, RangeError, /^tp\.maxShardVocab: expected at least this shard's vocab 1000/],
     ['rowsPassRows past maxBatch', {}, { vocabOffset: 0, vocabSize: 1000, rowsPassRows: 5 }, RangeError, /^tp\.rowsPassRows: expected an integer in \[0, 4\] \(at most maxBatch\)/],
-    ["logprobsMode 'raw'", { logprobs: true, logprobsMode: 'raw' }, { vocabOffset: 0, vocabSize: 1000 }, TypeError, /^tp: logprobsMode 'raw' is not supported on a sharded sampler yet/],
     ['not a communicator', {}, { comm: {}, vocabOffset: 0, vocabSize: 1000 }, TypeError, /^tp\.comm: expected a Communicator \(nccl\.initRank\)/],
   ])('%s is an error naming the argument', (_label, config, tp, kind, message) => {
     let e: Error | undefined;

@@ -35,7 +35,7 @@ FS_HD const PartialHeader& partial_header(const void* block) {
 // Checks the partials against the merge call `p` (batch, num_samples, vocab = the unsharded
 // vocabulary). kPartialOk, or the error and in *which the index of the partial it concerns.
 FS_HD int32_t check_partials(const SampleParams& p, const PartialSet& set, uint64_t options_hash,
-                                    bool need_stats, int32_t* which) {
+                                    bool need_stats, int32_t* which, int32_t raw_top = -1) {
   int64_t covered = 0;
   int32_t starts_at_zero = 0;
   for (int32_t i = 0; i < set.count; ++i) {
@@ -44,14 +44,16 @@ FS_HD int32_t check_partials(const SampleParams& p, const PartialSet& set, uint6
     if (set.bytes[i] < sizeof(PartialHeader) || h.magic != kPartialMagic || h.version != kPartialVersion)
       return kPartialNotAPartial;
     if (h.num_samples < 1 || h.num_samples > kMaxSamples || h.capacity < 0 || h.capacity > kMaxPartialCapacity ||
-        h.batch < 1 || h.batch > h.max_batch || h.row_bytes != partial_row_bytes(h.num_samples, h.capacity) ||
-        partial_bytes(h.max_batch, h.num_samples, h.capacity) > set.bytes[i])
+        h.batch < 1 || h.batch > h.max_batch ||
+        h.row_bytes != partial_row_bytes(h.num_samples, h.capacity, partial_raw_top(h)) ||
+        partial_bytes(h.max_batch, h.num_samples, h.capacity, partial_raw_top(h)) > set.bytes[i])
       return kPartialLayout;
     if (h.batch != p.batch) return kPartialBatch;
     if (h.num_samples != p.num_samples) return kPartialSamples;
     if (h.vocab_total != p.vocab) return kPartialVocabTotal;
     if (h.options_hash != options_hash) return kPartialOptions;
     if (need_stats && !(h.flags & kPartialStats)) return kPartialStatsMissing;
+    if (raw_top >= 0 && partial_raw_top(h) != raw_top) return kPartialRawMissing;
     // Exact tiling of [0, V): distinct starts, one at 0, every end another's start or V, sizes
     // summing to V (then every shard is exactly [its start, the next start)).
     const int64_t end = h.vocab_offset + h.vocab_size;
@@ -430,6 +432,91 @@ FS_HD bool merge_draws_keys(const MergeRow& r, const MergedKept& kept) {
 FS_HD bool merge_undecided(const MergeRow& r, const MergedKept& kept) {
   return kept.undecided || (!merge_draws_winners(r, kept) && kept.size > r.prefix) ||
          (r.t.inf_tier && !r.winners);
+}
+
+// logprobsMode 'raw' (SEMANTICS §4), after the row's draw: the drawn tokens' and the top tokens'
+// log-probabilities under the raw distribution, from the shards' raw sections (partials checked with
+// their raw_top = p.top_logprobs). A row the merge left undecided is left to the rows pass.
+// The raw distribution of row b over the shards: its log-sum-exp (the shards' sums rescaled to the
+// largest z_max, added in the order of the partials) and its +Inf count.
+struct MergedRaw {
+  double lse;
+  int64_t inf;
+};
+FS_HD MergedRaw merged_raw(const PartialSet& set, int64_t b) {
+  double z_max = -INFINITY, total = 0.0;
+  int64_t inf = 0;
+  for (int32_t s = 0; s < set.count; ++s) {
+    const PartialHeader& h = partial_header(set.blocks[s]);
+    const PartialRawRow& raw = *partial_row(const_cast<void*>(set.blocks[s]), h, b).raw;
+    inf += raw.inf_count;
+    if (raw.z_max > z_max) z_max = raw.z_max;
+  }
+  for (int32_t s = 0; s < set.count; ++s) {
+    const PartialHeader& h = partial_header(set.blocks[s]);
+    const PartialRawRow& raw = *partial_row(const_cast<void*>(set.blocks[s]), h, b).raw;
+    if (raw.sum > 0.0) total += raw.sum * exp(raw.z_max - z_max);
+  }
+  return MergedRaw{z_max + log(total), inf};
+}
+// A raw logit's log-probability (NaN and -Inf: probability 0; +Inf tokens share the mass).
+FS_HD float merged_raw_logprob(const MergedRaw& r, float x) {
+  if (r.inf > 0) return x == INFINITY ? static_cast<float>(-log(static_cast<double>(r.inf))) : -INFINITY;
+  return x > -INFINITY && x < INFINITY ? static_cast<float>(static_cast<double>(x) - r.lse) : -INFINITY;
+}
+// Token t's raw logit in row b, which only its shard has: its winner's, or from that shard's
+// candidate keys those at i = first, first + step, ... (a block's threads share the scan); NaN where
+// this scan does not find it.
+FS_HD float merged_raw_logit(const PartialSet& set, int64_t b, int32_t t, int32_t first, int32_t step) {
+  for (int32_t s = 0; s < set.count; ++s) {
+    const PartialHeader& h = partial_header(set.blocks[s]);
+    if (t < h.vocab_offset || t >= h.vocab_offset + h.vocab_size) continue;
+    const PartialRowView v = partial_row(const_cast<void*>(set.blocks[s]), h, b);
+    for (int32_t k = 0; k < h.num_samples; ++k)
+      if (v.winners[k].key != kNoToken && static_cast<int32_t>(v.winners[k].key & 0x7fffffffu) == t) return v.winner_raw[k];
+    const int32_t count = v.row->num_candidates < 0 ? 0 : v.row->num_candidates > h.capacity ? h.capacity : v.row->num_candidates;
+    for (int32_t i = first; i < count; i += step)
+      if (partial_key_index(v.keys[i]) == static_cast<uint32_t>(t)) return v.key_raw[i];
+  }
+  return NAN;
+}
+// The topLogprobs best of the shards' raw keys (each a prefix of its shard's raw order) by repeated
+// maxima; with +Inf raw logits only the +Inf ones.
+FS_HD void merge_write_raw_top(const SampleParams& p, const PartialSet& set, int64_t b, const MergedRaw& r) {
+  const int32_t n = p.top_logprobs;
+  int32_t taken[kMaxShards];
+  for (int32_t s = 0; s < set.count; ++s) taken[s] = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    uint64_t best = 0u;
+    int32_t from = -1;
+    for (int32_t s = 0; s < set.count; ++s) {
+      const PartialHeader& h = partial_header(set.blocks[s]);
+      const PartialRowView v = partial_row(const_cast<void*>(set.blocks[s]), h, b);
+      const int32_t count = v.raw->num_keys < 0 ? 0 : v.raw->num_keys > n ? n : v.raw->num_keys;
+      if (taken[s] < count && v.raw_keys[taken[s]] > best) {
+        best = v.raw_keys[taken[s]];
+        from = s;
+      }
+    }
+    if (from >= 0) ++taken[from];
+    if (r.inf > 0 && from >= 0 && partial_key_logit(best) != INFINITY) from = -1;  // only the +Inf tier is kept
+    p.top_tokens[b * n + i] = from >= 0 ? static_cast<int32_t>(partial_key_index(best)) : -1;
+    p.top_token_logprobs[b * n + i] = from >= 0 ? merged_raw_logprob(r, partial_key_logit(best)) : -INFINITY;
+  }
+}
+// All of it on one thread (the CPU's merge, and the GPU's rows its setup wrote).
+FS_HD void merge_write_raw(const SampleParams& p, const PartialSet& set, int64_t b) {
+  if (p.row_status != nullptr && p.row_status[b] == kRowUndecided) return;
+  const MergedRaw r = merged_raw(set, b);
+  const int32_t S = p.num_samples;
+  if (p.logprobs != nullptr)
+    for (int32_t j = 0; j < S; ++j) {
+      const int32_t t = p.tokens[b * S + j];
+      if (t < 0) continue;
+      const float x = merged_raw_logit(set, b, t, 0, 1);
+      p.logprobs[b * S + j] = x != x ? NAN : merged_raw_logprob(r, x);  // (NaN: no shard holds it)
+    }
+  merge_write_raw_top(p, set, b, r);
 }
 
 // Merges row b of the (checked) partials into p's outputs, the steps above in turn (the CPU).

@@ -42,9 +42,15 @@ __device__ __forceinline__ float apply_listed_entry(const ListedEntry& e, float 
   return x;
 }
 
+// The table index of the listed token at bit `bit` (< 32) of its word, whose mark is m: the word's
+// first index (m.y) plus its listed tokens below that bit.
+__device__ __forceinline__ uint32_t listed_index(uint2 m, int bit) {
+  return m.y + __popc(m.x & ((1u << bit) - 1u));
+}
+
 // The table entry of listed token v, given its word's mark m (bit v % 32 set).
 __device__ __forceinline__ const ListedEntry& listed_entry(const ListedEntry* table, uint2 m, int64_t v) {
-  return table[m.y + __popc(m.x & ((1u << (v & 31)) - 1u))];
+  return table[listed_index(m, static_cast<int>(v & 31))];
 }
 
 // The listed tokens' steps on the quad of tokens vq .. vq + 3 (vq a multiple of 4, m its word's mark).
@@ -78,7 +84,7 @@ static __device__ __noinline__ float4 epilogue_listed_quad(const ListedEntry* ta
   float* values = reinterpret_cast<float*>(t & ~uintptr_t{1});
   float l[4] = {x.x, x.y, x.z, x.w};
   const int s = static_cast<int>(vq & 31);
-  uint32_t at = m.y + __popc(m.x & ((1u << s) - 1u));
+  uint32_t at = listed_index(m, s);
 #pragma unroll
   for (int o = 0; o < 4; ++o)
     if ((m.x >> (s + o)) & 1u) {
