@@ -27,7 +27,7 @@ CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \(\d+/\d+\)$")
 
 
 def parse_file(path):
-    """{(preset, B): {'plain': µs, option: µs}} from one bench output."""
+    """{(preset, B): {BASE: µs, option: µs}} from one bench output."""
     out = {}
     preset = None
     columns = None

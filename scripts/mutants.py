@@ -35,8 +35,19 @@ def build():
     return True
 
 
+# Whether build/Release holds the addon of the unmutated sources (unknown at the start).
+state = {"clean": False}
+
+
+def ensure_clean_addon():
+    if not state["clean"]:
+        state["clean"] = build()
+    return state["clean"]
+
+
 def run(m):
     path = os.path.join(ROOT, m["file"])
+    native = False
     with open(path) as f:
         original = f.read()
     if original.count(m["old"]) != 1:
@@ -45,8 +56,11 @@ def run(m):
         with open(path, "w") as f:
             f.write(original.replace(m["old"], m["new"]))
         native = not m["file"].endswith(".ts")
-        if native and not build():
-            return "unbuilt", "the mutant does not compile"
+        if native:
+            if not build():
+                return "unbuilt", "the mutant does not compile"
+        elif not ensure_clean_addon():  # (a TypeScript mutant runs on the restored sources' addon)
+            return "unbuilt", "the restored sources do not build"
         r = subprocess.run(["npx", "jest", *m["tests"]], cwd=ROOT, capture_output=True, text=True)
         out = r.stdout + r.stderr
         count = re.findall(r"^(\d+) passed, (\d+) failed", out, re.M)
@@ -58,6 +72,8 @@ def run(m):
     finally:
         with open(path, "w") as f:
             f.write(original)
+        if native:
+            state["clean"] = False
 
 
 def main():
@@ -80,7 +96,7 @@ def main():
             print(f"      {detail}")
         if result == "alive" and "alive" in m:
             print(f"      (equivalent: {m['alive']})")
-    if not build():
+    if not ensure_clean_addon():
         sys.exit("mutants.py: the restored sources did not build")
     print(f"{surprises} unexpected")
     sys.exit(1 if surprises else 0)
