@@ -11,14 +11,15 @@
 // | 9.0               |                          | > 64         | kSampleOne   | wgmma_split_kernel, 96- or 128-column chunks, whichever pads fewer | WsSplitTile96 / 128 |
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
+// | 9.0               |                          | as above     | kSampleTransformed | wgmma_split_transformed_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
 // | 9.0               |                          | as above     | kSampleFiltered | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
 // | 8.x, or mma.sync* | bf16 / f16, 16-B rows    | <= 8 / 16    | any          | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
 // | 8.x, or mma.sync* |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
 // | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |
 //
 // * mma.sync on 9.0: under FLASHSAMPLE_NO_WGMMA, or where the tensor maps cannot be encoded (a
-//   driver without the encoder, or FLASHSAMPLE_NO_TENSOR_MAPS). kSampleFiltered needs wgmma and
-//   the tensor maps; without them filters.cu runs its chunked path.
+//   driver without the encoder, or FLASHSAMPLE_NO_TENSOR_MAPS). kSampleTransformed and
+//   kSampleFiltered need wgmma and the tensor maps; without them filters.cu runs its chunked path.
 // Each tile's evidence (the measurement that chose it) is the line beside its definition.
 #pragma once
 
@@ -136,6 +137,31 @@ inline cudaError_t launch_filtered_gemm(const SampleParams& p, GemmArgs a, const
   if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
   return p.dtype == DType::kF16 ? launch_filtered_for_batch<true>(a, f, stream)
                                 : launch_filtered_for_batch<false>(a, f, stream);
+}
+
+template <class SplitCfg, bool kF16>
+cudaError_t launch_split_transformed(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  WsTensorMaps maps{};
+  if (!encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
+  return launch_persistent<SplitCfg, false, true>(wgmma_split_transformed_kernel<SplitCfg, kF16>, a, stream, maps, f);
+}
+
+template <bool kF16>
+cudaError_t launch_transformed_for_batch(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  if (a.batch <= 16) return launch_split_transformed<WsSplitTile16, kF16>(a, f, stream);
+  if (a.batch <= 32) return launch_split_transformed<WsSplitTile32, kF16>(a, f, stream);
+  if (a.batch <= 64) return launch_split_transformed<WsSplitTile64, kF16>(a, f, stream);
+  if (prefer_96_column_chunks(a.batch)) return launch_split_transformed<WsSplitTile96, kF16>(a, f, stream);
+  return launch_split_transformed<WsSplitTile128, kF16>(a, f, stream);
+}
+
+// One sample per row on the transformed logits (f's softcap, allowed, listed and listed_table; its
+// other fields unused), a.winners zeroed by the caller; programmatic_launch as launch_filtered_gemm.
+inline cudaError_t launch_transformed_gemm(const SampleParams& p, GemmArgs a, const FilterArgs& f,
+                                           cudaStream_t stream) {
+  if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
+  return p.dtype == DType::kF16 ? launch_transformed_for_batch<true>(a, f, stream)
+                                : launch_transformed_for_batch<false>(a, f, stream);
 }
 
 template <class Cfg, typename T, Epi kEpi>

@@ -1959,8 +1959,8 @@ __device__ PrefixDecision decide_prefix(const SampleParams& p, const RowControl&
   return kDecided;
 }
 
-// Row b's listed tokens that the epilogue left out (deferred_listed_table), merged into the row's
-// winner before the decision reads it: the steps of their table entries on their stored values, the
+// Row b's listed tokens that the plain route's epilogue left out (deferred_listed_table), merged into
+// the row's winner before its token is read: the steps of their table entries on their stored values, the
 // mask, then the noise the epilogue would have drawn for them (sample 0), pruned against the winner
 // so far as quads_update_pruned prunes (a Philox block only where the largest noise could reach it,
 // the logarithms only where its bits can), so that the winner is the one the epilogue finds when it
@@ -2432,7 +2432,7 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, listed_values, bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
 };
 
 // Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
@@ -2451,21 +2451,36 @@ int candidate_slices() {
   return sms < 1 ? 1 : sms > kThreads - 1 ? kThreads - 1 : sms;
 }
 
-// Whether the one-pass epilogue leaves the listed tokens to listed_winners_kernel
-// (detail::deferred_listed_table): in calls whose every row goes without statistics (lists without
-// filters, logprobs or more samples) of at least kDeferListedBatch rows. Deferred from B = 1 (A/B,
-// H200): 4096 listed tokens a row cost llama3-8b 16 -> 13 % over plain at B = 64 and qwen3-0.6b
-// 148 -> 96 %, but llama3-8b 3 -> 6 % at B = 1 and 512 listed tokens 2 -> 4 % at B = 16: the extra
-// kernel's start outweighs what it saves on a few rows.
-// The workspace holds the stored values wherever a call may defer: an engine's sampler sizes it once
-// for calls whose logprobs and filters come and go.
-constexpr int64_t kDeferListedBatch = 64;
-bool may_defer_listed(const SampleParams& p) {
-  return has_penalties(p) && p.partial == nullptr && p.batch >= kDeferListedBatch && p.num_samples == 1;
+// Calls whose rows need no statistics (no top-k, top-p, min-p or logprobs; one sample a row) with
+// softcap, a mask or listed tokens take the plain sampling epilogue on the transformed logits
+// (kSampleTransformed: launch_plain_transformed), not the filtered one and its decision.
+bool takes_plain_epilogue(const SampleParams& p) {
+  return p.partial == nullptr && p.row_values == nullptr && p.num_samples == 1 && !has_truncation(p) &&
+         p.logprobs == nullptr && p.top_logprobs == 0 && filtered_gemm_possible(p);
 }
-bool defers_listed(const SampleParams& p) {
-  return may_defer_listed(p) && p.top_k == nullptr && p.top_p == nullptr && p.min_p == nullptr &&
-         p.logprobs == nullptr && p.top_logprobs == 0;
+
+// Whether the plain route's epilogue leaves the listed tokens to listed_winners_kernel
+// (detail::deferred_listed_table): from kDeferListedBatch rows. Deferred from B = 1 (A/B, H200,
+// 2026-12-05): 512 listed tokens a row cost llama3-8b +0.8 -> +1.7 % over plain at B = 1 and
+// qwen3-0.6b +9.4 -> +13.9 %; at B = 16 mixed (qwen3-0.6b 4096 listed +40 -> +30 %, llama3-8b
+// +4.4 -> +6.3 %): the extra kernel's start outweighs what it saves on a few rows.
+constexpr int64_t kDeferListedBatch = 64;
+bool plain_defers_listed(const SampleParams& p) { return has_penalties(p) && p.batch >= kDeferListedBatch; }
+
+// The plain route's workspace regions (byte offsets): the winners, then (deferred) the listed
+// tokens' values.
+struct PlainLayout {
+  size_t win, listed_values, bytes;
+};
+
+PlainLayout plain_layout(const SampleParams& p) {
+  RegionLayout layout;
+  PlainLayout l;
+  l.win = layout.take(static_cast<size_t>(p.batch) * sizeof(unsigned long long));
+  l.listed_values =
+      layout.take(plain_defers_listed(p) ? static_cast<size_t>(p.listed_entries) * sizeof(float) : 0);
+  l.bytes = layout.bytes;
+  return l;
 }
 
 OnePassLayout one_pass_layout(const SampleParams& p) {
@@ -2489,7 +2504,6 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
-  l.listed_values = layout.take(may_defer_listed(p) ? static_cast<size_t>(p.listed_entries) * sizeof(float) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -2548,6 +2562,9 @@ cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
   size_t one_pass = 0;
   if (filtered_gemm_possible(p)) {
     one_pass = one_pass_layout(p).bytes;
+    // (an engine's sampler sizes it once for calls whose filters and logprobs come and go)
+    const size_t plain = plain_layout(p).bytes;
+    if (plain > one_pass) one_pass = plain;
     if (raw_from_stored_rows(p)) one_pass += (one_pass_may_fall_back(p) ? raw_logits_bytes(p) : 0) + raw_slices_bytes(p);
     if (one_pass_stores_rows(p)) {
       size_t extra = 0;
@@ -2644,11 +2661,6 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
-  // lists alone: the epilogue stores the listed values for listed_winners_kernel (defers_listed)
-  float* const listed_values =
-      defers_listed(p) && p.listed_marks != nullptr ? reinterpret_cast<float*>(ws + l.listed_values) : nullptr;
-  detail::FilterArgs gemm_f = f;
-  if (listed_values != nullptr) gemm_f.listed_table = detail::deferred_listed_table(listed_values);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   const int64_t words = static_cast<int64_t>(l.zeroed / sizeof(uint4));
@@ -2661,7 +2673,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     *built = err == cudaSuccess;
   }
   if (err == cudaSuccess) {
-    err = launch_filtered_gemm(p, winners, gemm_f, programmatic, stream);
+    err = launch_filtered_gemm(p, winners, f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
       scratch.give_back(raw_copy);
       scratch.give_back(row_logits);
@@ -2675,12 +2687,6 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     const cudaError_t freed_rows = scratch.give_back(row_logits);
     const cudaError_t freed = scratch.give_back(ws);
     return err != cudaSuccess ? err : freed_rows != cudaSuccess ? freed_rows : freed;
-  }
-  if (err == cudaSuccess && listed_values != nullptr) {  // the listed tokens the epilogue left out
-    const dim3 grid(static_cast<unsigned>((f.allowed_words + kListedThreads - 1) / kListedThreads),
-                    static_cast<unsigned>(B));
-    err = detail::launch_kernel(listed_winners_kernel, grid, dim3(kListedThreads), 0, stream, programmatic, p, f, listed_values,
-                                winners);
   }
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);
@@ -2714,11 +2720,82 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   return err != cudaSuccess ? err : freed;
 }
 
+namespace {
+
+// The tokens and row statuses from the winners; launched programmatically.
+__global__ void plain_tokens_kernel(const unsigned long long* __restrict__ winners, int64_t batch,
+                                    int32_t* __restrict__ tokens, int32_t* __restrict__ row_status) {
+  detail::griddep_wait();
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= batch) return;
+  const unsigned long long w = winners[b];
+  tokens[b] = detail::packed_token(w);
+  if (row_status != nullptr) row_status[b] = w == 0ull ? kRowNoCandidate : kRowOk;
+}
+
+}  // namespace
+
+// The zeroing kernel (the winners, the fallback count), the listed tokens' table, the GEMM, from
+// kDeferListedBatch rows listed_winners_kernel for the listed tokens the epilogue left out, then the
+// tokens: each launched programmatically after the one before it. cudaErrorNotSupported, with
+// nothing enqueued, where the shape's tensor maps cannot be encoded.
+static cudaError_t launch_plain_transformed(const SampleParams& p, cudaStream_t stream, bool* built) {
+  const size_t B = static_cast<size_t>(p.batch);
+  const PlainLayout l = plain_layout(p);
+  const bool defer = plain_defers_listed(p) && p.listed_marks != nullptr;
+  Scratch scratch(p, stream);
+  uint8_t* ws = nullptr;
+  cudaError_t err = scratch.take(l.bytes, &ws);
+  if (err != cudaSuccess) return err;
+  unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
+  float* const listed_values = defer ? reinterpret_cast<float*>(ws + l.listed_values) : nullptr;
+  detail::FilterArgs f{};
+  f.allowed = p.allowed;
+  f.allowed_words = (p.vocab + 31) / 32;
+  f.listed = reinterpret_cast<const uint2*>(p.listed_marks);
+  f.listed_table = reinterpret_cast<const detail::ListedEntry*>(p.listed_table);
+  f.softcap = p.softcap;
+  detail::FilterArgs gemm_f = f;
+  if (defer) gemm_f.listed_table = detail::deferred_listed_table(listed_values);
+  const int64_t words = static_cast<int64_t>((B * sizeof(unsigned long long) + sizeof(uint4) - 1) / sizeof(uint4));
+  clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<uint4*>(winners), words, p.fallback_rows);
+  err = cudaGetLastError();
+  const bool programmatic = detail::programmatic_launch_supported();
+  if (err == cudaSuccess) {
+    err = launch_build_listed(p, programmatic, stream);
+    *built = err == cudaSuccess;
+  }
+  if (err == cudaSuccess) {
+    err = launch_transformed_gemm(p, winners, gemm_f, programmatic, stream);
+    if (err == cudaErrorNotSupported) {  // nothing was launched
+      scratch.give_back(ws);
+      return err;
+    }
+  }
+  if (err == cudaSuccess && defer) {
+    const dim3 grid(static_cast<unsigned>((f.allowed_words + kListedThreads - 1) / kListedThreads),
+                    static_cast<unsigned>(B));
+    err = detail::launch_kernel(listed_winners_kernel, grid, dim3(kListedThreads), 0, stream, programmatic, p, f,
+                                static_cast<const float*>(listed_values), winners);
+  }
+  if (err == cudaSuccess)
+    err = detail::launch_kernel(plain_tokens_kernel, dim3(static_cast<unsigned>((B + 255) / 256)), dim3(256), 0, stream,
+                                programmatic, static_cast<const unsigned long long*>(winners), p.batch, p.tokens,
+                                p.row_status);
+  const cudaError_t freed = scratch.give_back(ws);
+  return err != cudaSuccess ? err : freed;
+}
+
 // launch_fused_filtered once the listed tokens' table is built (p.listed_* set where p lists any).
 static cudaError_t launch_filtered_passes(const SampleParams& p, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   bool built = false;
-  if (filtered_gemm_supported(p)) {
+  if (takes_plain_epilogue(p)) {
+    err = launch_plain_transformed(p, stream, &built);
+    if (err != cudaErrorNotSupported) return err;
+  }
+  if (!built && filtered_gemm_supported(p)) {
     err = launch_one_pass_filtered(p, stream, &built);
     if (err != cudaErrorNotSupported) return err;
   }

@@ -1,7 +1,9 @@
 // launch_fused_sample: the LM-head GEMM + Gumbel-max sampler that never materializes [B, V].
 //
-// Options beyond temperature (filters, logprobs, masks) go to launch_fused_filtered (filters.cu);
-// a vocabulary shard's, and the rows pass's shard call, to launch_partial_sample (partial.cu).
+// Options beyond temperature (filters, logprobs, masks, softcap, listed tokens) go to
+// launch_fused_filtered (filters.cu; calls that need no statistics there take this file's kernel
+// with the transforms in its epilogue, launch_transformed_gemm); a vocabulary shard's, and the rows
+// pass's shard call, to launch_partial_sample (partial.cu).
 // Otherwise three kernels:
 //   1. clear_winners_kernel zeroes one 64-bit winner word per (row, sample) (a kernel rather than a
 //      memset so that the GEMM can be launched programmatically after it), unless the stream's
@@ -260,6 +262,16 @@ cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winn
   a.winners = winners;
   a.programmatic_launch = programmatic;
   return detail::launch_filtered_gemm(p, a, f, stream);
+}
+
+cudaError_t launch_transformed_gemm(const SampleParams& p, unsigned long long* winners,
+                                    const detail::FilterArgs& f, bool programmatic, cudaStream_t stream) {
+  cudaError_t err = detail::check_params(p);
+  if (err != cudaSuccess) return err;
+  detail::GemmArgs a = detail::gemm_args(p);
+  a.winners = winners;
+  a.programmatic_launch = programmatic;
+  return detail::launch_transformed_gemm(p, a, f, stream);
 }
 
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {

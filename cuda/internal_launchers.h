@@ -84,6 +84,13 @@ bool filtered_gemm_possible(const SampleParams& p);
 cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
                                  const detail::FilterArgs& f, bool programmatic, cudaStream_t stream);
 
+// The plain sampling GEMM on the transformed logits (softcap, mask, listed tokens: f's softcap,
+// allowed, allowed_words, listed and listed_table), winners into `winners` ([batch], zeroed);
+// `programmatic` as launch_filtered_gemm. cudaErrorNotSupported where launch_filtered_gemm would
+// not run (nothing was launched).
+cudaError_t launch_transformed_gemm(const SampleParams& p, unsigned long long* winners,
+                                    const detail::FilterArgs& f, bool programmatic, cudaStream_t stream);
+
 // A vocabulary shard's call (p.partial set; SEMANTICS §6) on the one-pass path: the filtered GEMM
 // with every row's summaries and winner, then launch_partial_from_candidates (and with logprobsMode
 // 'raw', every row's logits stored, launch_partial_raw). numSamples 1.

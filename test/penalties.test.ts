@@ -28,6 +28,7 @@ import {
   topTokens,
   zipfLogits,
   adjusted,
+  applySoftcap,
   listedOptions,
   makeMask,
   makeTensor,
@@ -194,6 +195,69 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Lists with a softcap and a mask, and no filter or logprobs: on compute capability 9.0 the plain
+    // sampling epilogue on the transformed logits, the listed tokens applied there below 64 rows and
+    // left to a kernel of their own from 64 (filters.cu, kDeferListedBatch).
+    for (const B of [48, 99]) {
+      test(`lists, softcap and a mask alone, ${B} rows, ${MAX_S} draws (V=1000, bf16): chi-square against float64`, async () => {
+        const V = 1000;
+        const cap = 4;
+        const base = zipfLogits(V, 1.1, 93);
+        const t = topTokens(base, 12);
+        const row: Listed = {
+          bias: [[t[1], 1.0], [t[9], 3.0], [t[11], -0.5]],
+          banned: [t[0], t[4]],
+          penalized: [[t[2], 2, true], [t[3], 0, true], [t[9], 1, false], [t[10], 0, false]],
+          repetition: 1.3,
+          frequency: 0.25,
+          presence: -0.5,
+        };
+        const allowed = (v: number) => v % 5 !== 0 || v === t[9];
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
+        try {
+          const extra: SampleOptions = { ...listedOptions(repeatRows([row], B)), softcap: cap, allowedTokens: makeMask(B, V, (_b, v) => allowed(v)) };
+          const counts = new Float64Array(V);
+          for (let c = 0; c < scaled(Math.ceil(MAX_S / B)); c++) {
+            const one = new Float64Array(V);
+            for (const tok of (await sampleFused(p.H, p.W, { ...extra, ...rowOptions(B, { temperature: 0.8 }, c) })).tokens) one[tok] += 1;
+            addInto(counts, one);
+          }
+          const capped = Float64Array.from(p.logits[0], (l) => applySoftcap(l, cap));
+          const want = keptDistribution(adjusted(capped, row), { temperature: 0.8, allowed }).probs;
+          const fit = goodnessOfFit(counts, want);
+          expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
+          // the negative controls: the lists applied before the softcap, and no softcap
+          expect(goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), { temperature: 0.8, allowed, softcap: cap }).probs).ok).toBe(false);
+          expect(goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), { temperature: 0.8, allowed }).probs).ok).toBe(false);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    // The same route's empty rows: a row whose mask and bans leave no token is an error naming it; a
+    // row left one token (the others masked) draws it, whatever the seed.
+    for (const B of [5, 70]) {
+      test(`lists and a mask alone, ${B} rows: a row left nothing rejects naming it, a row left one token draws it`, async () => {
+        const V = 1000;
+        const distinct = Array.from({ length: 7 }, (_, i) => zipfLogits(V, 1, 300 + i));
+        const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => distinct[b % 7]), { D: 8 });
+        try {
+          const rows: Listed[] = Array.from({ length: B }, (_, b) => ({ banned: b === 2 ? [3, 7] : b === 3 ? [5, 7] : [5], bias: [[7, 1]] }));
+          const mask = (empty: boolean) => makeMask(B, V, (b, v) => (b === 2 && !empty ? true : b === 2 || b === 3 ? v === 3 || v === 7 : true));
+          for (const offset of [0, 1, 2]) {
+            const ok = await sampleFused(p.H, p.W, { ...listedOptions(rows), allowedTokens: mask(false), seed: 17n, offset });
+            expect(ok.tokens[3]).toBe(3);
+            for (let b = 0; b < B; b++) expect(ok.tokens[b] === 5 || (b === 2 && (ok.tokens[b] === 3 || ok.tokens[b] === 7))).toBe(false);
+          }
+          const e = await failure(() => sampleFused(p.H, p.W, { ...listedOptions(rows), allowedTokens: mask(true), seed: 17n }));
+          expect(e.message).toMatch(/^row 2: /);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
     test('near-flat rows through the extra pass (top-p 0.99, V=3000, T 4): tokens and logprobs equal reference(gumbel)', async () => {
       const V = 3000;
       const flat = flatLogits(V, 9, 8);
@@ -218,11 +282,11 @@ describeDevices((devName, dev) => {
     });
   });
 
-  // Lists alone (no filter, no logprobs, one sample per row): the rows the decision takes straight
-  // from the epilogue's winner; on compute capability 9.0 from B = 64 the epilogue leaves the listed
-  // tokens to a kernel of their own (filters.cu, kDeferListedBatch). The tokens are the ones the
-  // Gumbel reference draws, whatever the size (B 129 and 131: more than one chunk of batch columns),
-  // seeds, temperatures and mask.
+  // Lists alone (no filter, no logprobs, one sample per row): on compute capability 9.0 the plain
+  // sampling epilogue on the transformed logits, which from B = 64 leaves the listed tokens to a
+  // kernel of their own (filters.cu, kDeferListedBatch). The tokens are the ones the Gumbel reference
+  // draws, whatever the size (B 129 and 131: more than one chunk of batch columns), seeds,
+  // temperatures and mask.
   for (const [V, B] of [[111, 1], [1000, 3], [1000, 63], [1000, 64], [1000, 131], [128256, 129]]) {
     (V * B < 1e6 || devName === 'cuda' ? test : test.skip)(`lists alone, one sample per row (V ${V}, B ${B}, a mask, greedy rows among sampled ones): fused == reference(gumbel)`, async () => {
       // (six distinct logit rows: D stays small; the lists, seeds and temperatures differ per row)

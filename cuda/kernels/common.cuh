@@ -320,7 +320,16 @@ __device__ __forceinline__ void quads_update_pruned(const float (&l)[K][4], cons
 // ---- arguments shared by every GEMM kernel -------------------------------------------------------
 // kSampleFiltered: kSampleOne plus the filtered path's summaries and candidates (ws_split.cuh).
 // kSampleFew: 2 .. kPrunedSamples samples a row, each draw pruned as kSampleOne's (ws_pingpong.cuh).
-enum class Epi : int { kSampleOne = 0, kSampleMany = 1, kStore = 2, kSampleFiltered = 3, kSampleFew = 4 };
+// kSampleTransformed: kSampleOne on the transformed logits (softcap, mask, listed tokens: SEMANTICS
+// §2, steps 1-2d), for calls whose rows need no statistics (ws_split.cuh).
+enum class Epi : int {
+  kSampleOne = 0,
+  kSampleMany = 1,
+  kStore = 2,
+  kSampleFiltered = 3,
+  kSampleFew = 4,
+  kSampleTransformed = 5
+};
 
 struct GemmArgs {
   const void* hidden;

@@ -65,19 +65,17 @@ static __device__ __noinline__ float4 apply_listed_quad(const ListedEntry* table
   return listed_steps_quad(table, m, vq, x);
 }
 
-// The one-pass epilogue's table pointer where it leaves the listed tokens to a later kernel
+// The transformed epilogue's table pointer where it leaves the listed tokens to a later kernel
 // (filters.cu's listed_winners_kernel applies the entries): where their values go, bit 0 set (a float
-// array's address never has it). One pointer keeps the epilogue's call the one it makes without
-// deferral: a second argument cost the split kernel 1-2 % at top-k 50 (+ 512 listed), which never
-// defers (ncu, llama3-8b and qwen3-0.6b, B = 256).
+// array's address never has it), so that the epilogue makes one call either way.
 __host__ __device__ inline const ListedEntry* deferred_listed_table(float* listed_values) {
   return reinterpret_cast<const ListedEntry*>(reinterpret_cast<uintptr_t>(listed_values) | 1u);
 }
 
-// The one-pass epilogue's listed tokens of the quad: their steps, or, with a deferred_listed_table,
-// their values stored at their table index and NaN here. Deferred, a listed token costs the epilogue
-// a store instead of a dependent load of its entry (llama3-8b, 4096 listed tokens a row at B = 64:
-// the split kernel 287 -> 250 us, plain's 239).
+// The transformed epilogue's listed tokens of the quad: their steps, or, with a
+// deferred_listed_table, their values stored at their table index and NaN here. Deferred, a listed
+// token costs the epilogue a store instead of a dependent load of its entry (llama3-8b, 4096 listed
+// tokens a row at B = 64, measured on the filtered epilogue: 287 -> 250 us, plain's 239).
 static __device__ __noinline__ float4 epilogue_listed_quad(const ListedEntry* table, uint2 m, int64_t vq, float4 x) {
   const uintptr_t t = reinterpret_cast<uintptr_t>(table);
   if ((t & 1u) == 0u) return listed_steps_quad(table, m, vq, x);

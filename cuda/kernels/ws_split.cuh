@@ -1,6 +1,7 @@
 // wgmma_split_kernel: the warp-specialized kernel with the sampling epilogue on warpgroups of its
 // own (sm_90a): one sample per row (kSampleOne) at every batch size on compute capability 9.0
-// (dispatch.cuh).
+// (dispatch.cuh); wgmma_split_transformed_kernel the same with softcap, mask and listed tokens,
+// wgmma_split_filtered_kernel with the filters' summaries and candidates.
 //
 // Why: in the ping-pong kernel (ws_pingpong.cuh) each consumer warpgroup runs its item's epilogue
 // while the other runs the next K loop, so the tensor pipe is busy only if an epilogue fits under
@@ -172,16 +173,85 @@ __device__ __forceinline__ FilterColumns<N>* filter_columns_smem() {
   return &s;
 }
 
-// kEpi: kSampleOne (the winners word of each row), or kSampleFiltered (the same winners, plus
+// kSampleTransformed: the listed marks and allowed words of an item's columns, loaded one item
+// ahead: a (row, tile)'s words are read once a call, from DRAM, and loaded in the trips each cost
+// the trip that round trip (A/B, H200: the mask alone +33 -> +6 % over plain at qwen3-0.6b B = 64,
+// 512 listed tokens a row +48 -> +30 %). Lane l holds
+// slots s = l + 32 k: the warp's column c = s / 4 (batch column ew + 8 c), word s % 4 of the tile.
+template <int kSlots>
+struct TransformWords {
+  uint2 marks[kSlots];
+  uint32_t allowed[kSlots];
+};
+
+template <class Cfg, int kSlots>
+__device__ __forceinline__ TransformWords<kSlots> load_transform_words(const GemmArgs& a, const FilterArgs& f,
+                                                                      int64_t item, int ew, int lane) {
+  TransformWords<kSlots> t;
+  int64_t chunk, vtile;
+  ws_item_coords<Cfg>(item, a, chunk, vtile);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int s = lane + 32 * k, c = s >> 2;
+    const int64_t b = chunk * Cfg::kNB + ew + 8 * c, word = vtile * (Cfg::kBV / 32) + (s & 3);
+    const bool in = c < Cfg::kNB / 8 && b < a.batch && word < f.allowed_words;
+    const int64_t at = b * f.allowed_words + word;
+    t.marks[k] = f.listed != nullptr && in ? f.listed[at] : make_uint2(0u, 0u);
+    t.allowed[k] = f.allowed != nullptr && in ? f.allowed[at] : 0u;
+  }
+  return t;
+}
+
+// The words of the lane's quad in the warp's column c (held by the lane of slot 4 c + lane / 8).
+template <int kSlots>
+__device__ __forceinline__ void transform_words_of(const FilterArgs& f, const TransformWords<kSlots>& t, int c, int lane,
+                                                   uint2& marks, uint32_t& allowed) {
+  const int s = 4 * c + (lane >> 3), k = s >> 5, from = s & 31;
+  marks = make_uint2(0u, 0u);
+  allowed = ~0u;
+  if (f.listed != nullptr) {
+    marks.x = __shfl_sync(0xffffffffu, kSlots > 1 && k ? t.marks[kSlots - 1].x : t.marks[0].x, from);
+    marks.y = __shfl_sync(0xffffffffu, kSlots > 1 && k ? t.marks[kSlots - 1].y : t.marks[0].y, from);
+  }
+  if (f.allowed != nullptr) allowed = __shfl_sync(0xffffffffu, kSlots > 1 && k ? t.allowed[kSlots - 1] : t.allowed[0], from);
+}
+
+// kSampleTransformed's transforms of a lane's quad of raw logits l (SEMANTICS §2, steps 1-2d):
+// softcap, the listed tokens' steps (or, with a deferred_listed_table, their values stored and NaN
+// here), then NaN where the mask disallows; marks and allowed are the quad's words (zero past the
+// vocabulary and in padding columns, whose values quads_update_pruned drops). -Inf (a banned token)
+// makes no candidate.
+__device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, uint2 marks, uint32_t allowed,
+                                               float (&l)[4]) {
+  if (f.softcap > 0.0f) {  // one uniform test a column
+#pragma unroll
+    for (int o = 0; o < 4; ++o) l[o] = softcap_logit(l[o], f.softcap);
+  }
+  if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
+    const float4 q4 = epilogue_listed_quad(f.listed_table, marks, vq, make_float4(l[0], l[1], l[2], l[3]));
+    l[0] = q4.x;
+    l[1] = q4.y;
+    l[2] = q4.z;
+    l[3] = q4.w;
+  }
+  allowed >>= (vq & 31);
+#pragma unroll
+  for (int o = 0; o < 4; ++o)
+    if (((allowed >> o) & 1u) == 0u) l[o] = NAN;
+}
+
+// kEpi: kSampleOne (the winners word of each row), kSampleTransformed (the same on the transformed
+// logits: transform_quad, through `f`), or kSampleFiltered (the same winners, plus
 // filter_epilogue.cuh's tile summaries and candidates, through `f`).
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kFiltered = kEpi == Epi::kSampleFiltered;
+  constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
   constexpr int kK = kFiltered ? Cfg::kFilteredColsPerTrip : Cfg::kSampleColsPerTrip;
-  constexpr bool kLean = kFiltered || Cfg::kLeanSampleSplit;
+  constexpr bool kLean = kFiltered || kTransformed || Cfg::kLeanSampleSplit;
   const uint32_t smem_base = smem_u32(smem_raw);
   const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
   const uint32_t smem_h = smem_w + Cfg::kStages * Cfg::kWStageBytes;
@@ -296,8 +366,16 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
   // (FilterRow::dense_gap, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
+  // kTransformed: this item's words (load_transform_words), the next item's loaded during its trips
+  constexpr int kWordSlots = kTransformed && kNB > 64 ? 2 : 1;
+  TransformWords<kWordSlots> words{}, next_words{};
+  if constexpr (kTransformed) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
+    if constexpr (kTransformed) {
+      words = next_words;
+      if (j + 1 < my_items) next_words = load_transform_words<Cfg, kWordSlots>(a, f, item + gridDim.x, ew, lane);
+    }
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
@@ -371,6 +449,12 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         l[jj][1] = q.y + bias[1];
         l[jj][2] = q.z + bias[2];
         l[jj][3] = q.w + bias[3];
+        if constexpr (kTransformed) {
+          uint2 marks;
+          uint32_t allowed;
+          transform_words_of(f, words, kK * trip + jj, lane, marks, allowed);
+          transform_quad(f, vq, marks, allowed, l[jj]);
+        }
         if constexpr (kFiltered) {
           if ((dense_columns >> (kK * trip + jj)) & 1u) {
             store_row_logits(f.row_logits, b, vq, V, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
@@ -393,7 +477,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
             raw_tile_stats(f.raw_tiles + b * f.num_vtiles + vtile, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
                            in_vocab, b < B);
           if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
-            const float4 q4 = epilogue_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
+            const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
             l[jj][0] = q4.x;
             l[jj][1] = q4.y;
             l[jj][2] = q4.z;
@@ -465,6 +549,13 @@ template <class Cfg, bool kF16>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_split_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps) {
   wgmma_split_body<Cfg, kF16, Epi::kSampleOne>(a, &maps, FilterArgs{});
+}
+
+template <class Cfg, bool kF16>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_split_transformed_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps,
+                                   const __grid_constant__ FilterArgs f) {
+  wgmma_split_body<Cfg, kF16, Epi::kSampleTransformed>(a, &maps, f);
 }
 
 template <class Cfg, bool kF16>
