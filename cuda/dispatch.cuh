@@ -118,7 +118,12 @@ template <class SplitCfg, bool kF16>
 cudaError_t launch_split_filtered(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
   WsTensorMaps maps{};
   if (!encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
-  return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16>, a, stream, maps, f);
+  // calls with lists: their words loaded one item ahead (kSampleFilteredListed)
+  if (f.listed != nullptr)
+    return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFilteredListed>,
+                                                    a, stream, maps, f);
+  return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFiltered>, a,
+                                                  stream, maps, f);
 }
 
 template <bool kF16>

@@ -328,7 +328,8 @@ enum class Epi : int {
   kStore = 2,
   kSampleFiltered = 3,
   kSampleFew = 4,
-  kSampleTransformed = 5
+  kSampleTransformed = 5,
+  kSampleFilteredListed = 6  // kSampleFiltered for calls with listed tokens: their words loaded ahead
 };
 
 struct GemmArgs {

@@ -246,7 +246,7 @@ __device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, 
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered;
+  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredListed;
   constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
@@ -366,13 +366,15 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
   // (FilterRow::dense_gap, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
-  // kTransformed: this item's words (load_transform_words), the next item's loaded during its trips
-  constexpr int kWordSlots = kTransformed && kNB > 64 ? 2 : 1;
+  // kTransformed, kSampleFilteredListed: this item's words (load_transform_words), the next item's
+  // loaded during its trips
+  constexpr bool kWords = kTransformed || kEpi == Epi::kSampleFilteredListed;
+  constexpr int kWordSlots = kWords && kNB > 64 ? 2 : 1;
   TransformWords<kWordSlots> words{}, next_words{};
-  if constexpr (kTransformed) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
+  if constexpr (kWords) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
-    if constexpr (kTransformed) {
+    if constexpr (kWords) {
       words = next_words;
       if (j + 1 < my_items) next_words = load_transform_words<Cfg, kWordSlots>(a, f, item + gridDim.x, ew, lane);
     }
@@ -463,12 +465,18 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           }
           // the values that can be drawn: softcap, the listed tokens' steps, then NaN for masked,
           // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
-          const bool in_row = vq < V && b < B;
-          const uint32_t allowed =
-              (f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u) &
-              in_vocab;
-          const uint2 marks =
-              f.listed != nullptr && in_row ? f.listed[b * f.allowed_words + (vq >> 5)] : make_uint2(0u, 0u);
+          uint2 marks;
+          uint32_t allowed;
+          if constexpr (kWords) {
+            transform_words_of(f, words, kK * trip + jj, lane, marks, allowed);
+            allowed = (allowed >> (vq & 31)) & in_vocab;
+          } else {
+            const bool in_row = vq < V && b < B;
+            allowed =
+                (f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u) &
+                in_vocab;
+            marks = f.listed != nullptr && in_row ? f.listed[b * f.allowed_words + (vq >> 5)] : make_uint2(0u, 0u);
+          }
           if (f.softcap > 0.0f) {  // one uniform test a column
 #pragma unroll
             for (int o = 0; o < 4; ++o) l[jj][o] = softcap_logit(l[jj][o], f.softcap);
@@ -558,11 +566,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   wgmma_split_body<Cfg, kF16, Epi::kSampleTransformed>(a, &maps, f);
 }
 
-template <class Cfg, bool kF16>
+template <class Cfg, bool kF16, Epi kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_split_filtered_kernel(const GemmArgs a, const __grid_constant__ WsTensorMaps maps,
                                 const __grid_constant__ FilterArgs f) {
-  wgmma_split_body<Cfg, kF16, Epi::kSampleFiltered>(a, &maps, f);
+  wgmma_split_body<Cfg, kF16, kEpi>(a, &maps, f);
 }
 
 }  // namespace detail
