@@ -12,7 +12,7 @@
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
 // | 9.0               |                          | as above     | kSampleTransformed | wgmma_split_transformed_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
-// | 9.0               |                          | as above     | kSampleFiltered | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
+// | 9.0               |                          | as above     | kSampleFiltered, kSampleFilteredListed (calls with lists) | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
 // | 8.x, or mma.sync* | bf16 / f16, 16-B rows    | <= 8 / 16    | any          | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
 // | 8.x, or mma.sync* |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
 // | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |

@@ -241,8 +241,8 @@ __device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, 
 }
 
 // kEpi: kSampleOne (the winners word of each row), kSampleTransformed (the same on the transformed
-// logits: transform_quad, through `f`), or kSampleFiltered (the same winners, plus
-// filter_epilogue.cuh's tile summaries and candidates, through `f`).
+// logits: transform_quad, through `f`), or kSampleFiltered / kSampleFilteredListed (the same
+// winners, plus filter_epilogue.cuh's tile summaries and candidates, through `f`).
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
