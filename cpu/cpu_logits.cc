@@ -256,34 +256,40 @@ SampleParams raw_logits_params(const SampleParams& p) {
   return q;
 }
 
-void write_raw_logprobs(const SampleParams& p, int num_threads) {
-  if (!reports_raw_logprobs(p)) return;
-  // the raw logits: the same source without the mask and the listed tokens
+namespace {
+
+// each(b, x) for every row b, x its raw logits [0, p.vocab): the same source without the mask and
+// the listed tokens (raw_logits_params), a row at a time.
+template <class Each>
+void for_each_raw_row(const SampleParams& p, int num_threads, Each each) {
   const SampleParams q = raw_logits_params(p);  // (LogitSource keeps a reference to it)
   const LogitSource source(q);
   const int64_t V = p.vocab;
   parallel_for(p.batch, num_threads, [&](int64_t b) {
     std::vector<float> x(static_cast<size_t>(V)), scratch;
     source.compute(b, b + 1, 0, V, x.data(), V, scratch);
-    write_raw_row(p, b, x.data());
+    each(b, x.data());
   });
+}
+
+}  // namespace
+
+void write_raw_logprobs(const SampleParams& p, int num_threads) {
+  if (!reports_raw_logprobs(p)) return;
+  for_each_raw_row(p, num_threads, [&](int64_t b, const float* x) { write_raw_row(p, b, x); });
 }
 
 void write_partial_raw(const SampleParams& p, int num_threads) {
   const PartialHeader& h = *static_cast<const PartialHeader*>(p.partial);
   if (partial_raw_top(h) < 0) return;
-  const SampleParams q = raw_logits_params(p);  // (LogitSource keeps a reference to it)
-  const LogitSource source(q);
   const int64_t V = p.vocab, base = p.vocab_offset, n = partial_raw_top(h);
-  parallel_for(p.batch, num_threads, [&](int64_t b) {
-    std::vector<float> x(static_cast<size_t>(V)), scratch;
-    source.compute(b, b + 1, 0, V, x.data(), V, scratch);
+  for_each_raw_row(p, num_threads, [&](int64_t b, const float* x) {
     const PartialRowView v = partial_row(p.partial, h, b);
-    const MassPartial mass = tile_mass(x.data(), V, 1.0);  // the finite values at T = 1
+    const MassPartial mass = tile_mass(x, V, 1.0);  // the finite values at T = 1
     std::vector<Entry> order;  // the drawable ones (finite or +Inf), in the raw order
     int64_t inf = 0;
     for (int64_t i = 0; i < V; ++i) {
-      const float l = x[static_cast<size_t>(i)];
+      const float l = x[i];
       inf += l == INFINITY ? 1 : 0;
       if (l > -INFINITY) order.push_back(Entry{l, static_cast<int32_t>(i)});
     }
@@ -295,7 +301,7 @@ void write_partial_raw(const SampleParams& p, int num_threads) {
                                   static_cast<uint32_t>(base + order[static_cast<size_t>(i)].index));
     auto raw_of = [&](uint32_t global) {
       const int64_t local = static_cast<int64_t>(global) - base;
-      return local >= 0 && local < V ? x[static_cast<size_t>(local)] : NAN;
+      return local >= 0 && local < V ? x[local] : NAN;
     };
     for (int32_t j = 0; j < h.num_samples; ++j)
       v.winner_raw[j] = v.winners[j].key == kNoToken ? 0.0f : raw_of(v.winners[j].key & 0x7fffffffu);
