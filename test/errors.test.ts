@@ -344,6 +344,9 @@ const cases: Record<string, Case> = {
   [`RangeError: stream: expected a cudaStream_t handle in [0, 2^64), got -1n`]: {
     runs: [() => sampleFused(operands().H, operands().W, { stream: -1n })],
   },
+  [`RangeError: stream: expected a cudaStream_t handle in [0, 2^64), got 18446744073709551616n`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { stream: 2n ** 64n })],
+  },
   [`TypeError: stream: a CUDA stream needs tensors on a 'cuda' device, got tensors on cpu`]: {
     runs: [() => sampleFused(operands().H, operands().W, { stream: 0n })],
   },
