@@ -354,6 +354,9 @@ const cases: Record<string, Case> = {
   [`RangeError: maxBatch: expected an integer in [1, 65535], got 0`]: {
     runs: [() => cpu.createSampler({ maxBatch: 0, vocab: 100, hidden: 8, dtype: 'f32' })],
   },
+  [`RangeError: maxBatch: expected an integer in [1, 65535], got 65536`]: {
+    runs: [() => cpu.createSampler({ maxBatch: 65536, vocab: 100, hidden: 8, dtype: 'f32' })],
+  },
   [`TypeError: createSampler: unknown option "logprob"; did you mean "logprobs"? …`]: {
     runs: [() => cpu.createSampler({ maxBatch: 4, vocab: 100, hidden: 8, dtype: 'f32', logprob: true } as never)],
   },
@@ -427,6 +430,9 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: penaltyTokens.rowOffsets: expected an Int32Array of 2 .. 2 values (rows from row 3, maxBatch 4, + 1), got Int32Array(3)`]: {
     runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setPenaltyTokens(3, penaltyTokens([[1], [2]]))],
+  },
+  [`RangeError: first: expected an integer in [0, 3] (maxBatch is 4), got 4`]: {
+    runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setPenaltyTokens(4, penaltyTokens([[1]]))],
   },
   [`Error: setPenaltyTokens: cannot run during graph capture …`]: {
     needs: 'gpu',
