@@ -581,6 +581,9 @@ const cases: Record<string, Case> = {
   [`RangeError: vocabSize: expected an integer in [111, 2147483646] (the unsharded vocabulary, >= the rows of W), got 100`]: {
     runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 100 })],
   },
+  [`RangeError: vocabSize: expected an integer in [111, 2147483646] (the unsharded vocabulary, >= the rows of W), got 2147483647`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { partial: true, vocabOffset: 0, vocabSize: 2 ** 31 - 1 })],
+  },
   [`RangeError: partials[1]: made with other per-row options than the merge's (temperature, seed, offset, numSamples, topK, topP, minP, logprobs, topLogprobs or filterOrder differ)`]: {
     runs: [
       async () => {
