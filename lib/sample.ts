@@ -77,7 +77,7 @@ export async function timeSampler(
   const pairs = inputs.map(({ H, W }, i) => {
     const { spec: s } = buildSpec(H, W, opts, sampler, shard ? SHARD_KEYS : []);
     if (s.batch !== spec.batch || s.vocab !== spec.vocab || s.dim !== spec.dim || s.dtype !== spec.dtype) {
-      throw rangeError(`inputs[${i}]`, 'the shape and dtype of inputs[0]', `[${s.batch}, ${s.dim}] x [${s.vocab}, ${s.dim}]`);
+      throw rangeError(`inputs[${i}]`, 'the shape and dtype of inputs[0]', raw(`H [${s.batch}, ${s.dim}], W [${s.vocab}, ${s.dim}] ${W.dtype}`));
     }
     return { hidden: s.hidden!, weight: s.weight! };
   });

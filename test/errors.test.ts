@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
-import { mergePartials, nccl, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
+import { mergePartials, nccl, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, timeSampler, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
 import { cudaStatus, failure, rng } from './helpers';
 
 const cpu = open('cpu');
@@ -296,6 +296,25 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: out: expected an 'i32' tensor of 12 elements (B * numSamples), got Tensor(i32[3] on cpu)`]: {
     runs: [() => sampleFusedInto(keep(cpu.empty([3], 'i32')), operands().H, operands().W, { numSamples: 4 })],
+  },
+  [`RangeError: out: expected an 'i32' tensor of 12 elements (B * numSamples), got Tensor(i32[13] on cpu)`]: {
+    runs: [() => sampleFusedInto(keep(cpu.empty([13], 'i32')), operands().H, operands().W, { numSamples: 4 })],
+  },
+  // The bench's timing entry (timeSampler)
+  [`TypeError: kind: expected 'fused', 'reference-gumbel' or 'reference-inverse-cdf', got "magic"`]: {
+    runs: [() => timeSampler('magic' as never, [operands()], {}, { warmup: 0, iters: 1 })],
+  },
+  [`TypeError: inputs: expected a non-empty array of {H, W}, got []`]: {
+    runs: [() => timeSampler('fused', [], {}, { warmup: 0, iters: 1 })],
+  },
+  [`RangeError: inputs[1]: expected the shape and dtype of inputs[0], got H [3, 8], W [100, 8] bf16`]: {
+    runs: [() => timeSampler('fused', [operands(), { H: operands().H, W: tensor(cpu, [100, 8], 'bf16', 2) }], {}, { warmup: 0, iters: 1 })],
+  },
+  [`RangeError: warmup: expected an integer >= 0, got -1`]: {
+    runs: [() => timeSampler('fused', [operands()], {}, { warmup: -1, iters: 1 })],
+  },
+  [`RangeError: iters: expected an integer >= 1, got 0`]: {
+    runs: [() => timeSampler('fused', [operands()], {}, { warmup: 0, iters: 0 })],
   },
   [`TypeError: method: expected 'inverse-cdf' or 'gumbel', got "magic"`]: {
     runs: [() => sampleReference(operands().H, operands().W, { method: 'magic' as never })],
