@@ -3,7 +3,8 @@
 
 Reads every bench-<letter>-<rep>.txt in DIR (the bench's tables, one per preset), takes each
 option's median µs over the reps, and prints per preset, batch size and option the cost over
-plain fused of every build and its difference from build `a` in points.
+plain fused of every build and its difference from the base build in points: --base LETTER, by
+default `a`, or the first letter when there is no build a.
 
   python3 scripts/ab-pick.py DIR
   python3 scripts/ab-pick.py DIR --candidates gij --options listed512,listed4096 --preset llama3-8b \\
@@ -92,24 +93,28 @@ def main():
     ap.add_argument("--gain", type=float, default=1.5)
     ap.add_argument("--slack", type=float, default=1.0)
     ap.add_argument("--map", default="")
+    ap.add_argument("--base", default="")
     args = ap.parse_args()
     data = load(args.dir)
-    if "a" not in data:
-        sys.exit(f"ab-pick: no bench-a-*.txt tables in {args.dir}")
+    if not data:
+        sys.exit(f"ab-pick: no bench-<letter>-<rep>.txt tables in {args.dir}")
     letters = sorted(data)
+    base = args.base or ("a" if "a" in data else letters[0])
+    if base not in data:
+        sys.exit(f"ab-pick: no bench-{base}-*.txt tables in {args.dir} (builds: {''.join(letters)})")
     keys = sorted({k for l in letters for k in data[l]})
     options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE})
-    print("preset B option: " + " ".join(f"{l:>14}" for l in letters) + "   (cost over plain, points; Δ vs a)")
+    print("preset B option: " + " ".join(f"{l:>14}" for l in letters) + f"   (cost over plain, points; Δ vs {base})")
     for preset, b in keys:
         for option in [BASE] + options:
             vals = []
             for l in letters:
                 cells = data[l].get((preset, b), {})
                 if option == BASE:
-                    us, ref = cells.get(BASE), data["a"].get((preset, b), {}).get(BASE)
+                    us, ref = cells.get(BASE), data[base].get((preset, b), {}).get(BASE)
                     vals.append(f"{us:8.1f}µs" + (f"{100 * (us / ref - 1):+4.0f}" if us and ref else "    ") if us else " " * 14)
                 else:
-                    c, ca = cost(cells, option), cost(data["a"].get((preset, b), {}), option)
+                    c, ca = cost(cells, option), cost(data[base].get((preset, b), {}), option)
                     vals.append(f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
             if any(v.strip() for v in vals):
                 print(f"{preset} {b} {option}: " + " ".join(f"{v:>14}" for v in vals))
@@ -119,7 +124,7 @@ def main():
     picked = [o for o in args.options.split(",") if o]
     guards = [o for o in args.guard.split(",") if o]
     batches = [int(b) for b in args.batch.split(",") if b]
-    a = data["a"]
+    a = data[base]
     best, best_mean = None, None
     for l in args.candidates:
         if l not in data:
