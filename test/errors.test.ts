@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
-import { mergePartials, nccl, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, timeSampler, type Device, type PartialState, type Sampler, type SamplerConfig } from '../lib/index';
+import { gumbelFromBits, mergePartials, nccl, philox4x32_10, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, timeSampler, type Device, PartialState, type SampleOptions, type Sampler, type SamplerConfig } from '../lib/index';
 import { cudaStatus, failure, rng } from './helpers';
 
 const cpu = open('cpu');
@@ -62,6 +62,18 @@ function operands(dev: Device = cpu, dtype: 'f32' | 'f16' | 'bf16' = 'bf16') {
   return { H: tensor(dev, [3, 8], dtype, 1), W: tensor(dev, [111, 8], dtype, 2) };
 }
 
+/** A one-shard merge (V = 111, CPU) of a partial state whose header words `edit` changed:
+ *  magic 0, version 1, batch 2, max_batch 3, num_samples 4, capacity 5, flags 14, row_bytes 15. */
+async function mergeAltered(options: SampleOptions, edit: (header: Int32Array) => void) {
+  const { H, W } = operands();
+  const a = await sampleFused(H, W, { ...options, partial: true, vocabOffset: 0, vocabSize: 111 });
+  const words = (await a.state.toRawArray()) as Int32Array;
+  a.dispose();
+  edit(words);
+  const state = keep(cpu.tensor(words, [words.length], 'i32'));
+  return mergePartials([new PartialState({ ...a, state })], options);
+}
+
 function gpu(): Device {
   return open('cuda');
 }
@@ -101,6 +113,9 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: data: expected 12 elements for shape [3, 4], got Float32Array(10)`]: {
     runs: [() => cpu.tensor(new Float32Array(10), [3, 4], 'f32')],
+  },
+  [`RangeError: data: expected 12 elements for shape [3, 4], got Float32Array(13)`]: {
+    runs: [() => cpu.tensor(new Float32Array(13), [3, 4], 'f32')],
   },
   [`TypeError: data: expected a Float32Array for dtype 'f32', got Int32Array(12)`]: {
     runs: [() => cpu.tensor(new Int32Array(12), [3, 4], 'f32')],
@@ -340,6 +355,24 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: ptr: expected a 16-byte aligned address (vectorized loads), got 4098n`]: {
     runs: [() => Tensor.fromDevicePointer(cpu, 4098n, [4], 'f32')],
+  },
+  [`RangeError: ptr: expected a 16-byte aligned address (vectorized loads), got 4104n`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 4104n, [4], 'f32')],  // (8-byte aligned only)
+  },
+  [`RangeError: ptr: expected a non-null 64-bit device address, got 18446744073709551616n`]: {
+    runs: [() => Tensor.fromDevicePointer(cpu, 1n << 64n, [4], 'f32')],
+  },
+  [`TypeError: counter: expected an array of 4 words, got [1, 2, 3, 4, 5]`]: {
+    runs: [() => philox4x32_10([1, 2, 3, 4, 5] as never, [1, 2])],
+  },
+  [`TypeError: key: expected an array of 2 words, got [1, 2, 3]`]: {
+    runs: [() => philox4x32_10([1, 2, 3, 4], [1, 2, 3] as never)],
+  },
+  [`RangeError: counter[3]: expected a 32-bit unsigned integer, got 4294967296`]: {
+    runs: [() => philox4x32_10([1, 2, 3, 2 ** 32], [1, 2])],
+  },
+  [`RangeError: bits: expected a 32-bit unsigned integer, got 4294967296`]: {
+    runs: [() => gumbelFromBits(2 ** 32)],
   },
   [`TypeError: ptr: expected a bigint device address, got 4096`]: {
     runs: [() => Tensor.fromDevicePointer(cpu, 4096 as never, [4], 'f32')],
@@ -622,6 +655,57 @@ const cases: Record<string, Case> = {
         const b = await sampleFused(H, W, { partial: true, vocabOffset: 88, vocabSize: 200 });
         return mergePartials([a, b]);
       },
+    ],
+  },
+  [`RangeError: partials[1]: made for another batch size than partials[0] (3 rows)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, keep(tensor(cpu, [112, 8], 'bf16', 3)), { partial: true, vocabOffset: 0, vocabSize: 223 });
+        const b = await sampleFused(keep(tensor(cpu, [2, 8], 'bf16', 4)), W, { partial: true, vocabOffset: 112, vocabSize: 223 });
+        return mergePartials([a, b]);
+      },
+    ],
+  },
+  [`RangeError: partials[1]: made with another numSamples than the merge's options`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, keep(tensor(cpu, [112, 8], 'bf16', 3)), { partial: true, vocabOffset: 0, vocabSize: 223, numSamples: 3 });
+        const b = await sampleFused(H, W, { partial: true, vocabOffset: 112, vocabSize: 223, numSamples: 2 });
+        return mergePartials([a, b], { numSamples: 3 });
+      },
+    ],
+  },
+  [`RangeError: partials[1]: made for another vocabulary size than partials[0] (223)`]: {
+    runs: [
+      async () => {
+        const { H, W } = operands();
+        const a = await sampleFused(H, keep(tensor(cpu, [112, 8], 'bf16', 3)), { partial: true, vocabOffset: 0, vocabSize: 223 });
+        const b = await sampleFused(H, W, { partial: true, vocabOffset: 112, vocabSize: 224 });
+        return mergePartials([a, b]);
+      },
+    ],
+  },
+  // States that reach a merge from elsewhere (another process's bytes, another version's layout):
+  // the header is checked before anything of a row is read.
+  [`TypeError: partials[0]: not a partial state (its header's magic or version is wrong)`]: {
+    runs: [
+      () => mergeAltered({}, (h) => (h[0] ^= 1)),  // magic
+      () => mergeAltered({}, (h) => (h[1] = 2)),  // version
+    ],
+  },
+  [`TypeError: partials[0]: its header does not match its size (not a partial state of this layout)`]: {
+    runs: [
+      () => mergeAltered({}, (h) => (h[15] += 8)),  // row_bytes
+      () => mergeAltered({}, (h) => (h[2] = h[3] + 1)),  // batch above max_batch
+      () => mergeAltered({}, (h) => (h[5] = 1 << 30)),  // capacity past the block
+    ],
+  },
+  [`RangeError: partials[0]: made without the statistics that filters and logprobs need (give the shards the merge's options)`]: {
+    runs: [
+      () => mergeAltered({ topK: 5 }, (h) => (h[14] &= ~1)),  // flags: kPartialStats cleared
+      () => mergeAltered({ logprobs: true }, (h) => (h[14] &= ~1)),
     ],
   },
   [`TypeError: softcap: applies to a shard's own rows of W: give it to sampleFused(H, Wshard, { partial: true, ... })`]: {

@@ -418,6 +418,54 @@ describeDevices((name, dev) => {
     flat.dispose();
   });
 
+  test('the complete prefix ends at the highest last key of the incomplete shards', async () => {
+    // Shard [0, 32) holds the row's 32 best tokens (logits 10 down to 6.9), shard [32, 64) 32 more
+    // 5 logits below. With 4 candidates each, the merged keys form a complete prefix only down to
+    // the first shard's 4th key: the second shard's keys are all below it, and the first shard's
+    // 5th to 32nd, which it did not send, lie above the second's. So top-k 6 (row 0) and 6
+    // topLogprobs of a row without filters (row 2) reach past that prefix and are undecided;
+    // top-k 3 (row 1) is decided from it. The rows pass then draws the unsharded tokens.
+    const V2 = 64;
+    const row = Float64Array.from({ length: V2 }, (_, v) => (v < 32 ? 10 - 0.1 * v : 5 - 0.1 * (v - 32)));
+    const two = plantedHead(dev(), [row, row, row]);
+    const options: SampleOptions = { topK: new Int32Array([6, 3, 0]), topLogprobs: 6, logprobs: true, seed: perRowSeeds(3) };
+    const bounds: [number, number][] = [[0, 32], [32, 32]];
+    const want = await sampleFused(two.H, two.W, options);
+    const first = await shardAndMerge(two, bounds, options, () => ({}), { candidates: 4 });
+    expect(Array.from(first.result.undecidedRows)).toEqual([0, 2]);
+    expect(first.result.tokens[1]).toBe(want.tokens[1]);
+    const shards = bounds.map(([offset, size]) => ({ H: two.H, W: two.shard(offset, size), vocabOffset: offset }));
+    const got = await sampleSharded(shards, { ...options, vocabSize: V2, candidates: 4 });
+    expect(Array.from(got.rowsPassRows)).toEqual([0, 2]);
+    expectSameDraws(got, want);
+    for (const p of first.partials) p.dispose();
+    two.dispose();
+  });
+
+  // SEMANTICS §2.6 across shards: four allowed tokens of equal logits (two in each of the first two
+  // shards) put p = 0.5, 0.75 and 0.25 exactly on a prefix's mass, which the merge's float64 sums
+  // hold exactly: 2, 3 and 1 tokens kept. CPU only, as filters.test.ts's single-device case: CUDA's
+  // unsharded fp32 masses may cut within a relative 1e-6 of a boundary (§5).
+  (name === 'cpu' ? test : test.skip)('top-p on an exact mass boundary: the merge keeps the prefix that reaches p (V = 111, TP 3)', async () => {
+    const V2 = 111;
+    const allowed = [7, 20, 60, 90];
+    const logits = Float64Array.from({ length: V2 }, (_, v) => (allowed.includes(v) ? 1.5 : 3 - (v % 5)));
+    const exact = plantedHead(dev(), [logits, logits, logits]);
+    const mask = makeMask(3, V2, (_b, v) => allowed.includes(v));
+    const S = scaled(4096, 65536);
+    const options: SampleOptions = { topP: new Float32Array([0.5, 0.75, 0.25]), temperature: new Float32Array([1, 0.7, 1]), seed: 14n, numSamples: S };
+    const bounds: [number, number][] = [[0, 40], [40, 60], [100, 11]];
+    const want = await sampleFused(exact.H, exact.W, { ...options, allowedTokens: mask });
+    const { result, partials } = await shardAndMerge(exact, bounds, options, (offset, size) => ({ allowedTokens: shardMask(mask, 3, V2, offset, size) }));
+    expectSameDraws(result, want);
+    [2, 3, 1].forEach((n, b) => {
+      const seen = new Set(result.tokens.subarray(b * S, (b + 1) * S));
+      expect([...seen].sort((x, y) => x - y)).toEqual(allowed.slice(0, n));
+    });
+    for (const p of partials) p.dispose();
+    exact.dispose();
+  });
+
   const fits: [string, FilterSpec][] = [
     ['plain', { temperature: 1 }],
     ['top-k 7, T 0.7', { topK: 7, temperature: 0.7 }],
@@ -811,6 +859,7 @@ describeDevices((name, dev) => {
         [[a, c], opts, /partials: the shards do not cover the vocabulary \[0, 1001\) exactly once/],
         [[a], opts, /the shards do not cover the vocabulary/],
         [[a, b, b], opts, /do not cover the vocabulary/],
+        [[a, b, c], opts, /do not cover the vocabulary/],  // (every end a start or V: only the sizes' sum tells)
         [[a, other], opts, /partials\[1\]: made for another vocabulary size than partials\[0\] \(1001\)/],
       ];
       for (const [set, o, message] of cases) {
