@@ -265,14 +265,26 @@ const cases: Record<string, Case> = {
   [`RangeError: topP: expected a Float32Array of length 3 (one per row), got Float32Array(4)`]: {
     runs: [() => sampleFused(operands().H, operands().W, { topP: new Float32Array(4).fill(0.5) })],
   },
+  [`RangeError: topK: expected an Int32Array of length 3 (one per row), got Int32Array(4)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topK: new Int32Array(4) })],
+  },
   [`RangeError: offset: expected a u64 tensor of 3 elements (one per row), got Tensor(u64[2] on cpu)`]: {
     runs: [() => sampleFused(operands().H, operands().W, { offset: keep(cpu.tensor(new BigUint64Array(2), [2], 'u64')) })],
+  },
+  [`RangeError: seed: expected a u64 tensor of 3 elements (one per row), got Tensor(u64[4] on cpu)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { seed: keep(cpu.tensor(new BigUint64Array(4), [4], 'u64')) })],
   },
   [`RangeError: topP: expected a number in (0, 1], got 0`]: {
     runs: [() => sampleFused(operands().H, operands().W, { topP: 0 })],
   },
   [`RangeError: topK: expected an integer in [0, 2147483647], got 2.5`]: {
     runs: [() => sampleFused(operands().H, operands().W, { topK: 2.5 })],
+  },
+  [`RangeError: topK: expected an integer in [0, 2147483647], got 2147483648`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topK: 2 ** 31 })],
+  },
+  [`RangeError: topLogprobs: expected an integer in [0, 1024], got 1025`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { topLogprobs: 1025 })],
   },
   [`TypeError: softcap: expected a finite number >= 0, got "1"`]: {
     runs: [() => sampleFused(operands().H, operands().W, { softcap: '1' as never })],
@@ -308,6 +320,12 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: allowedTokens: expected a Uint32Array of 12 words (B * ceil(V / 32)), got Uint32Array(3)`]: {
     runs: [() => sampleFused(operands().H, operands().W, { allowedTokens: new Uint32Array(3) })],
+  },
+  [`RangeError: allowedTokens: expected a Uint32Array of 12 words (B * ceil(V / 32)), got Uint32Array(13)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { allowedTokens: new Uint32Array(13) })],
+  },
+  [`RangeError: allowedTokens: expected an i32 tensor of 12 words (B * ceil(V / 32)), got Tensor(i32[13] on cpu)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { allowedTokens: keep(cpu.tensor(new Int32Array(13).fill(-1), [13], 'i32')) })],
   },
   [`RangeError: out: expected an 'i32' tensor of 12 elements (B * numSamples), got Tensor(i32[3] on cpu)`]: {
     runs: [() => sampleFusedInto(keep(cpu.empty([3], 'i32')), operands().H, operands().W, { numSamples: 4 })],
@@ -426,6 +444,12 @@ const cases: Record<string, Case> = {
       },
     ],
   },
+  [`RangeError: bannedTokens.rowOffsets: expected an 'i32' tensor on cpu of 4 elements, got Tensor(i32[5] on cpu)`]: {
+    runs: [() => {
+        const i32 = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
+        return sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: i32([0, 0, 0, 1, 1]), tokenIds: i32([5]) } });
+      }],
+  },
   [`RangeError: penaltyTokens: row 1 holds a token id outside [0, V), a repeated id, a non-finite bias, a negative count or offsets out of order (tensor lists are checked on the device)`]: {
     runs: [
       () => {
@@ -476,6 +500,25 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: repetitionPenalty[0]: expected a finite number > 0 (1 = off), got 0`]: {
     runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setRows(0, { repetitionPenalty: new Float32Array([0]) })],
+  },
+  [`RangeError: topP[0]: expected a number in (0, 1] (1 = off), got 0`]: {
+    runs: [() => sampler(cpu, { filters: ['topP'] }).setRows(0, { topP: new Float32Array([0]) })],
+  },
+  [`RangeError: minP[0]: expected a number in [0, 1) (0 = off), got 1`]: {
+    runs: [() => sampler(cpu, { filters: ['minP'] }).setRows(0, { minP: new Float32Array([1]) })],
+  },
+  [`RangeError: temperature[0]: expected a finite number >= 0 (0 = greedy), got Infinity`]: {
+    runs: [() => sampler(cpu).setRows(0, { temperature: new Float32Array([Infinity]) })],
+  },
+  [`RangeError: batch: expected at most the 3 rows of H, got 4`]: {
+    runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([4], 'i32')), batch: 4 })],
+  },
+  [`RangeError: allowedTokens: expected an 'i32' tensor of at least 12 elements (B * ceil(V / 32) words), got Tensor(i32[9] on cpu)`]: {
+    // V = 100: four words a row, the last partial
+    runs: [() => sampler(cpu, { allowedTokens: true }).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')), allowedTokens: keep(cpu.tensor(new Int32Array(9).fill(-1), [9], 'i32')) })],
+  },
+  [`RangeError: bias: expected shape [100], got [101]`]: {
+    runs: [() => sampler(cpu).enqueue({ H: tensor(cpu, [3, 8], 'f32'), W: tensor(cpu, [100, 8], 'f32'), out: keep(cpu.empty([3], 'i32')), bias: tensor(cpu, [101], 'f32') })],
   },
   [`RangeError: penaltyTokens.rowOffsets[1]: expected at most 2 tokens in row 0 (the sampler's penaltyCapacity), got 3 tokens`]: {
     runs: [() => sampler(cpu, { penaltyCapacity: 2 }).setPenaltyTokens(0, penaltyTokens([[1, 2, 3]]))],
@@ -602,6 +645,12 @@ const cases: Record<string, Case> = {
   },
   [`RangeError: bannedTokens.rowOffsets[3]: expected the length of tokenIds (2), got 3`]: {
     runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: Int32Array.from([0, 1, 2, 3]), tokenIds: Int32Array.from([5, 6]) } })],
+  },
+  [`RangeError: bannedTokens.rowOffsets[3]: expected the length of tokenIds (2), got 1`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: new Int32Array([0, 0, 0, 1]), tokenIds: new Int32Array([5, 6]) } })],
+  },
+  [`RangeError: bannedTokens.rowOffsets: expected an Int32Array of length 4 (B + 1), got Int32Array(5)`]: {
+    runs: [() => sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: new Int32Array([0, 0, 0, 1, 1]), tokenIds: new Int32Array([5]) } })],
   },
   [`RangeError: penaltyTokens.outputCounts[0]: expected a count >= 0, got -1`]: {
     runs: [
