@@ -119,6 +119,20 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Above the CPU's 1024 candidates a top-p or min-p row also keeps its running winners (its kept
+    // set may prove to be the whole row); where the filters cut, the draw must come from the kept
+    // candidates instead. Zipf rows of s = 2 put top-p 0.9's and min-p 0.05's cuts a few tokens in,
+    // leaving ~10 % of the mass outside: a winner over the whole row would differ that often.
+    test('V = 2000, B = 8, numSamples 4: nuclei within the candidates, winners over more tokens', async () => {
+      const rows = Array.from({ length: 8 }, (_, b) => zipfLogits(2000, 2, 40 + b));
+      const p = plantLogits(dev(), 'bf16', rows, { D: 16 });
+      try {
+        await compare(p, 8, 4, 2, { logprobs: true });
+      } finally {
+        p.dispose();
+      }
+    });
+
     // No filter in the call: every sampled row's samples need its whole row (the extra pass, from the
     // logits every row stores), or the chunked path (topLogprobs at B > 128).
     const unfiltered = (B: number, offset: number, S: number, extra: SampleOptions): SampleOptions => ({
