@@ -61,6 +61,7 @@ using detail::block_exclusive_scan;
 using detail::block_reduce;
 using detail::key_index;
 using detail::key_value;
+using detail::load_raw_slice;
 using detail::Max;
 using detail::min_p_first_top_k;
 using detail::order_key;
@@ -708,25 +709,10 @@ __global__ void __launch_bounds__(kRawSliceThreads)
   const int64_t b = blockIdx.y, V = p.vocab;
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kRawSlice;
   const int count = static_cast<int>(lo + kRawSlice < V ? kRawSlice : V - lo);
-  const float* const slice = raw + b * V + lo;
-  // the thread's values at threadIdx.x + 256 k, every load issued before any is used
   float x[kRawKeysPerThread];
-#pragma unroll
-  for (int k = 0; k < kRawKeysPerThread; ++k) {
-    const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
-    x[k] = at < count ? slice[at] : NAN;
-  }
-  float mx = -INFINITY;
-  uint32_t inf = 0, finite = 0;
-#pragma unroll
-  for (int k = 0; k < kRawKeysPerThread; ++k) {
-    x[k] = softcap_logit(x[k], p.softcap);
-    if (x[k] == INFINITY) ++inf;
-    else if (x[k] > -INFINITY) {  // (NaN: neither)
-      ++finite;
-      mx = fmaxf(mx, x[k]);
-    }
-  }
+  float mx;
+  uint32_t inf, finite;
+  load_raw_slice<kRawSliceThreads>(raw + b * V + lo, count, p.softcap, x, inf, finite, mx);
   mx = block_reduce(mx, Max(), -INFINITY);
   // both counts in one reduction: each at most kRawSlice
   const uint32_t counts = block_reduce((inf << 16) | finite, Sum(), 0u);
