@@ -114,59 +114,43 @@ cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
 // The table's filtered row (filters.cu runs its chunked path where this is not usable).
 inline bool filtered_gemm_usable(const SampleParams& p) { return tensor_core_path_ok(p) && wgmma_usable(); }
 
-template <class SplitCfg, bool kF16>
-cudaError_t launch_split_filtered(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+// The split kernel with an epilogue that reads FilterArgs: kSampleFiltered (kSampleFilteredListed
+// for calls with lists: their words loaded one item ahead) or kSampleTransformed.
+template <class SplitCfg, bool kF16, Epi kEpi>
+cudaError_t launch_split_with_filter_args(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
   WsTensorMaps maps{};
   if (!encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
-  // calls with lists: their words loaded one item ahead (kSampleFilteredListed)
-  if (f.listed != nullptr)
-    return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFilteredListed>,
+  if constexpr (kEpi == Epi::kSampleTransformed) {
+    return launch_persistent<SplitCfg, false, true>(wgmma_split_transformed_kernel<SplitCfg, kF16>, a, stream, maps, f);
+  } else {
+    if (f.listed != nullptr)
+      return launch_persistent<SplitCfg, false, true>(
+          wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFilteredListed>, a, stream, maps, f);
+    return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFiltered>,
                                                     a, stream, maps, f);
-  return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFiltered>, a,
-                                                  stream, maps, f);
+  }
 }
 
-template <bool kF16>
-cudaError_t launch_filtered_for_batch(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
-  if (a.batch <= 16) return launch_split_filtered<WsSplitTile16, kF16>(a, f, stream);
-  if (a.batch <= 32) return launch_split_filtered<WsSplitTile32, kF16>(a, f, stream);
-  if (a.batch <= 64) return launch_split_filtered<WsSplitTile64, kF16>(a, f, stream);
-  if (prefer_96_column_chunks(a.batch)) return launch_split_filtered<WsSplitTile96, kF16>(a, f, stream);
-  return launch_split_filtered<WsSplitTile128, kF16>(a, f, stream);
+template <bool kF16, Epi kEpi>
+cudaError_t launch_filter_args_for_batch(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  if (a.batch <= 16) return launch_split_with_filter_args<WsSplitTile16, kF16, kEpi>(a, f, stream);
+  if (a.batch <= 32) return launch_split_with_filter_args<WsSplitTile32, kF16, kEpi>(a, f, stream);
+  if (a.batch <= 64) return launch_split_with_filter_args<WsSplitTile64, kF16, kEpi>(a, f, stream);
+  if (prefer_96_column_chunks(a.batch)) return launch_split_with_filter_args<WsSplitTile96, kF16, kEpi>(a, f, stream);
+  return launch_split_with_filter_args<WsSplitTile128, kF16, kEpi>(a, f, stream);
 }
 
-// One sample per row with the filtered epilogue; a.winners and f's counters zeroed by the caller,
-// with a.programmatic_launch only when that is a kernel that releases its dependents (the
-// epilogue's griddepcontrol.wait comes before its first access to them).
-inline cudaError_t launch_filtered_gemm(const SampleParams& p, GemmArgs a, const FilterArgs& f, cudaStream_t stream) {
+// One sample per row with the filtered epilogue (kEpi kSampleFiltered; a.winners and f's counters
+// zeroed by the caller) or on the transformed logits (kSampleTransformed: f's softcap, allowed,
+// listed and listed_table, its other fields unused; a.winners zeroed by the caller), with
+// a.programmatic_launch only when the caller's last kernel releases its dependents (the epilogue's
+// griddepcontrol.wait comes before its first access to them).
+template <Epi kEpi>
+cudaError_t launch_filter_args_gemm(const SampleParams& p, const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
+  static_assert(kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleTransformed, "an epilogue that reads FilterArgs");
   if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
-  return p.dtype == DType::kF16 ? launch_filtered_for_batch<true>(a, f, stream)
-                                : launch_filtered_for_batch<false>(a, f, stream);
-}
-
-template <class SplitCfg, bool kF16>
-cudaError_t launch_split_transformed(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
-  WsTensorMaps maps{};
-  if (!encode_ws_maps<SplitCfg>(a, kF16, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, &maps)) return cudaErrorNotSupported;
-  return launch_persistent<SplitCfg, false, true>(wgmma_split_transformed_kernel<SplitCfg, kF16>, a, stream, maps, f);
-}
-
-template <bool kF16>
-cudaError_t launch_transformed_for_batch(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
-  if (a.batch <= 16) return launch_split_transformed<WsSplitTile16, kF16>(a, f, stream);
-  if (a.batch <= 32) return launch_split_transformed<WsSplitTile32, kF16>(a, f, stream);
-  if (a.batch <= 64) return launch_split_transformed<WsSplitTile64, kF16>(a, f, stream);
-  if (prefer_96_column_chunks(a.batch)) return launch_split_transformed<WsSplitTile96, kF16>(a, f, stream);
-  return launch_split_transformed<WsSplitTile128, kF16>(a, f, stream);
-}
-
-// One sample per row on the transformed logits (f's softcap, allowed, listed and listed_table; its
-// other fields unused), a.winners zeroed by the caller; programmatic_launch as launch_filtered_gemm.
-inline cudaError_t launch_transformed_gemm(const SampleParams& p, GemmArgs a, const FilterArgs& f,
-                                           cudaStream_t stream) {
-  if (!filtered_gemm_usable(p) || a.num_samples != 1) return cudaErrorNotSupported;
-  return p.dtype == DType::kF16 ? launch_transformed_for_batch<true>(a, f, stream)
-                                : launch_transformed_for_batch<false>(a, f, stream);
+  return p.dtype == DType::kF16 ? launch_filter_args_for_batch<true, kEpi>(a, f, stream)
+                                : launch_filter_args_for_batch<false, kEpi>(a, f, stream);
 }
 
 template <class Cfg, typename T, Epi kEpi>

@@ -61,6 +61,7 @@ using detail::block_exclusive_scan;
 using detail::block_reduce;
 using detail::key_index;
 using detail::key_value;
+using detail::load_raw_slice;
 using detail::Max;
 using detail::min_p_first_top_k;
 using detail::order_key;
@@ -708,25 +709,10 @@ __global__ void __launch_bounds__(kRawSliceThreads)
   const int64_t b = blockIdx.y, V = p.vocab;
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kRawSlice;
   const int count = static_cast<int>(lo + kRawSlice < V ? kRawSlice : V - lo);
-  const float* const slice = raw + b * V + lo;
-  // the thread's values at threadIdx.x + 256 k, every load issued before any is used
   float x[kRawKeysPerThread];
-#pragma unroll
-  for (int k = 0; k < kRawKeysPerThread; ++k) {
-    const int at = static_cast<int>(threadIdx.x) + k * kRawSliceThreads;
-    x[k] = at < count ? slice[at] : NAN;
-  }
-  float mx = -INFINITY;
-  uint32_t inf = 0, finite = 0;
-#pragma unroll
-  for (int k = 0; k < kRawKeysPerThread; ++k) {
-    x[k] = softcap_logit(x[k], p.softcap);
-    if (x[k] == INFINITY) ++inf;
-    else if (x[k] > -INFINITY) {  // (NaN: neither)
-      ++finite;
-      mx = fmaxf(mx, x[k]);
-    }
-  }
+  float mx;
+  uint32_t inf, finite;
+  load_raw_slice<kRawSliceThreads>(raw + b * V + lo, count, p.softcap, x, inf, finite, mx);
   mx = block_reduce(mx, Max(), -INFINITY);
   // both counts in one reduction: each at most kRawSlice
   const uint32_t counts = block_reduce((inf << 16) | finite, Sum(), 0u);
@@ -2554,6 +2540,24 @@ __global__ void clear_one_pass_kernel(uint4* __restrict__ zeroed, int64_t words,
   if (i == 0) *fallback_rows = 0;
 }
 
+// The opening of both one-pass launches: the zeroing kernel (`bytes` from `zeroed`, rounded up to
+// 16-byte words, and *fallback_rows), then the listed tokens' table launched programmatically where
+// that is supported (*programmatic says so), so that the GEMM after it can start at once too;
+// *built says whether the table's kernel was launched.
+cudaError_t zero_then_build_listed(const SampleParams& p, void* zeroed, size_t bytes, int32_t* fallback_rows,
+                                   cudaStream_t stream, bool* programmatic, bool* built) {
+  const int64_t words = static_cast<int64_t>((bytes + sizeof(uint4) - 1) / sizeof(uint4));
+  clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
+      static_cast<uint4*>(zeroed), words, fallback_rows);
+  cudaError_t err = cudaGetLastError();
+  *programmatic = detail::programmatic_launch_supported();
+  if (err == cudaSuccess) {
+    err = launch_build_listed(p, *programmatic, stream);
+    *built = err == cudaSuccess;
+  }
+  return err;
+}
+
 }  // namespace
 
 cudaError_t filtered_workspace_bytes(const SampleParams& p, size_t* bytes) {
@@ -2663,15 +2667,9 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
-  const int64_t words = static_cast<int64_t>(l.zeroed / sizeof(uint4));
-  clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
-      reinterpret_cast<uint4*>(ws), words, p.fallback_rows != nullptr ? p.fallback_rows : fallback);
-  err = cudaGetLastError();
-  const bool programmatic = detail::programmatic_launch_supported();
-  if (err == cudaSuccess) {
-    err = launch_build_listed(p, programmatic, stream);
-    *built = err == cudaSuccess;
-  }
+  bool programmatic = false;
+  err = zero_then_build_listed(p, ws, l.zeroed, p.fallback_rows != nullptr ? p.fallback_rows : fallback, stream,
+                               &programmatic, built);
   if (err == cudaSuccess) {
     err = launch_filtered_gemm(p, winners, f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched
@@ -2757,15 +2755,9 @@ static cudaError_t launch_plain_transformed(const SampleParams& p, cudaStream_t 
   f.softcap = p.softcap;
   detail::FilterArgs gemm_f = f;
   if (defer) gemm_f.listed_table = detail::deferred_listed_table(listed_values);
-  const int64_t words = static_cast<int64_t>((B * sizeof(unsigned long long) + sizeof(uint4) - 1) / sizeof(uint4));
-  clear_one_pass_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, stream>>>(
-      reinterpret_cast<uint4*>(winners), words, p.fallback_rows);
-  err = cudaGetLastError();
-  const bool programmatic = detail::programmatic_launch_supported();
-  if (err == cudaSuccess) {
-    err = launch_build_listed(p, programmatic, stream);
-    *built = err == cudaSuccess;
-  }
+  bool programmatic = false;
+  err = zero_then_build_listed(p, winners, B * sizeof(unsigned long long), p.fallback_rows, stream, &programmatic,
+                               built);
   if (err == cudaSuccess) {
     err = launch_transformed_gemm(p, winners, gemm_f, programmatic, stream);
     if (err == cudaErrorNotSupported) {  // nothing was launched

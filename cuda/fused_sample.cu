@@ -253,25 +253,32 @@ bool filtered_gemm_supported(const SampleParams& p) {
 
 bool filtered_gemm_possible(const SampleParams& p) { return detail::filtered_gemm_usable(p); }
 
-cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
-                                 const detail::FilterArgs& f, bool programmatic, cudaStream_t stream) {
+namespace {
+
+// launch_filtered_gemm and launch_transformed_gemm: the split kernel of epilogue kEpi on p's operands.
+template <detail::Epi kEpi>
+cudaError_t launch_split_gemm(const SampleParams& p, unsigned long long* winners, const detail::FilterArgs& f,
+                              bool programmatic, cudaStream_t stream) {
   cudaError_t err = detail::check_params(p);
   if (err != cudaSuccess) return err;
   detail::GemmArgs a = detail::gemm_args(p);
-  a.num_samples = 1;  // the epilogue draws sample 0 (winners[b]); the decision draws the others
+  // the filtered epilogue draws sample 0 (winners[b]); the decision draws the others
+  if constexpr (kEpi == detail::Epi::kSampleFiltered) a.num_samples = 1;
   a.winners = winners;
   a.programmatic_launch = programmatic;
-  return detail::launch_filtered_gemm(p, a, f, stream);
+  return detail::launch_filter_args_gemm<kEpi>(p, a, f, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_filtered_gemm(const SampleParams& p, unsigned long long* winners,
+                                 const detail::FilterArgs& f, bool programmatic, cudaStream_t stream) {
+  return launch_split_gemm<detail::Epi::kSampleFiltered>(p, winners, f, programmatic, stream);
 }
 
 cudaError_t launch_transformed_gemm(const SampleParams& p, unsigned long long* winners,
                                     const detail::FilterArgs& f, bool programmatic, cudaStream_t stream) {
-  cudaError_t err = detail::check_params(p);
-  if (err != cudaSuccess) return err;
-  detail::GemmArgs a = detail::gemm_args(p);
-  a.winners = winners;
-  a.programmatic_launch = programmatic;
-  return detail::launch_transformed_gemm(p, a, f, stream);
+  return launch_split_gemm<detail::Epi::kSampleTransformed>(p, winners, f, programmatic, stream);
 }
 
 cudaError_t launch_fused_sample(const SampleParams& p, cudaStream_t stream) {

@@ -39,6 +39,7 @@ constexpr int kMergeThreads = 256;  // the merge's block (one per row)
 
 using detail::block_best;
 using detail::block_reduce;
+using detail::load_raw_slice;
 using detail::Max;
 using detail::Pick;
 using detail::Sum;
@@ -501,25 +502,13 @@ __global__ void __launch_bounds__(kRawSliceThreads)
   __shared__ unsigned int s_count;
   const int64_t b = blockIdx.y, V = p.vocab, lo = static_cast<int64_t>(blockIdx.x) * kRawSliceValues;
   const int64_t at = b * out.slices + blockIdx.x;
-  const float* const row = logits + b * V;
   float x[kRawSliceLoads];
-#pragma unroll
-  for (int k = 0; k < kRawSliceLoads; ++k) {
-    const int64_t v = lo + threadIdx.x + k * kRawSliceThreads;
-    x[k] = v < V ? row[v] : NAN;
-  }
-  float m = -INFINITY;
-  int32_t inf = 0, valid = 0;
-#pragma unroll
-  for (int k = 0; k < kRawSliceLoads; ++k) {
-    x[k] = softcap_logit(x[k], p.softcap);
-    if (x[k] == INFINITY) ++inf;
-    else if (x[k] > -INFINITY) m = fmaxf(m, x[k]);  // (NaN: neither)
-    valid += x[k] > -INFINITY ? 1 : 0;
-  }
+  uint32_t thread_inf, thread_finite;
+  float m;
+  load_raw_slice<kRawSliceThreads>(logits + b * V + lo, V - lo, p.softcap, x, thread_inf, thread_finite, m);
   m = block_reduce(m, Max(), -INFINITY);
-  inf = block_reduce(inf, Sum(), 0);
-  valid = block_reduce(valid, Sum(), 0);
+  const int32_t inf = block_reduce(static_cast<int32_t>(thread_inf), Sum(), 0);
+  const int32_t valid = block_reduce(static_cast<int32_t>(thread_inf + thread_finite), Sum(), 0);
   double sum = 0.0;
   if (m > -INFINITY)  // (block-uniform)
 #pragma unroll

@@ -154,6 +154,31 @@ __device__ T block_reduce(T v, Op op, T identity) {
   return r;
 }
 
+// A slice of `count` stored raw logits, thread t's values t + kThreads k (NaN past the slice; every
+// load issued before any is used), softcapped into x, with the thread's +Inf count, finite count
+// and largest finite value (-Inf where none): what the raw-logprobs slice kernels reduce.
+template <int kThreads, int kLoads>
+__device__ __forceinline__ void load_raw_slice(const float* __restrict__ slice, int64_t count, float softcap,
+                                               float (&x)[kLoads], uint32_t& inf, uint32_t& finite, float& mx) {
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int64_t at = static_cast<int64_t>(threadIdx.x) + k * kThreads;
+    x[k] = at < count ? slice[at] : NAN;
+  }
+  inf = 0u;
+  finite = 0u;
+  mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    x[k] = softcap_logit(x[k], softcap);
+    if (x[k] == INFINITY) ++inf;
+    else if (x[k] > -INFINITY) {  // (NaN: neither)
+      ++finite;
+      mx = fmaxf(mx, x[k]);
+    }
+  }
+}
+
 // A Gumbel-max candidate carrying its logit (for logprobs).
 struct Pick {
   float score;
