@@ -445,10 +445,12 @@ const cases: Record<string, Case> = {
     ],
   },
   [`RangeError: bannedTokens.rowOffsets: expected an 'i32' tensor on cpu of 4 elements, got Tensor(i32[5] on cpu)`]: {
-    runs: [() => {
+    runs: [
+      () => {
         const i32 = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
         return sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: i32([0, 0, 0, 1, 1]), tokenIds: i32([5]) } });
-      }],
+      },
+    ],
   },
   [`RangeError: penaltyTokens: row 1 holds a token id outside [0, V), a repeated id, a non-finite bias, a negative count or offsets out of order (tensor lists are checked on the device)`]: {
     runs: [
