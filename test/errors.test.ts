@@ -56,6 +56,8 @@ function values(n: number, seed: number): Float32Array {
 }
 const tensor = (dev: Device, shape: number[], dtype: 'f32' | 'f16' | 'bf16' = 'bf16', seed = 1) =>
   keep(dev.tensor(values(shape.reduce((a, b) => a * b, 1), seed), shape, dtype));
+/** An i32 CPU tensor of these values (a list given as tensors). */
+const i32Tensor = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
 
 /** B = 3 rows, V = 111 tokens, D = 8 on the CPU, bf16. */
 function operands(dev: Device = cpu, dtype: 'f32' | 'f16' | 'bf16' = 'bf16') {
@@ -447,8 +449,8 @@ const cases: Record<string, Case> = {
   [`RangeError: bannedTokens.rowOffsets: expected an 'i32' tensor on cpu of 4 elements, got Tensor(i32[5] on cpu)`]: {
     runs: [
       () => {
-        const i32 = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
-        return sampleFused(operands().H, operands().W, { bannedTokens: { rowOffsets: i32([0, 0, 0, 1, 1]), tokenIds: i32([5]) } });
+        const { H, W } = operands(cpu);
+        return sampleFused(H, W, { bannedTokens: { rowOffsets: i32Tensor([0, 0, 0, 1, 1]), tokenIds: i32Tensor([5]) } });
       },
     ],
   },
@@ -456,8 +458,7 @@ const cases: Record<string, Case> = {
     runs: [
       () => {
         const { H, W } = operands(cpu);
-        const i32 = (a: number[]) => keep(cpu.tensor(Int32Array.from(a), [a.length], 'i32'));
-        return sampleFused(H, W, { penaltyTokens: { rowOffsets: i32([0, 1, 2, 2]), tokenIds: i32([5, 111]), outputCounts: i32([1, 1]), inPrompt: i32([0, 0]) } });
+        return sampleFused(H, W, { penaltyTokens: { rowOffsets: i32Tensor([0, 1, 2, 2]), tokenIds: i32Tensor([5, 111]), outputCounts: i32Tensor([1, 1]), inPrompt: i32Tensor([0, 0]) } });
       },
     ],
   },
