@@ -124,7 +124,7 @@ def main():
     picked = [o for o in args.options.split(",") if o]
     guards = [o for o in args.guard.split(",") if o]
     batches = [int(b) for b in args.batch.split(",") if b]
-    a = data[base]
+    base_cells = data[base]
     best, best_mean = None, None
     for l in args.candidates:
         if l not in data:
@@ -134,16 +134,16 @@ def main():
         for b in batches:
             key = (args.preset, b)
             for o in picked:
-                c, ca = cost(data[l].get(key, {}), o), cost(a.get(key, {}), o)
+                c, ca = cost(data[l].get(key, {}), o), cost(base_cells.get(key, {}), o)
                 if c is None or ca is None:
                     ok = False
                 else:
                     gains.append(c - ca)
             for o in guards:
-                c, ca = cost(data[l].get(key, {}), o), cost(a.get(key, {}), o)
+                c, ca = cost(data[l].get(key, {}), o), cost(base_cells.get(key, {}), o)
                 if c is None or ca is None or c - ca > args.slack:
                     ok = False
-            us, ref = data[l].get(key, {}).get(BASE), a.get(key, {}).get(BASE)
+            us, ref = data[l].get(key, {}).get(BASE), base_cells.get(key, {}).get(BASE)
             if us is None or ref is None or 100.0 * (us / ref - 1.0) > args.slack:
                 ok = False
         mean = statistics.mean(gains) if gains else None
