@@ -4,7 +4,7 @@
 // sampleFused draws with the same lists built on the host (bit for bit, on every device); a full
 // table's status; a fixed table's draws against float64 (chi-square); on CUDA, graph replays that
 // record equal sequential calls. The same with lists alone on 70 rows: on CUDA such calls merge the
-// listed tokens in a kernel of their own after the GEMM (from B = 64), tables unchecked and captured.
+// listed tokens in a kernel of their own after the GEMM (from B = 64 at D 16), tables unchecked and captured.
 
 import { open, sampleFused, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
 import { native } from '../lib/native';
@@ -155,7 +155,7 @@ function biasBans(top: (b: number) => number[]): BiasBan[] {
 /**
  * N steps of enqueue (advanceOffset, recordTokens) against N sampleFused calls with the host's lists.
  * `tiles` copies of the seven rows (their seeds differ); without `filters` the sampler declares none
- * and the rows keep only their lists (on CUDA from B = 64 such calls merge the listed tokens in a
+ * and the rows keep only their lists (on CUDA from B = 64 at D 16 such calls merge the listed tokens in a
  * kernel of their own).
  */
 async function checkRecordedSteps(

@@ -197,7 +197,7 @@ describeDevices((devName, dev) => {
 
     // Lists with a softcap and a mask, and no filter or logprobs: on compute capability 9.0 the plain
     // sampling epilogue on the transformed logits, the listed tokens applied there below 64 rows and
-    // left to a kernel of their own from 64 (filters.cu, kDeferListedBatch).
+    // left to a kernel of their own from 64 at this D (filters.cu, plain_defers_listed).
     for (const B of [48, 99]) {
       test(`lists, softcap and a mask alone, ${B} rows, ${MAX_S} draws (V=1000, bf16): chi-square against float64`, async () => {
         const V = 1000;
@@ -284,11 +284,13 @@ describeDevices((devName, dev) => {
 
   // Lists alone (no filter, no logprobs, one sample per row): on compute capability 9.0 the plain
   // sampling epilogue on the transformed logits, which from B = 64 leaves the listed tokens to a
-  // kernel of their own (filters.cu, kDeferListedBatch). The tokens are the ones the Gumbel reference
-  // draws, whatever the size (B 129 and 131: more than one chunk of batch columns), seeds,
+  // kernel of their own, and from B = 128 at D >= 4096 (filters.cu, plain_defers_listed: D 4096
+  // applies them in the epilogue at B 64 and 99, defers at 128). The tokens are the ones the Gumbel
+  // reference draws, whatever the size (B 129 and 131: more than one chunk of batch columns), seeds,
   // temperatures and mask.
-  for (const [V, B] of [[111, 1], [1000, 3], [1000, 63], [1000, 64], [1000, 131], [128256, 129]]) {
-    (V * B < 1e6 || devName === 'cuda' ? test : test.skip)(`lists alone, one sample per row (V ${V}, B ${B}, a mask, greedy rows among sampled ones): fused == reference(gumbel)`, async () => {
+  for (const [V, B, D] of [[111, 1, 16], [1000, 3, 16], [1000, 63, 16], [1000, 64, 16], [1000, 131, 16], [128256, 129, 16],
+    [1000, 64, 4096], [1000, 99, 4096], [1000, 128, 4096]]) {
+    (V * B * D < 1.6e7 || devName === 'cuda' ? test : test.skip)(`lists alone, one sample per row (V ${V}, B ${B}, D ${D}, a mask, greedy rows among sampled ones): fused == reference(gumbel)`, async () => {
       // (six distinct logit rows: D stays small; the lists, seeds and temperatures differ per row)
       const distinct = Array.from({ length: 6 }, (_, i) => (i % 2 ? zipfLogits(V, 1.0, 70 + i) : dominantLogits(V, 70 + i, 8)));
       const logitRows = Array.from({ length: B }, (_, b) => distinct[b % 6]);
@@ -311,7 +313,7 @@ describeDevices((devName, dev) => {
       // the mask drops each row's second-best token and every 7th token
       const second = distinct.map((l) => topTokens(l, 2)[1]);
       const mask = makeMask(B, V, (b, v) => v % 7 !== 0 && v !== second[b % 6]);
-      const p = plantLogits(dev(), 'bf16', logitRows, { D: 16 });
+      const p = plantLogits(dev(), 'bf16', logitRows, { D });
       try {
         const temperature = Float32Array.from({ length: B }, (_, b) => (b % 4 === 3 ? 0 : b % 2 ? 0.7 : 1.3));
         let same = 0;
