@@ -329,7 +329,7 @@ enum class Epi : int {
   kSampleFiltered = 3,
   kSampleFew = 4,
   kSampleTransformed = 5,
-  kSampleFilteredListed = 6  // kSampleFiltered for calls with listed tokens: their words loaded ahead
+  kSampleFilteredWords = 6  // kSampleFiltered for calls with listed tokens or a mask: their words loaded ahead
 };
 
 struct GemmArgs {

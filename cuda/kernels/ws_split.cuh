@@ -241,12 +241,12 @@ __device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, 
 }
 
 // kEpi: kSampleOne (the winners word of each row), kSampleTransformed (the same on the transformed
-// logits: transform_quad, through `f`), or kSampleFiltered / kSampleFilteredListed (the same
+// logits: transform_quad, through `f`), or kSampleFiltered / kSampleFilteredWords (the same
 // winners, plus filter_epilogue.cuh's tile summaries and candidates, through `f`).
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredListed;
+  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredWords;
   constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
@@ -366,9 +366,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   // kFiltered: bit i set when this warp's column ew + 8 i stores this item's raw logits
   // (FilterRow::dense_gap, then row_looks_wide), a register test in the trips
   uint32_t dense_columns = 0u;
-  // kTransformed, kSampleFilteredListed: this item's words (load_transform_words), the next item's
+  // kTransformed, kSampleFilteredWords: this item's words (load_transform_words), the next item's
   // loaded during its trips
-  constexpr bool kWords = kTransformed || kEpi == Epi::kSampleFilteredListed;
+  constexpr bool kWords = kTransformed || kEpi == Epi::kSampleFilteredWords;
   constexpr int kWordSlots = kWords && kNB > 64 ? 2 : 1;
   TransformWords<kWordSlots> words{}, next_words{};
   if constexpr (kWords) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
@@ -465,17 +465,12 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           }
           // the values that can be drawn: softcap, the listed tokens' steps, then NaN for masked,
           // NaN, -Inf and past the vocabulary (listed.cuh's candidate_value, a quad at a time)
-          uint2 marks;
-          uint32_t allowed;
+          // (kSampleFiltered: no list and no mask, so every quad is allowed and unmarked)
+          uint2 marks = make_uint2(0u, 0u);
+          uint32_t allowed = in_vocab;
           if constexpr (kWords) {
             transform_words_of(f, words, kK * trip + jj, lane, marks, allowed);
             allowed = (allowed >> (vq & 31)) & in_vocab;
-          } else {
-            const bool in_row = vq < V && b < B;
-            allowed =
-                (f.allowed == nullptr ? 0xfu : in_row ? f.allowed[b * f.allowed_words + (vq >> 5)] >> (vq & 31) : 0u) &
-                in_vocab;
-            marks = f.listed != nullptr && in_row ? f.listed[b * f.allowed_words + (vq >> 5)] : make_uint2(0u, 0u);
           }
           if (f.softcap > 0.0f) {  // one uniform test a column
 #pragma unroll
