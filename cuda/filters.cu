@@ -2446,20 +2446,20 @@ bool takes_plain_epilogue(const SampleParams& p) {
 }
 
 // Whether the plain route's epilogue leaves the listed tokens to listed_winners_kernel
-// (detail::deferred_listed_table): from kDeferListedBatch rows, or kDeferListedBatchLongK where the
-// hidden size is at least kListedInEpilogueMinDim. Deferred from B = 1 (A/B, H200, 2026-12-05): 512
-// listed tokens a row cost llama3-8b +0.8 -> +1.7 % over plain at B = 1 and qwen3-0.6b +9.4 ->
-// +13.9 %; at B = 16 mixed (qwen3-0.6b 4096 listed +40 -> +30 %, llama3-8b +4.4 -> +6.3 %): the
-// extra kernel's start outweighs what it saves on a few rows. At B = 64 a long K loop hides the
-// epilogue's dependent loads of the listed entries (same call: llama3-8b, D 4096, 512 listed +6.0
-// -> +3.9 %, 4096 listed +9.1 either way) and a short one does not (qwen3-0.6b, D 1024: 512
-// listed +29 -> +46 %, 4096 listed +49 -> +110 %).
+// (detail::deferred_listed_table): from kDeferListedBatch rows, or above it where the hidden size
+// is at least kListedInEpilogueMinDim. Deferred from B = 1 (A/B, H200, 2026-12-05): 512 listed
+// tokens a row cost llama3-8b +0.8 -> +1.7 % over plain at B = 1 and qwen3-0.6b +9.4 -> +13.9 %;
+// at B = 16 mixed (qwen3-0.6b 4096 listed +40 -> +30 %, llama3-8b +4.4 -> +6.3 %): the extra
+// kernel's start outweighs what it saves on a few rows. At B = 64 a long K loop hides the
+// epilogue's dependent loads of the listed entries (llama3-8b, D 4096, H100: 512 listed +3.5 ->
+// +2.3 %, 4096 listed +5.9 -> +5.2 %) and a short one does not (qwen3-0.6b, D 1024, H200: 512
+// listed +29 -> +46 %). Above 64 rows (wider tiles) dense lists lose again (llama3-8b B = 100:
+// 4096 listed +8.7 -> +10.6 %).
 constexpr int64_t kDeferListedBatch = 64;
-constexpr int64_t kDeferListedBatchLongK = 128;
 constexpr int64_t kListedInEpilogueMinDim = 4096;
 bool plain_defers_listed(const SampleParams& p) {
-  const int64_t from = p.dim >= kListedInEpilogueMinDim ? kDeferListedBatchLongK : kDeferListedBatch;
-  return has_penalties(p) && p.batch >= from;
+  const bool long_k = p.dim >= kListedInEpilogueMinDim;
+  return has_penalties(p) && (long_k ? p.batch > kDeferListedBatch : p.batch >= kDeferListedBatch);
 }
 
 // The plain route's workspace regions (byte offsets): the winners, then (deferred) the listed
