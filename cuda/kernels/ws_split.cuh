@@ -57,7 +57,7 @@ namespace detail {
 
 // N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
 // SAMPLE_COLS_PER_TRIP columns per trip of the kSampleOne epilogue (quads_update_pruned<K>: that
-// many Philox chains interleaved); the filtered epilogue takes 2. kSampleOne only: the other
+// many Philox chains interleaved); the filtered epilogue takes 1. kSampleOne only: the other
 // epilogues (kStore for the reference sampler, kSampleMany) and shapes whose tensor maps cannot be
 // encoded run PingPong, the ping-pong tile of the same N (of 128 columns for N = 96).
 template <int N, int STAGES, int SAMPLE_COLS_PER_TRIP = 2>
@@ -69,7 +69,7 @@ struct WsSplitTile {
   static constexpr int kAcc = N / 2;  // fp32 accumulators per thread per m64 block
   static constexpr int kStages = STAGES;
   static constexpr int kSampleColsPerTrip = SAMPLE_COLS_PER_TRIP;
-  static constexpr int kFilteredColsPerTrip = 2;
+  static constexpr int kFilteredColsPerTrip = 1;
   static constexpr int kEpilogueWarps = 8;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
