@@ -329,7 +329,8 @@ enum class Epi : int {
   kSampleFiltered = 3,
   kSampleFew = 4,
   kSampleTransformed = 5,
-  kSampleFilteredWords = 6  // kSampleFiltered for calls with listed tokens or a mask: their words loaded ahead
+  kSampleFilteredWords = 6,  // kSampleFiltered for calls with listed tokens or a mask: their words loaded ahead
+  kSampleFilteredSummaries = 7  // kSampleFiltered for calls whose rows gather no candidates: summaries only
 };
 
 struct GemmArgs {

@@ -365,8 +365,9 @@ __device__ __forceinline__ void warp_kth_largest_columns(const float (&x)[K][4],
 // each row and its threshold (state[jj]), and appends the values at or above the threshold to the
 // row's candidates. The columns go through each step together, so that their dependent chains of
 // warp reductions overlap; a tile that cannot append (its max below the threshold: most tiles
-// after the first waves) ends after the summaries and the statistics.
-template <int K>
+// after the first waves) ends after the summaries and the statistics. kGathers false: no row of
+// the call has a threshold mode (no top-k, top-p, min-p or topLogprobs), so only the summaries.
+template <int K, bool kGathers>
 __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int64_t (&b)[K], const bool (&live)[K],
                                                  int64_t vtile, int64_t vq, int64_t base, int64_t V,
                                                  const float (&x)[K][4],
@@ -461,6 +462,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
       t[2] = make_uint2(bk == kNoToken ? bk : bk - static_cast<uint32_t>(base), __float_as_uint(bl));
     }
   }
+  if constexpr (!kGathers) return;
 
   // this CTA's running statistics of each row, then the threshold (every lane computes the same
   // values; lane 0 stores them between two __syncwarps: after every lane's reads, before the

@@ -57,7 +57,9 @@ namespace detail {
 
 // N batch columns per chunk (the wgmma N), STAGES ring stages of (W 128 x 64 + H N x 64) bf16.
 // SAMPLE_COLS_PER_TRIP columns per trip of the kSampleOne epilogue (quads_update_pruned<K>: that
-// many Philox chains interleaved); the filtered epilogue takes 1. kSampleOne only: the other
+// many Philox chains interleaved); the filtered epilogue takes 1 (a column's appends and k-th
+// searches then run alone), 2 when it writes summaries only (their warp reductions overlap).
+// kSampleOne only: the other
 // epilogues (kStore for the reference sampler, kSampleMany) and shapes whose tensor maps cannot be
 // encoded run PingPong, the ping-pong tile of the same N (of 128 columns for N = 96).
 template <int N, int STAGES, int SAMPLE_COLS_PER_TRIP = 2>
@@ -70,6 +72,7 @@ struct WsSplitTile {
   static constexpr int kStages = STAGES;
   static constexpr int kSampleColsPerTrip = SAMPLE_COLS_PER_TRIP;
   static constexpr int kFilteredColsPerTrip = 1;
+  static constexpr int kSummaryColsPerTrip = 2;
   static constexpr int kEpilogueWarps = 8;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
@@ -100,7 +103,8 @@ struct WsSplitTile {
   // (N = 96 has no ping-pong tile of its own: its other epilogues run the 128-column one)
   using PingPong = WsTileT<(N > 64 ? 128 : N)>;
   static_assert(N % 16 == 0 && N >= 16 && N <= 128, "wgmma N");
-  static_assert(N % (8 * SAMPLE_COLS_PER_TRIP) == 0 && N % (8 * kFilteredColsPerTrip) == 0,
+  static_assert(N % (8 * SAMPLE_COLS_PER_TRIP) == 0 && N % (8 * kFilteredColsPerTrip) == 0 &&
+                    N % (8 * kSummaryColsPerTrip) == 0,
                 "every epilogue warp takes N / 8 columns, a trip's columns at a time");
   static_assert(STAGES >= 2, "ring");
   static_assert(kHStageBytes % 1024 == 0, "stage slots stay 1024-byte aligned (SW128)");
@@ -242,15 +246,20 @@ __device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, 
 
 // kEpi: kSampleOne (the winners word of each row), kSampleTransformed (the same on the transformed
 // logits: transform_quad, through `f`), or kSampleFiltered / kSampleFilteredWords (the same
-// winners, plus filter_epilogue.cuh's tile summaries and candidates, through `f`).
+// winners, plus filter_epilogue.cuh's tile summaries and candidates, through `f`), or
+// kSampleFilteredSummaries (the same with summaries only: no row of the call gathers candidates).
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredWords;
+  constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredWords ||
+                             kEpi == Epi::kSampleFilteredSummaries;
+  constexpr bool kGathers = kEpi != Epi::kSampleFilteredSummaries;  // (kFiltered) rows may append candidates
   constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
-  constexpr int kK = kFiltered ? Cfg::kFilteredColsPerTrip : Cfg::kSampleColsPerTrip;
+  constexpr int kK = !kFiltered ? Cfg::kSampleColsPerTrip
+                     : kGathers ? Cfg::kFilteredColsPerTrip
+                                : Cfg::kSummaryColsPerTrip;
   constexpr bool kLean = kFiltered || kTransformed || Cfg::kLeanSampleSplit;
   const uint32_t smem_base = smem_u32(smem_raw);
   const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
@@ -389,7 +398,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     // the grid's largest θ and highest histogram bucket of each of this warp's columns (lane i:
     // column ew + 8 i), for the item's thresholds
     uint32_t theta_pref = 0u, top_pref = 0u;
-    if constexpr (kFiltered) {
+    if constexpr (kFiltered && kGathers) {
       const int64_t b = b0 + ew + 8 * lane;
       if (lane < kNB / 8 && b < B) {
         theta_pref = *reinterpret_cast<volatile const uint32_t*>(f.theta_used + b);
@@ -536,7 +545,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         // rows the winner alone decides (no filter, no logprobs) take no summaries: unfiltered rows
         // in a filter-capable sampler then cost what plain sampling does, but for the decision
         if (any_live)
-          filtered_columns<kK>(f, rows, live, vtile, vq, base, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
+          filtered_columns<kK, kGathers>(f, rows, live, vtile, vq, base, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
       }
     }
 
