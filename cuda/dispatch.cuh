@@ -12,7 +12,7 @@
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
 // | 9.0               |                          | as above     | kSampleTransformed | wgmma_split_transformed_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
-// | 9.0               |                          | as above     | kSampleFiltered, kSampleFilteredWords (calls with lists or a mask), kSampleFilteredSummaries (no top-k, top-p, min-p or topLogprobs) | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
+// | 9.0               |                          | as above     | kSampleFiltered, kSampleFilteredWords (calls with lists or a mask), kSampleFilteredSummaries (no top-k, top-p, min-p or topLogprobs), kSampleFilteredNoTopP (no top-p, no stored logits) | wgmma_split_filtered_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
 // | 8.x, or mma.sync* | bf16 / f16, 16-B rows    | <= 8 / 16    | any          | mma_tile_kernel (mma_sync.cuh), balanced ranges | Tile8 / Tile16 |
 // | 8.x, or mma.sync* |                          | <= 32/64/more| any          | mma_tile_kernel                       | Tile32 / 64 / 128 |
 // | any               | f32, or unaligned rows   | <= 8 / more  | kSampleMany, kStore | simt_tile_kernel (simt.cuh)    | SimtSmall / Large |
@@ -116,8 +116,9 @@ inline bool filtered_gemm_usable(const SampleParams& p) { return tensor_core_pat
 
 // The split kernel with an epilogue that reads FilterArgs: kSampleFilteredWords for calls with
 // lists or a mask (their words loaded one item ahead), kSampleFilteredSummaries for calls no row of
-// which can gather candidates (logprobs alone: two columns a trip), kSampleFiltered for the others
-// (no word tested in their trips), or kSampleTransformed.
+// which can gather candidates (logprobs alone: two columns a trip), kSampleFilteredNoTopP for calls
+// without top-p rows or stored logits (top-k, min-p, topLogprobs: no mass bound or row store compiled
+// in), kSampleFiltered for the others (no word tested in their trips), or kSampleTransformed.
 template <class SplitCfg, bool kF16, Epi kEpi>
 cudaError_t launch_split_with_filter_args(const GemmArgs& a, const FilterArgs& f, cudaStream_t stream) {
   WsTensorMaps maps{};
@@ -131,6 +132,9 @@ cudaError_t launch_split_with_filter_args(const GemmArgs& a, const FilterArgs& f
     if (f.top_k == nullptr && f.top_p == nullptr && f.min_p == nullptr && f.top_logprobs <= 0)
       return launch_persistent<SplitCfg, false, true>(
           wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFilteredSummaries>, a, stream, maps, f);
+    if (f.top_p == nullptr && f.row_logits == nullptr)
+      return launch_persistent<SplitCfg, false, true>(
+          wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFilteredNoTopP>, a, stream, maps, f);
     return launch_persistent<SplitCfg, false, true>(wgmma_split_filtered_kernel<SplitCfg, kF16, Epi::kSampleFiltered>,
                                                     a, stream, maps, f);
   }

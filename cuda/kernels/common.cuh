@@ -330,7 +330,8 @@ enum class Epi : int {
   kSampleFew = 4,
   kSampleTransformed = 5,
   kSampleFilteredWords = 6,  // kSampleFiltered for calls with listed tokens or a mask: their words loaded ahead
-  kSampleFilteredSummaries = 7  // kSampleFiltered for calls whose rows gather no candidates: summaries only
+  kSampleFilteredSummaries = 7,  // kSampleFiltered for calls whose rows gather no candidates: summaries only
+  kSampleFilteredNoTopP = 8  // kSampleFiltered for calls without top-p rows or stored logits
 };
 
 struct GemmArgs {

@@ -367,7 +367,8 @@ __device__ __forceinline__ void warp_kth_largest_columns(const float (&x)[K][4],
 // warp reductions overlap; a tile that cannot append (its max below the threshold: most tiles
 // after the first waves) ends after the summaries and the statistics. kGathers false: no row of
 // the call has a threshold mode (no top-k, top-p, min-p or topLogprobs), so only the summaries.
-template <int K, bool kGathers>
+// kTopP false: no row of the call is a top-p row (no top-p pointer), so no mass bound.
+template <int K, bool kGathers, bool kTopP>
 __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int64_t (&b)[K], const bool (&live)[K],
                                                  int64_t vtile, int64_t vq, int64_t base, int64_t V,
                                                  const float (&x)[K][4],
@@ -486,9 +487,9 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
     count[jj] = s.count;
     if (tmax[jj] != -INFINITY) {  // (z: top-p's bound alone reads it)
       if (tmax[jj] > m[jj]) {
-        if (fr[jj].mode == kThetaTopP) z[jj] = z[jj] * __expf((m[jj] - tmax[jj]) * inv_t[jj]) + sum[jj];
+        if (kTopP && fr[jj].mode == kThetaTopP) z[jj] = z[jj] * __expf((m[jj] - tmax[jj]) * inv_t[jj]) + sum[jj];
         m[jj] = tmax[jj];
-      } else if (fr[jj].mode == kThetaTopP) {
+      } else if (kTopP && fr[jj].mode == kThetaTopP) {
         z[jj] += sum[jj] * __expf((tmax[jj] - m[jj]) * inv_t[jj]);
       }
     }
@@ -510,7 +511,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
       if (m[jj] != -INFINITY && fr[jj].mode != kThetaTopK) {
         // top-p: every value below m + T ln((1 - p) Z_seen / V) has less than (1 - p) Z / V of the
         // mass, so all of them together stay in the tail the nucleus leaves out. min-p: m + T ln(minP).
-        const float bound = fr[jj].mode == kThetaTopP
+        const float bound = kTopP && fr[jj].mode == kThetaTopP
                                 ? m[jj] + (__logf((1.0f - fr[jj].param) * z[jj]) - __logf(static_cast<float>(V))) / inv_t[jj]
                                 : m[jj] + fr[jj].param / inv_t[jj];
         theta[jj] = fmaxf(theta[jj], bound);
@@ -518,7 +519,7 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
       // the tile's own k-th largest only before any bound exists (later it is far below θ). A
       // top-p row takes its tile's kTopPFirstRank-th: otherwise its first wave appends whole tiles
       if (theta_before[jj] == -INFINITY) {
-        const int k = fr[jj].mode == kThetaTopK ? fr[jj].k : fr[jj].mode == kThetaTopP ? kTopPFirstRank : 0;
+        const int k = fr[jj].mode == kThetaTopK ? fr[jj].k : kTopP && fr[jj].mode == kThetaTopP ? kTopPFirstRank : 0;
         kth[jj] = k > 0 && k <= 128 && (counts[jj] & 0xffffu) >= static_cast<uint32_t>(k);
         kth_rank[jj] = k;
         any_kth |= kth[jj];

@@ -248,12 +248,14 @@ __device__ __forceinline__ void transform_quad(const FilterArgs& f, int64_t vq, 
 // kEpi: kSampleOne (the winners word of each row), kSampleTransformed (the same on the transformed
 // logits: transform_quad, through `f`), or kSampleFiltered / kSampleFilteredWords (the same
 // winners, plus filter_epilogue.cuh's tile summaries and candidates, through `f`), or
-// kSampleFilteredSummaries (the same with summaries only: no row of the call gathers candidates).
+// kSampleFilteredSummaries (the same with summaries only: no row of the call gathers candidates),
+// or kSampleFilteredNoTopP (no top-p row and no stored logits: no mass bound, no row stores).
 template <class Cfg, bool kF16, Epi kEpi>
 __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTensorMaps* maps, const FilterArgs& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kFiltered = kEpi == Epi::kSampleFiltered || kEpi == Epi::kSampleFilteredWords ||
-                             kEpi == Epi::kSampleFilteredSummaries;
+                             kEpi == Epi::kSampleFilteredSummaries || kEpi == Epi::kSampleFilteredNoTopP;
+  constexpr bool kTopP = kEpi != Epi::kSampleFilteredNoTopP;  // (kFiltered) top-p rows and row stores
   constexpr bool kGathers = kEpi != Epi::kSampleFilteredSummaries;  // (kFiltered) rows may append candidates
   constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -428,7 +430,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       params_chunk = chunk;
     }
     if constexpr (kFiltered) {
-      if (f.row_logits != nullptr) {
+      if (kTopP && f.row_logits != nullptr) {
         const int n = ew + 8 * lane;
         const float gap = lane < kNB / 8 ? filt->row[n].dense_gap : 0.0f;
         const bool dense = gap > 0.0f &&
@@ -546,7 +548,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         // rows the winner alone decides (no filter, no logprobs) take no summaries: unfiltered rows
         // in a filter-capable sampler then cost what plain sampling does, but for the decision
         if (any_live)
-          filtered_columns<kK, kGathers>(f, rows, live, vtile, vq, base, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
+          filtered_columns<kK, kGathers, kTopP>(f, rows, live, vtile, vq, base, V, l, inv_t, bs, bk, fr, grid_theta, grid_top, slice, st);
       }
     }
 
