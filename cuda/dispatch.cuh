@@ -166,6 +166,7 @@ template <class Cfg, typename T, Epi kEpi>
 cudaError_t launch_simt(GemmArgs a, cudaStream_t stream) {
   a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
   a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  a.chunk_cols = Cfg::kNB;
   if (a.num_vtiles > 0x7fffffff || a.num_chunks > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(a.num_vtiles), static_cast<unsigned>(a.num_chunks));
   simt_tile_kernel<Cfg, T, kEpi><<<grid, Cfg::kThreads, 0, stream>>>(a);
@@ -224,7 +225,7 @@ inline GemmArgs gemm_args(const SampleParams& p) {
   a.vocab_base = p.vocab_offset;
   a.winners = nullptr;
   a.logits = nullptr;
-  a.num_vtiles = a.num_chunks = 0;
+  a.num_vtiles = a.num_chunks = a.chunk_cols = 0;
   return a;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/wgmma_common.cuh"
@@ -104,6 +105,12 @@ cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, 
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// Whether a tile spreads the batch evenly over its chunks (Cfg::kEvenChunks; GemmArgs::chunk_cols).
+template <class Cfg, class = void>
+struct EvenChunks : std::false_type {};
+template <class Cfg>
+struct EvenChunks<Cfg, std::void_t<decltype(Cfg::kEvenChunks)>> : std::bool_constant<Cfg::kEvenChunks> {};
+
 // Launches a persistent tile kernel: one CTA per resident slot (SMs x CTAs per SM, computed once
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
@@ -145,6 +152,7 @@ cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, co
   }
   a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
   a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
+  a.chunk_cols = EvenChunks<Cfg>::value && a.num_chunks > 0 ? (a.batch + a.num_chunks - 1) / a.num_chunks : Cfg::kNB;
   a.range_rows = a.num_ranges = 0;
   if constexpr (kBalanced) {
     const int64_t rows = ((a.vocab + resident - 1) / resident + 3) / 4 * 4;

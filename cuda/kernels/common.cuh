@@ -350,6 +350,9 @@ struct GemmArgs {
   unsigned long long* winners;  // [batch, num_samples] packed candidates (sample epilogues), zeroed
   float* logits;                // [batch, vocab] (store epilogue)
   int64_t num_vtiles, num_chunks;
+  // Batch columns per chunk: chunk c holds rows [c·chunk_cols, min(batch, (c + 1)·chunk_cols)).
+  // Cfg::kNB, or for tiles with kEvenChunks the batch spread evenly over the chunks (launch_persistent).
+  int64_t chunk_cols = 0;
   // Balanced ranges (range_rows > 0; mma_tile_kernel only): see tile_rows.
   int64_t range_rows = 0, num_ranges = 0;
   // Host side only: launch with programmatic stream serialization (launch_persistent). Only the

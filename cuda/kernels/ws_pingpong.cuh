@@ -164,7 +164,7 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * Cfg::kNB);
+    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * a.chunk_cols);
     for (int kt = 0; kt < KT; ++kt) {
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;

@@ -75,6 +75,9 @@ struct WsSplitTile {
   static constexpr int kFilteredColsPerTrip = 1;
   static constexpr int kSummaryColsPerTrip = 2;
   static constexpr int kEpilogueWarps = 8;
+  // The batch spread evenly over the chunks (B = 200: 100 + 100 columns, not 128 + 72): unequal
+  // chunks cost 14-19 % more at B = 160 / 200 / 300 (H100, llama3-8b B = 160: 471 -> 390 µs).
+  static constexpr bool kEvenChunks = true;
   static constexpr int kThreads = 128 * 4;  // producer, MMA, 2 epilogue warpgroups
   static constexpr int kWStageBytes = kBV * 128;
   static constexpr int kHStageBytes = kNB * 128;
@@ -198,8 +201,8 @@ __device__ __forceinline__ TransformWords<kSlots> load_transform_words(const Gem
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     const int s = lane + 32 * k, c = s >> 2;
-    const int64_t b = chunk * Cfg::kNB + ew + 8 * c, word = vtile * (Cfg::kBV / 32) + (s & 3);
-    const bool in = c < Cfg::kNB / 8 && b < a.batch && word < f.allowed_words;
+    const int64_t b = chunk * a.chunk_cols + ew + 8 * c, word = vtile * (Cfg::kBV / 32) + (s & 3);
+    const bool in = c < Cfg::kNB / 8 && ew + 8 * c < a.chunk_cols && b < a.batch && word < f.allowed_words;
     const int64_t at = b * f.allowed_words + word;
     t.marks[k] = f.listed != nullptr && in ? f.listed[at] : make_uint2(0u, 0u);
     t.allowed[k] = f.allowed != nullptr && in ? f.allowed[at] : 0u;
@@ -392,18 +395,20 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     }
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * kNB;
+    // this chunk's rows b0 .. B_end - 1 (columns past them are padding, as are rows past the batch)
+    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * a.chunk_cols;
+    const int64_t B_end = b0 + a.chunk_cols < B ? b0 + a.chunk_cols : B;
     const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
     const bool tile_whole = v0 + Cfg::kBV <= V;  // no quad of the tile crosses the vocabulary's end
     // The grid's best candidate of column et so far: a valid threshold wherever it was found.
     unsigned long long grid_best = 0ull;
-    if (et < kNB && b0 + et < B) grid_best = ld_relaxed_u64(a.winners + b0 + et);
+    if (et < kNB && b0 + et < B_end) grid_best = ld_relaxed_u64(a.winners + b0 + et);
     // the grid's largest θ and highest histogram bucket of each of this warp's columns (lane i:
     // column ew + 8 i), for the item's thresholds
     uint32_t theta_pref = 0u, top_pref = 0u;
     if constexpr (kFiltered && kGathers) {
       const int64_t b = b0 + ew + 8 * lane;
-      if (lane < kNB / 8 && b < B) {
+      if (lane < kNB / 8 && b < B_end) {
         theta_pref = *reinterpret_cast<volatile const uint32_t*>(f.theta_used + b);
         top_pref = *reinterpret_cast<volatile const uint32_t*>(f.top_bucket + b);
       }
@@ -420,9 +425,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       if constexpr (kFiltered) {
         for (int n = et; n < kNB; n += 256) {
           const int64_t b = b0 + n;
-          filt->row[n] = b < B ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0.0f};
+          filt->row[n] = b < B_end ? filter_row(f, b, row_greedy[n] != 0) : FilterRow{kThetaNone, 0, 0.0f, 0, 0, 0, 0.0f};
           // (a CTA that comes back to a chunk goes on filling its slices of the chunk's rows)
-          const uint32_t fill = b < B && slice.cap != 0u ? slice_fills(f, b)[slice.index] : 0u;
+          const uint32_t fill = b < B_end && slice.cap != 0u ? slice_fills(f, b)[slice.index] : 0u;
           filt->state[n] = ColumnState{-INFINITY, 0.0f, -INFINITY, fill};
         }
       }
@@ -457,7 +462,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
         const int n = ew + 8 * (kK * trip + jj);
         const int64_t b = b0 + n;
         nn[jj] = n;
-        vend[jj] = b < B ? V + base : 0;
+        vend[jj] = b < B_end ? V + base : 0;
         const float4 q = *reinterpret_cast<const float4*>(logits_s + n * kLS + 4 * lane);
         l[jj][0] = q.x + bias[0];
         l[jj][1] = q.y + bias[1];
@@ -490,7 +495,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           }
           if (f.raw_tiles != nullptr)  // logprobsMode 'raw': the raw values, before the lists and the mask
             raw_tile_stats(f.raw_tiles + b * f.num_vtiles + vtile, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]),
-                           in_vocab, b < B);
+                           in_vocab, b < B_end);
           if ((marks.x >> (vq & 31)) & 0xfu) {  // rare: out of line, so it costs the common path no registers
             const float4 q4 = apply_listed_quad(f.listed_table, marks, vq, make_float4(l[jj][0], l[jj][1], l[jj][2], l[jj][3]));
             l[jj][0] = q4.x;
@@ -538,7 +543,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
           const uint32_t g = __shfl_sync(0xffffffffu, theta_pref, kK * trip + jj);
           rows[jj] = b0 + n;
           fr[jj] = filt->row[n];
-          live[jj] = b0 + n < B && fr[jj].stats;  // warp-uniform: one column per warp
+          live[jj] = b0 + n < B_end && fr[jj].stats;  // warp-uniform: one column per warp
           any_live |= live[jj];
           inv_t[jj] = rp[jj].inv_temperature;
           grid_theta[jj] = g == 0u ? -INFINITY : from_ordered_bits(g);
@@ -552,7 +557,7 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
       }
     }
 
-    ws_flush_or_publish<Cfg, 1, 256>(a, win_packed_s, kSplitEpilogueBarrier, et, j, my_items, item, chunk, b0, B,
+    ws_flush_or_publish<Cfg, 1, 256>(a, win_packed_s, kSplitEpilogueBarrier, et, j, my_items, item, chunk, b0, B_end,
                                      grid_best);
   }
 #else
