@@ -14,7 +14,9 @@ With --candidates, the last line printed is the winner's letter (or its --map na
 no candidate wins), so that one device call can run the winner's suite after its A/B:
 the candidate with the lowest mean cost over --options at --preset and --batch wins when that
 mean is at least --gain points below a's, and its plain µs (relative to a's) and each --guard
-option's cost stay within --slack points of a's at every one of those batch sizes.
+option's cost stay within --slack points of a's at every one of those batch sizes. The option
+`fused` in --options is the plain call's own µs, in % of the base build's (a change to plain
+sampling: --options fused --batch 160,200,300).
 """
 import argparse
 import glob
@@ -134,7 +136,11 @@ def main():
         for b in batches:
             key = (args.preset, b)
             for o in picked:
-                c, ca = cost(data[l].get(key, {}), o), cost(base_cells.get(key, {}), o)
+                if o == BASE:  # the plain call itself: its µs against the base build's, in %
+                    us, ref = data[l].get(key, {}).get(BASE), base_cells.get(key, {}).get(BASE)
+                    c, ca = (100.0 * (us / ref - 1.0), 0.0) if us and ref else (None, None)
+                else:
+                    c, ca = cost(data[l].get(key, {}), o), cost(base_cells.get(key, {}), o)
                 if c is None or ca is None:
                     ok = False
                 else:
