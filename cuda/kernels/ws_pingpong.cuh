@@ -146,6 +146,13 @@ __device__ __forceinline__ void ws_item_coords(int64_t item, const GemmArgs& a, 
   chunk = item % a.num_chunks;
 }
 
+// A chunk's batch rows [b0, b_end): chunk_cols apart, the last chunk cut at the batch. The one
+// place that says which rows a chunk holds (producer's H box, epilogues, transform words).
+__device__ __forceinline__ void ws_chunk_rows(int64_t chunk, const GemmArgs& a, int64_t& b0, int64_t& b_end) {
+  b0 = chunk * a.chunk_cols;
+  b_end = b0 + a.chunk_cols < a.batch ? b0 + a.chunk_cols : a.batch;
+}
+
 // The producer (one thread): per stage one box of the W tile's kBV rows (natural
 // order) and one of the H tile's N rows, 64 k columns each, completing on full[slot] (expect-tx),
 // over the CTA's local items in order; a slot is refilled only after the release of its previous
@@ -164,7 +171,9 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
     const int64_t item = blockIdx.x + j * gridDim.x;
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(chunk * a.chunk_cols);
+    int64_t rows0, rows_end;
+    ws_chunk_rows(chunk, a, rows0, rows_end);
+    const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(rows0);
     for (int kt = 0; kt < KT; ++kt) {
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;
@@ -256,7 +265,7 @@ __device__ __forceinline__ void quad_logits(float (&l)[4], const float (&acc0)[k
 template <class Cfg, int64_t kItemStep, int kThreads, int kSlots>
 __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[kSlots][Cfg::kNB],
                                                     int samples, int barrier, int ctid, int64_t j, int64_t my_items,
-                                                    int64_t item, int64_t chunk, int64_t b0, int64_t B,
+                                                    int64_t item, int64_t chunk, int64_t b0, int64_t b_end,
                                                     const unsigned long long (&grid_best)[kSlots]) {
   constexpr int kNB = Cfg::kNB;
   bool flush = j + kItemStep >= my_items;
@@ -271,10 +280,10 @@ __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned 
       const int s = kSlots == 1 ? 0 : i / kNB, n = kSlots == 1 ? i : i % kNB;
       const unsigned long long c = win[s][n];
       win[s][n] = 0ull;
-      if (b0 + n < B && c != 0ull) atomicMax(a.winners + (b0 + n) * samples + s, c);
+      if (b0 + n < b_end && c != 0ull) atomicMax(a.winners + (b0 + n) * samples + s, c);
     }
     named_bar_sync(barrier, kThreads);  // reset before the next chunk's reads
-  } else if (ctid < kNB && b0 + ctid < B) {
+  } else if (ctid < kNB && b0 + ctid < b_end) {
     // a warp still in its trips may raise the column later: that reaches the grid with a later
     // publish or the flush, which waits for every warp
 #pragma unroll
@@ -290,11 +299,11 @@ __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned 
 template <class Cfg, int64_t kItemStep, int kThreads>
 __device__ __forceinline__ void ws_flush_or_publish(const GemmArgs& a, unsigned long long (&win)[Cfg::kNB],
                                                     int barrier, int ctid, int64_t j, int64_t my_items,
-                                                    int64_t item, int64_t chunk, int64_t b0, int64_t B,
+                                                    int64_t item, int64_t chunk, int64_t b0, int64_t b_end,
                                                     unsigned long long grid_best) {
   const unsigned long long best[1] = {grid_best};
   ws_flush_or_publish<Cfg, kItemStep, kThreads, 1>(
-      a, reinterpret_cast<unsigned long long(&)[1][Cfg::kNB]>(win), 1, barrier, ctid, j, my_items, item, chunk, b0, B,
+      a, reinterpret_cast<unsigned long long(&)[1][Cfg::kNB]>(win), 1, barrier, ctid, j, my_items, item, chunk, b0, b_end,
       best);
 }
 
@@ -481,9 +490,11 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     if constexpr (kPruned) {
       int64_t chunk0, vtile0;
       ws_item_coords<Cfg>(item, a, chunk0, vtile0);
-      const int64_t b = chunk0 * kNB + ctid;
+      int64_t rows0, rows_end;
+      ws_chunk_rows(chunk0, a, rows0, rows_end);
+      const int64_t b = rows0 + ctid;
       const int samples = a.num_samples;
-      if (ctid < kNB && b < B) {
+      if (ctid < kNB && b < rows_end) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s)
           if (s < samples) grid_best[s] = ld_relaxed_u64(a.winners + b * samples + s);
@@ -517,7 +528,9 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
     // ---------------- epilogue of one work item (one warpgroup) ----------------------------------
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
-    const int64_t v0 = vtile * kBV, b0 = chunk * kNB;
+    int64_t b0, b_end;  // b_end - b0 = kNB but in the last chunk: ping-pong tiles keep chunk_cols = kNB
+    ws_chunk_rows(chunk, a, b0, b_end);
+    const int64_t v0 = vtile * kBV;
     // This thread's vocabulary quad, the one transpose_quad_lanes gathers for it.
     const int64_t vq = v0 + 64 * ((g & 3) >> 1) + 16 * wi + 8 * (g & 1) + 4 * (g >> 2);
 
@@ -578,7 +591,7 @@ __device__ __forceinline__ void wgmma_ws_body(const GemmArgs& a, const WsTensorM
 
     if constexpr (kPruned)
       ws_flush_or_publish<Cfg, kItemStep, 128, kSlots>(a, win_s[cw], a.num_samples,
-                                                       kParamsBarrier + cw, ctid, j, my_items, item, chunk, b0, B,
+                                                       kParamsBarrier + cw, ctid, j, my_items, item, chunk, b0, b_end,
                                                        grid_best);
   }
 #else

@@ -198,11 +198,13 @@ __device__ __forceinline__ TransformWords<kSlots> load_transform_words(const Gem
   TransformWords<kSlots> t;
   int64_t chunk, vtile;
   ws_item_coords<Cfg>(item, a, chunk, vtile);
+  int64_t b0, b_end;
+  ws_chunk_rows(chunk, a, b0, b_end);
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     const int s = lane + 32 * k, c = s >> 2;
-    const int64_t b = chunk * a.chunk_cols + ew + 8 * c, word = vtile * (Cfg::kBV / 32) + (s & 3);
-    const bool in = c < Cfg::kNB / 8 && ew + 8 * c < a.chunk_cols && b < a.batch && word < f.allowed_words;
+    const int64_t b = b0 + ew + 8 * c, word = vtile * (Cfg::kBV / 32) + (s & 3);
+    const bool in = c < Cfg::kNB / 8 && b < b_end && word < f.allowed_words;
     const int64_t at = b * f.allowed_words + word;
     t.marks[k] = f.listed != nullptr && in ? f.listed[at] : make_uint2(0u, 0u);
     t.allowed[k] = f.allowed != nullptr && in ? f.allowed[at] : 0u;
@@ -396,8 +398,9 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
     // this chunk's rows b0 .. B_end - 1 (columns past them are padding, as are rows past the batch)
-    const int64_t v0 = vtile * Cfg::kBV, b0 = chunk * a.chunk_cols;
-    const int64_t B_end = b0 + a.chunk_cols < B ? b0 + a.chunk_cols : B;
+    int64_t b0, B_end;
+    ws_chunk_rows(chunk, a, b0, B_end);
+    const int64_t v0 = vtile * Cfg::kBV;
     const int64_t vq = v0 + 4 * lane;  // this lane's vocabulary quad
     const bool tile_whole = v0 + Cfg::kBV <= V;  // no quad of the tile crosses the vocabulary's end
     // The grid's best candidate of column et so far: a valid threshold wherever it was found.
