@@ -111,6 +111,13 @@ struct EvenChunks : std::false_type {};
 template <class Cfg>
 struct EvenChunks<Cfg, std::void_t<decltype(Cfg::kEvenChunks)>> : std::bool_constant<Cfg::kEvenChunks> {};
 
+// A chunk's batch columns (GemmArgs::chunk_cols): kNB, or the batch spread evenly over the chunks.
+template <class Cfg>
+int64_t chunk_cols_of(int64_t batch) {
+  const int64_t chunks = (batch + Cfg::kNB - 1) / Cfg::kNB;
+  return EvenChunks<Cfg>::value && chunks > 0 ? (batch + chunks - 1) / chunks : Cfg::kNB;
+}
+
 // Launches a persistent tile kernel: one CTA per resident slot (SMs x CTAs per SM, computed once
 // per device and kernel, when the dynamic shared-memory limit is raised), at most one per item.
 // kBalanced (mma_tile_kernel only): one contiguous vocabulary range per CTA (tile_rows in
@@ -152,7 +159,7 @@ cudaError_t launch_persistent(Kernel kernel, GemmArgs a, cudaStream_t stream, co
   }
   a.num_vtiles = (a.vocab + Cfg::kBV - 1) / Cfg::kBV;
   a.num_chunks = (a.batch + Cfg::kNB - 1) / Cfg::kNB;
-  a.chunk_cols = EvenChunks<Cfg>::value && a.num_chunks > 0 ? (a.batch + a.num_chunks - 1) / a.num_chunks : Cfg::kNB;
+  a.chunk_cols = chunk_cols_of<Cfg>(a.batch);
   a.range_rows = a.num_ranges = 0;
   if constexpr (kBalanced) {
     const int64_t rows = ((a.vocab + resident - 1) / resident + 3) / 4 * 4;
@@ -208,7 +215,8 @@ bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promot
   const cuuint64_t wdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.vocab)};
   const cuuint64_t hdim[2] = {static_cast<cuuint64_t>(a.dim), static_cast<cuuint64_t>(a.batch)};
   const cuuint32_t wbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kBV)};
-  const cuuint32_t hbox[2] = {static_cast<cuuint32_t>(Cfg::kBK), static_cast<cuuint32_t>(Cfg::kNB)};
+  const cuuint32_t hbox[2] = {static_cast<cuuint32_t>(Cfg::kBK),
+                              static_cast<cuuint32_t>(h_box_rows(chunk_cols_of<Cfg>(a.batch), Cfg::kNB))};
   return encode(&maps->w, type, 2, const_cast<void*>(a.weight), wdim, &row_bytes, wbox, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, w_promotion,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&

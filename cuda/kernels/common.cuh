@@ -360,6 +360,16 @@ struct GemmArgs {
   bool programmatic_launch = false;
 };
 
+// The H rows one TMA box loads for a chunk: its chunk_cols rounded up to a swizzle atom (8 rows),
+// at most the tile's kNB; the stage's rows past the box keep stale values, which only dead columns
+// read. kNB-row boxes cost even chunks 13-17 % (H100, llama3-8b B = 200 / 300: 541 / 752 -> 468 /
+// 625 µs) for a reason not isolated (bench/TUNING.md, "What bounds each batch size today").
+__host__ __device__ __forceinline__ int64_t h_box_rows(int64_t chunk_cols, int64_t nb) {
+  const int64_t rows = (chunk_cols + 7) / 8 * 8;
+  return rows > 0 && rows < nb ? rows : nb;
+}
+
+
 // The row parameters of batch columns b0 + n, n = first, first + step, ... < count, into a kernel's
 // shared staging arrays (one chunk's columns); padding columns (b >= batch) are greedy, noise-free
 // and never written.

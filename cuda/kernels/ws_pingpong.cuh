@@ -174,10 +174,12 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
     int64_t rows0, rows_end;
     ws_chunk_rows(chunk, a, rows0, rows_end);
     const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(rows0);
+    // the H box's bytes (encode_ws_maps: h_box_rows rows of 128 bytes)
+    const uint32_t stage_bytes = Cfg::kWStageBytes + static_cast<uint32_t>(h_box_rows(a.chunk_cols, Cfg::kNB)) * 128u;
     for (int kt = 0; kt < KT; ++kt) {
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;
-      mbar_arrive_expect_tx(full, Cfg::kWStageBytes + Cfg::kHStageBytes);
+      mbar_arrive_expect_tx(full, stage_bytes);
       const int32_t k0 = kt * Cfg::kBK;
       tma_load_2d_hinted(smem_w + slot * Cfg::kWStageBytes, &maps->w, k0, v0, full, stream_once);
       tma_load_2d(smem_h + slot * Cfg::kHStageBytes, &maps->h, k0, b0, full);
