@@ -369,7 +369,6 @@ __host__ __device__ __forceinline__ int64_t h_box_rows(int64_t chunk_cols, int64
   return rows > 0 && rows < nb ? rows : nb;
 }
 
-
 // The row parameters of batch columns b0 + n, n = first, first + step, ... < count, into a kernel's
 // shared staging arrays (one chunk's columns); padding columns (b >= batch) are greedy, noise-free
 // and never written.
