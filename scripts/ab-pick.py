@@ -12,9 +12,10 @@ default `a`, or the first letter when there is no build a.
 
 With --candidates, the last line printed is the winner's letter (or its --map name, `none` when
 no candidate wins), so that one device call can run the winner's suite after its A/B:
-the candidate with the lowest mean cost over --options at --preset and --batch wins when that
-mean is at least --gain points below a's, and its plain µs (relative to a's) and each --guard
-option's cost stay within --slack points of a's at every one of those batch sizes. The option
+the candidate with the lowest mean cost over --options at --preset (one or several, comma-separated)
+and --batch wins when that mean is at least --gain points below a's, and its plain µs (relative
+to a's) and each --guard option's cost stay within --slack points of a's at every one of those
+cells. A --preset or --batch that names no cell of the base build's tables is an error. The option
 `fused` in --options is the plain call's own µs, in % of the base build's (a change to plain
 sampling: --options fused --batch 160,200,300).
 """
@@ -126,6 +127,11 @@ def main():
     picked = [o for o in args.options.split(",") if o]
     guards = [o for o in args.guard.split(",") if o]
     batches = [int(b) for b in args.batch.split(",") if b]
+    presets = [p for p in args.preset.split(",") if p]
+    missing = [f"{p} B = {b}" for p in presets for b in batches if (p, b) not in data[base]]
+    if not presets or not batches or missing:
+        sys.exit("ab-pick: --preset and --batch must name cells of the base build's tables"
+                 + (f" (none for {', '.join(missing)})" if missing else ""))
     base_cells = data[base]
     best, best_mean = None, None
     for l in args.candidates:
@@ -133,8 +139,7 @@ def main():
             print(f"ab-pick: {l}: no tables (a build that did not run)")
             continue
         gains, ok = [], True
-        for b in batches:
-            key = (args.preset, b)
+        for key in [(p, b) for p in presets for b in batches]:
             for o in picked:
                 if o == BASE:  # the plain call itself: its µs against the base build's, in %
                     us, ref = data[l].get(key, {}).get(BASE), base_cells.get(key, {}).get(BASE)
