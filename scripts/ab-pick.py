@@ -4,7 +4,9 @@
 Reads every bench-<letter>-<rep>.txt in DIR (the bench's tables, one per preset), takes each
 option's median µs over the reps, and prints per preset, batch size and option the cost over
 plain fused of every build and its difference from the base build in points: --base LETTER, by
-default `a`, or the first letter when there is no build a.
+default `a`, or the first letter when there is no build a. A cell whose call sent rows to the
+extra pass (the bench's "(n/B)", its untimed call) ends in `fbN`, the most over the reps: a
+heuristic that sends more rows there shows as a cost and as a count.
 
   python3 scripts/ab-pick.py DIR
   python3 scripts/ab-pick.py DIR --candidates gij --options listed512,listed4096 --preset llama3-8b \\
@@ -15,7 +17,8 @@ no candidate wins), so that one device call can run the winner's suite after its
 the candidate with the lowest mean cost over --options at --preset (one or several, comma-separated)
 and --batch wins when that mean is at least --gain points below a's, and its plain µs (relative
 to a's) and each --guard option's cost stay within --slack points of a's at every one of those
-cells. A --preset or --batch that names no cell of the base build's tables is an error. The option
+cells, and no --options or --guard cell sends more than --fb-slack (1) rows more than a's to the
+extra pass. A --preset or --batch that names no cell of the base build's tables is an error. The option
 `fused` in --options is the plain call's own µs, in % of the base build's (a change to plain
 sampling: --options fused --batch 160,200,300).
 """
@@ -27,11 +30,12 @@ import statistics
 import sys
 
 BASE = "fused"  # the table's own `fused µs` column: the costs' base
-CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \(\d+/\d+\)$")
+FB = "fb"  # beside an option's name: the rows its untimed call sent to the extra pass
+CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \((\d+)/\d+\)$")
 
 
 def parse_file(path):
-    """{(preset, B): {BASE: µs, option: µs}} from one bench output."""
+    """{(preset, B): {BASE: µs, option: µs, (option, FB): extra-pass rows}} from one bench output."""
     out = {}
     preset = None
     columns = None
@@ -58,6 +62,7 @@ def parse_file(path):
                 c = CELL.match(cell)
                 if m and c:
                     cells[m.group(1)] = float(c.group(1))
+                    cells[(m.group(1), FB)] = int(c.group(2))
             out[(preset, b)] = cells
     return out
 
@@ -72,8 +77,14 @@ def load(directory):
         for key, cells in parse_file(path).items():
             for option, us in cells.items():
                 runs.setdefault(m.group(1), {}).setdefault(key, {}).setdefault(option, []).append(us)
-    return {l: {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in keys.items()}
+    return {l: {k: {o: max(v) if isinstance(o, tuple) else statistics.median(v) for o, v in cells.items()}
+                for k, cells in keys.items()}
             for l, keys in runs.items()}
+
+
+def fb_rows(cells, option):
+    """The most rows an option's untimed call sent to the extra pass over the reps (0 when none)."""
+    return cells.get((option, FB), 0)
 
 
 def cost(cells, option):
@@ -95,6 +106,7 @@ def main():
     ap.add_argument("--guard", default="")
     ap.add_argument("--gain", type=float, default=1.5)
     ap.add_argument("--slack", type=float, default=1.0)
+    ap.add_argument("--fb-slack", type=int, default=1)
     ap.add_argument("--map", default="")
     ap.add_argument("--base", default="")
     args = ap.parse_args()
@@ -106,7 +118,7 @@ def main():
     if base not in data:
         sys.exit(f"ab-pick: no bench-{base}-*.txt tables in {args.dir} (builds: {''.join(letters)})")
     keys = sorted({k for l in letters for k in data[l]})
-    options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE})
+    options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE and not isinstance(o, tuple)})
     print("preset B option: " + " ".join(f"{l:>14}" for l in letters) + f"   (cost over plain, points; Δ vs {base})")
     for preset, b in keys:
         for option in [BASE] + options:
@@ -118,7 +130,9 @@ def main():
                     vals.append(f"{us:8.1f}µs" + (f"{100 * (us / ref - 1):+4.0f}" if us and ref else "    ") if us else " " * 14)
                 else:
                     c, ca = cost(cells, option), cost(data[base].get((preset, b), {}), option)
-                    vals.append(f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
+                    n = fb_rows(cells, option)
+                    vals.append((f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
+                                + (f" fb{n}" if n else ""))
             if any(v.strip() for v in vals):
                 print(f"{preset} {b} {option}: " + " ".join(f"{v:>14}" for v in vals))
     if not args.candidates:
@@ -153,6 +167,9 @@ def main():
             for o in guards:
                 c, ca = cost(data[l].get(key, {}), o), cost(base_cells.get(key, {}), o)
                 if c is None or ca is None or c - ca > args.slack:
+                    ok = False
+            for o in picked + guards:
+                if fb_rows(data[l].get(key, {}), o) > fb_rows(base_cells.get(key, {}), o) + args.fb_slack:
                     ok = False
             us, ref = data[l].get(key, {}).get(BASE), base_cells.get(key, {}).get(BASE)
             if us is None or ref is None or 100.0 * (us / ref - 1.0) > args.slack:
