@@ -30,12 +30,11 @@ import statistics
 import sys
 
 BASE = "fused"  # the table's own `fused µs` column: the costs' base
-FB = "fb"  # beside an option's name: the rows its untimed call sent to the extra pass
 CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \((\d+)/\d+\)$")
 
 
 def parse_file(path):
-    """{(preset, B): {BASE: µs, option: µs, (option, FB): extra-pass rows}} from one bench output."""
+    """{(preset, B): ({BASE: µs, option: µs}, {option: extra-pass rows})} from one bench output."""
     out = {}
     preset = None
     columns = None
@@ -56,35 +55,33 @@ def parse_file(path):
             if not row or not row[0].isdigit() or len(row) != len(columns):
                 continue
             b = int(row[0])
-            cells = {BASE: float(row[1])}
+            cells, fb = {BASE: float(row[1])}, {}
             for name, cell in zip(columns, row):
                 m = re.match(r"^fused\[(.+)\] µs \(fb rows\)$", name)
                 c = CELL.match(cell)
                 if m and c:
                     cells[m.group(1)] = float(c.group(1))
-                    cells[(m.group(1), FB)] = int(c.group(2))
-            out[(preset, b)] = cells
+                    fb[m.group(1)] = int(c.group(2))
+            out[(preset, b)] = (cells, fb)
     return out
 
 
 def load(directory):
-    """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE."""
-    runs = {}
+    """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE, and
+    {letter: {(preset, B): {option: the most extra-pass rows over the reps}}}."""
+    runs, fbs = {}, {}
     for path in sorted(glob.glob(os.path.join(directory, "bench-*-*.txt"))):
         m = re.match(r"bench-([a-z])-(\d+)\.txt$", os.path.basename(path))
         if not m:
             continue
-        for key, cells in parse_file(path).items():
+        for key, (cells, fb) in parse_file(path).items():
             for option, us in cells.items():
                 runs.setdefault(m.group(1), {}).setdefault(key, {}).setdefault(option, []).append(us)
-    return {l: {k: {o: max(v) if isinstance(o, tuple) else statistics.median(v) for o, v in cells.items()}
-                for k, cells in keys.items()}
-            for l, keys in runs.items()}
-
-
-def fb_rows(cells, option):
-    """The most rows an option's untimed call sent to the extra pass over the reps (0 when none)."""
-    return cells.get((option, FB), 0)
+            for option, n in fb.items():
+                row = fbs.setdefault(m.group(1), {}).setdefault(key, {})
+                row[option] = max(row.get(option, 0), n)
+    return ({l: {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in keys.items()}
+             for l, keys in runs.items()}, fbs)
 
 
 def cost(cells, option):
@@ -110,7 +107,7 @@ def main():
     ap.add_argument("--map", default="")
     ap.add_argument("--base", default="")
     args = ap.parse_args()
-    data = load(args.dir)
+    data, fbs = load(args.dir)
     if not data:
         sys.exit(f"ab-pick: no bench-<letter>-<rep>.txt tables in {args.dir}")
     letters = sorted(data)
@@ -118,7 +115,7 @@ def main():
     if base not in data:
         sys.exit(f"ab-pick: no bench-{base}-*.txt tables in {args.dir} (builds: {''.join(letters)})")
     keys = sorted({k for l in letters for k in data[l]})
-    options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE and not isinstance(o, tuple)})
+    options = sorted({o for l in letters for k in data[l] for o in data[l][k] if o != BASE})
     print("preset B option: " + " ".join(f"{l:>14}" for l in letters) + f"   (cost over plain, points; Δ vs {base})")
     for preset, b in keys:
         for option in [BASE] + options:
@@ -130,7 +127,7 @@ def main():
                     vals.append(f"{us:8.1f}µs" + (f"{100 * (us / ref - 1):+4.0f}" if us and ref else "    ") if us else " " * 14)
                 else:
                     c, ca = cost(cells, option), cost(data[base].get((preset, b), {}), option)
-                    n = fb_rows(cells, option)
+                    n = fbs.get(l, {}).get((preset, b), {}).get(option, 0)
                     vals.append((f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
                                 + (f" fb{n}" if n else ""))
             if any(v.strip() for v in vals):
@@ -169,7 +166,8 @@ def main():
                 if c is None or ca is None or c - ca > args.slack:
                     ok = False
             for o in picked + guards:
-                if fb_rows(data[l].get(key, {}), o) > fb_rows(base_cells.get(key, {}), o) + args.fb_slack:
+                n, na = (fbs.get(x, {}).get(key, {}).get(o, 0) for x in (l, base))
+                if n > na + args.fb_slack:
                     ok = False
             us, ref = data[l].get(key, {}).get(BASE), base_cells.get(key, {}).get(BASE)
             if us is None or ref is None or 100.0 * (us / ref - 1.0) > args.slack:
