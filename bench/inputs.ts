@@ -19,6 +19,11 @@ export function rotationCopies(wBytes: number, l2Bytes: number = L2_BYTES): numb
   return Math.max(2, Math.floor((2 * l2Bytes) / Math.max(1, wBytes)) + 1);
 }
 
+/** Distinct H a batch size's timed calls rotate over (each with a copy of W in turn, so that
+ *  consecutive calls never share one): their logits, and what depends on them and on the noise
+ *  (the rows that keep their unfiltered winner, the extra pass's rows), vary from call to call. */
+export const H_COPIES = 8;
+
 /** mulberry32: a small seeded generator, so runs are reproducible. Returns floats in [0, 1).
  *  The one generator of the bench, the stress script and the test helpers. */
 export function mulberry32(seed: number): () => number {

@@ -4,6 +4,7 @@ import type { BenchReport, MethodResult, ShapeResult } from './run';
 import { BOUND_SLACK, optionMethodId, torchOptionMethodId } from './run';
 import { DASH, clip, fmtRatio, fmtRate, fmtUs, formatTable, Column } from './table';
 import { Panel, Series, renderPlot } from './plot';
+import { H_COPIES } from './inputs';
 
 const SAMPLER_TITLES: Record<string, string> = {
   fused: 'fused µs',
@@ -38,7 +39,8 @@ export function describeRun(r: BenchReport): string {
   if (r.environment.deviceKind === 'cpu' && 'usable' in gpu && !gpu.usable) lines.push(`  (no GPU used: ${gpu.reason})`);
   lines.push(
     `timing: ${r.config.dtype}, ${r.config.iters} timed calls after ${r.config.warmup} warm-up per point, ` +
-      `inputs rotated over copies of W totalling > ${r.config.l2RotationBytes / 1e6} MB; median µs (p10–p90)`,
+      `inputs rotated over copies of W totalling > ${r.config.l2RotationBytes / 1e6} MB and ${H_COPIES} or more H; ` +
+      `median µs (p10–p90)`,
   );
   if (r.config.logits === 'model') {
     const m = r.config.modelLogits;
