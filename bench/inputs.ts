@@ -24,6 +24,13 @@ export function rotationCopies(wBytes: number, l2Bytes: number = L2_BYTES): numb
  *  (the rows that keep their unfiltered winner, the extra pass's rows), vary from call to call. */
 export const H_COPIES = 8;
 
+/** The copy of W each timed input takes: `hCopies` distinct H at least, rounded up to a multiple
+ *  of `wCopies` so that no two calls in a row share a W, the wrap from the last to the first too. */
+export function rotationPairs(wCopies: number, hCopies: number = H_COPIES): number[] {
+  const pairs = Math.ceil(Math.max(hCopies, wCopies) / wCopies) * wCopies;
+  return Array.from({ length: pairs }, (_, c) => c % wCopies);
+}
+
 /** mulberry32: a small seeded generator, so runs are reproducible. Returns floats in [0, 1).
  *  The one generator of the bench, the stress script and the test helpers. */
 export function mulberry32(seed: number): () => number {

@@ -13,7 +13,7 @@ import {
 } from '../lib/index';
 import type { BenchArgs, BenchDType, LogitsMode, OptionSet } from './args';
 import { BASELINE_TITLES, CORE_BASELINES, TorchReport, isStats, runTorchBaselines } from './baselines';
-import { DTYPE_BYTES, H_COPIES, L2_BYTES, deviceCopies, disposeAll, halfMask, listedLists, rotationCopies } from './inputs';
+import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, listedLists, rotationCopies, rotationPairs } from './inputs';
 import { BENCH_H_SEED, BENCH_W_SEED, MODEL_LOGITS, logitsInputs } from './logits';
 import type { Shape } from './presets';
 import type { Progress } from './progress';
@@ -473,16 +473,13 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
         try {
           let inputs: { H: Tensor; W: Tensor }[];
           try {
-            // H_COPIES distinct H at least, each with the copy of W after the previous one's: a
-            // call's logits and noise-dependent work (which rows keep their unfiltered winner)
-            // then vary from call to call as an engine's steps do, and no two calls in a row share W.
-            const pairs = Math.ceil(Math.max(H_COPIES, Ws.length) / Ws.length) * Ws.length;
-            const hs = Array.from({ length: pairs }, (_, c) => {
-              const t = device.tensor(makeH(B, BENCH_H_SEED + c), [B, shape.hidden], dtype);
-              owned.push(t);
-              return t;
+            // H_COPIES distinct H at least (rotationPairs): a call's logits and what depends on
+            // them and on the noise vary from call to call as an engine's steps do
+            inputs = rotationPairs(Ws.length).map((w, c) => {
+              const H = device.tensor(makeH(B, BENCH_H_SEED + c), [B, shape.hidden], dtype);
+              owned.push(H);
+              return { H, W: Ws[w] };
             });
-            inputs = hs.map((H, c) => ({ H, W: Ws[c % Ws.length] }));
           } catch (e) {
             const err = `H: ${message(e)}`;
             for (const kind of args.samplers) br.methods[kind] = { error: err };

@@ -7,7 +7,7 @@
 import { spawnSync } from 'child_process';
 import * as path from 'path';
 import { decodeBF16, decodeF16 } from '../lib/dtype';
-import { hostMatrix } from '../bench/inputs';
+import { H_COPIES, hostMatrix, rotationPairs } from '../bench/inputs';
 import {
   BENCH_H_SEED,
   BENCH_W_SEED,
@@ -135,6 +135,18 @@ describe('the bench inputs of both modes', () => {
       if (topicPart.some((x, i) => x !== (i === c ? 1 : 0))) bad.push(`H[${b}] topic part ${Array.from(topicPart)}`);
     }
     expect(bad).toEqual([]);
+  });
+
+  test('timed inputs: at least H_COPIES distinct H, and no two calls in a row on one W', () => {
+    for (const w of [1, 2, 3, 5, 7, 8, 9, 30]) {
+      const pairs = rotationPairs(w);
+      expect(pairs.length).toBeGreaterThanOrEqual(Math.max(H_COPIES, w));
+      expect(new Set(pairs).size).toBe(w);  // every copy of W is read
+      if (w === 1) continue;
+      for (let c = 0; c < pairs.length; c++) expect([c, pairs[c]]).not.toEqual([c, pairs[(c + 1) % pairs.length]]);
+    }
+    expect(rotationPairs(2)).toEqual([0, 1, 0, 1, 0, 1, 0, 1]);
+    expect(rotationPairs(7)).toEqual([0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6]);
   });
 
   test('rotation copies: one W; each H copy keeps the row topics and draws its own bulk', () => {
