@@ -35,15 +35,12 @@ constexpr int64_t kCandidateCap = 1024;
 
 // ---- logits -------------------------------------------------------------------------------------
 
-// The one dot product of the backend (fp32 products and sums), used by both samplers so that
-// their logits are bit-identical. Not inline on purpose: one compiled body, one rounding.
-float dot(const float* a, const float* b, int64_t n);
-
 // Decodes n elements of a dtype array, starting at element `first`, into float.
 void decode(const void* data, DType dtype, int64_t first, int64_t n, float* out);
 
 // Produces the final logits of SEMANTICS.md §1-2 (dot + bias, softcap, allowed mask -> -Inf) for
-// any block of rows x vocabulary entries.
+// any block of rows x vocabulary entries. Both samplers take their logits from here, so they are
+// bit-identical; the products keep one order of additions on every machine (cpu_logits.cc).
 class LogitSource {
  public:
   explicit LogitSource(const SampleParams& p);

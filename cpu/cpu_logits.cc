@@ -1,9 +1,11 @@
-// Logits on the CPU: dtype decoding, the one dot product, and the tile routine both samplers call.
+// Logits on the CPU: dtype decoding, the products of H and W, and the tile routine both samplers call.
 #include <math.h>
 #include <string.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cpu_internal.h"
@@ -60,21 +62,140 @@ void decode(const void* data, DType dtype, int64_t first, int64_t n, float* out)
   }
 }
 
-// 16 independent accumulators: g++ -O3 turns the inner loop into 2 AVX (or 4 SSE) vector
-// accumulators without -ffast-math, since every lane keeps its own order of additions.
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
+namespace {
+
+// The one product routine of the backend. Output (r, c) keeps 16 lane sums, lane k adding
+// h[i + k] * w[i + k] for i = 0, 16, 32, ... in order (each product rounded, then the sum: no FMA,
+// -ffp-contract=off), then the tail and a pairwise tree over the lanes. That order is the same
+// whatever the block, the ISA or the vector width below, so every row's logits are the same bits
+// on every x86 and Arm machine, in any batch slot.
+constexpr int kLanes = 16;
+using Floats4 = float __attribute__((vector_size(16)));   // SSE, NEON
+using Floats8 = float __attribute__((vector_size(32)));   // AVX2
+using Floats16 = float __attribute__((vector_size(64)));  // AVX-512
+
+// The 16 lane sums of one output are kParts vectors of the ISA's width (a vector wider than the
+// ISA's would live in memory, not in registers).
+template <class Vec>
+constexpr int kParts = kLanes * static_cast<int>(sizeof(float)) / static_cast<int>(sizeof(Vec));
+
+template <class Vec>
+__attribute__((always_inline)) inline float finish_lanes(const Vec* acc, const float* h,
+                                                         const float* w, int64_t i, int64_t n) {
+  constexpr int kWidth = kLanes / kParts<Vec>;
+  float lane[kLanes];
+  // (read by element: taking acc's address would keep the accumulators in memory)
+  for (int k = 0; k < kLanes; ++k) lane[k] = acc[k / kWidth][k % kWidth];
+  for (int k = 0; i < n; ++i, ++k) lane[k] += h[i] * w[i];  // tail: fewer than kLanes left
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; ++k) lane[k] += lane[k + width];
+  }
+  return lane[0];
+}
+
+// kRows rows of H against kCols rows of W: each loaded vector serves kCols (or kRows) products.
+template <class Vec, int kRows, int kCols>
+__attribute__((always_inline)) inline void product_block(const float* h, int64_t h_stride,
+                                                         const float* w, int64_t w_stride,
+                                                         int64_t n, float* out, int64_t out_stride) {
+  constexpr int kP = kParts<Vec>, kWidth = kLanes / kP;
+  Vec acc[kRows * kCols * kP] = {};  // in registers once the constant loops are unrolled
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) acc[k] += a[i + k] * b[i + k];
+    Vec wv[kCols * kP];
+#pragma GCC unroll 16
+    for (int j = 0; j < kCols * kP; ++j) {
+      memcpy(&wv[j], w + (j / kP) * w_stride + i + (j % kP) * kWidth, sizeof(Vec));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      Vec hv[kP];
+#pragma GCC unroll 16
+      for (int q = 0; q < kP; ++q) memcpy(&hv[q], h + r * h_stride + i + q * kWidth, sizeof(Vec));
+#pragma GCC unroll 16
+      for (int j = 0; j < kCols * kP; ++j) acc[r * kCols * kP + j] += hv[j % kP] * wv[j];
+    }
   }
-  for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];  // tail: fewer than kLanes left
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      out[r * out_stride + c] =
+          finish_lanes(acc + (r * kCols + c) * kP, h + r * h_stride, w + c * w_stride, i, n);
+    }
   }
-  return acc[0];
 }
+
+// out[r * out_stride + c] = h_r . w_c for r < rows, c < cols, in blocks of kRows x kCols outputs
+// whose accumulators fit the register file (kRows x kCols x 64 bytes).
+template <class Vec, int kRows, int kCols>
+__attribute__((always_inline)) inline void products(const float* h, int64_t h_stride, int64_t rows,
+                                                    const float* w, int64_t w_stride, int64_t cols,
+                                                    int64_t n, float* out, int64_t out_stride) {
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    int64_t c = 0;
+    for (; c + kCols <= cols; c += kCols) {
+      product_block<Vec, kRows, kCols>(h + r * h_stride, h_stride, w + c * w_stride, w_stride, n,
+                                       out + r * out_stride + c, out_stride);
+    }
+    for (; c < cols; ++c) {
+      product_block<Vec, kRows, 1>(h + r * h_stride, h_stride, w + c * w_stride, w_stride, n,
+                                   out + r * out_stride + c, out_stride);
+    }
+  }
+  for (; r < rows; ++r) {
+    int64_t c = 0;
+    for (; c + kCols <= cols; c += kCols) {
+      product_block<Vec, 1, kCols>(h + r * h_stride, h_stride, w + c * w_stride, w_stride, n,
+                                   out + r * out_stride + c, out_stride);
+    }
+    for (; c < cols; ++c) {
+      product_block<Vec, 1, 1>(h + r * h_stride, h_stride, w + c * w_stride, w_stride, n,
+                               out + r * out_stride + c, out_stride);
+    }
+  }
+}
+
+using ProductsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
+                            float*, int64_t);
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// 32 zmm registers: 16 accumulators, 4 of W, 1 of H.
+__attribute__((target("avx512f"))) void products_avx512(const float* h, int64_t h_stride, int64_t rows,
+                                                        const float* w, int64_t w_stride, int64_t cols,
+                                                        int64_t n, float* out, int64_t out_stride) {
+  products<Floats16, 4, 4>(h, h_stride, rows, w, w_stride, cols, n, out, out_stride);
+}
+// 16 ymm registers, two an output: 8 of accumulators, 4 of W, 2 of H.
+__attribute__((target("avx2"))) void products_avx2(const float* h, int64_t h_stride, int64_t rows,
+                                                   const float* w, int64_t w_stride, int64_t cols,
+                                                   int64_t n, float* out, int64_t out_stride) {
+  products<Floats8, 2, 2>(h, h_stride, rows, w, w_stride, cols, n, out, out_stride);
+}
+#endif
+
+// 16 xmm (SSE2) or 32 NEON registers, four an output: 8 of accumulators, 8 of W (H from memory).
+void products_baseline(const float* h, int64_t h_stride, int64_t rows, const float* w,
+                       int64_t w_stride, int64_t cols, int64_t n, float* out, int64_t out_stride) {
+  products<Floats4, 1, 2>(h, h_stride, rows, w, w_stride, cols, n, out, out_stride);
+}
+
+// Chosen once, at load, the widest the CPU has; every choice gives the same bits, which
+// test/cpu-products.test.ts checks by capping it with FLASHSAMPLE_CPU_ISA (avx2 or baseline; any
+// other value leaves the choice as it is).
+ProductsFn select_products() {
+  const char* e = std::getenv("FLASHSAMPLE_CPU_ISA");
+  const std::string cap = e != nullptr ? e : "";
+  if (cap == "baseline") return products_baseline;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (cap != "avx2" && __builtin_cpu_supports("avx512f")) return products_avx512;
+  if (__builtin_cpu_supports("avx2")) return products_avx2;
+#endif
+  return products_baseline;
+}
+
+const ProductsFn products_of = select_products();
+
+}  // namespace
 
 LogitSource::LogitSource(const SampleParams& p) : p_(p) {
   hidden_.resize(static_cast<size_t>(p.batch * p.dim));
@@ -86,22 +207,25 @@ LogitSource::LogitSource(const SampleParams& p) : p_(p) {
 void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begin,
                           int64_t vocab_end, float* out, int64_t out_stride,
                           std::vector<float>& scratch) const {
-  const int64_t dim = p_.dim;
+  const int64_t dim = p_.dim, rows = row_end - row_begin;
+  const float* h = hidden_.data() + row_begin * dim;
+  // W rows converted once per chunk, then used by every row of H.
   scratch.resize(static_cast<size_t>(chunk_rows_ * dim));
-  float bias[kVocabTile];
   for (int64_t chunk = vocab_begin; chunk < vocab_end; chunk += chunk_rows_) {
-    const int64_t rows = std::min(chunk_rows_, vocab_end - chunk);
-    // W rows converted once per chunk, then used by every row of H.
-    decode(p_.weight, p_.dtype, chunk * dim, rows * dim, scratch.data());
-    if (p_.bias != nullptr) {
-      decode(p_.bias, p_.dtype, chunk, rows, bias);
-    } else {
-      std::fill(bias, bias + rows, 0.0f);
-    }
-    for (int64_t b = row_begin; b < row_end; ++b) {
-      const float* h = hidden_.data() + b * dim;
-      float* dst = out + (b - row_begin) * out_stride + (chunk - vocab_begin);
-      for (int64_t r = 0; r < rows; ++r) dst[r] = dot(h, scratch.data() + r * dim, dim) + bias[r];
+    const int64_t count = std::min(chunk_rows_, vocab_end - chunk);
+    decode(p_.weight, p_.dtype, chunk * dim, count * dim, scratch.data());
+    products_of(h, dim, rows, scratch.data(), dim, count, dim, out + (chunk - vocab_begin), out_stride);
+  }
+  // (Without a bias nothing is added, as + 0 would: a lane sum starts at +0, so no product is -0.)
+  if (p_.bias != nullptr) {
+    float bias[kVocabTile];
+    for (int64_t v = vocab_begin; v < vocab_end; v += kVocabTile) {
+      const int64_t count = std::min(kVocabTile, vocab_end - v);
+      decode(p_.bias, p_.dtype, v, count, bias);
+      for (int64_t b = 0; b < rows; ++b) {
+        float* dst = out + b * out_stride + (v - vocab_begin);
+        for (int64_t i = 0; i < count; ++i) dst[i] += bias[i];
+      }
     }
   }
   // Per-row transforms of SEMANTICS.md §2: softcap, then the allowed mask (probability 0 = -Inf).

@@ -1,0 +1,56 @@
+// The CPU backend's product kernels (cpu/cpu_logits.cc) keep one order of additions whatever the
+// ISA: each path, capped by FLASHSAMPLE_CPU_ISA in a process of its own (read once, at load), must
+// give the same tokens, logprobs and top logprobs to the bit (test/products-child.js). On a CPU
+// without AVX-512 or AVX2 a capped path is the one below it, and the comparison is narrower there.
+
+import { spawnSync } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+
+interface ChildResult {
+  hash: string;
+  cases: number;
+}
+
+function runChild(isa: string | undefined): ChildResult {
+  const env = { ...process.env };
+  delete env.FLASHSAMPLE_CPU_ISA;
+  if (isa !== undefined) env.FLASHSAMPLE_CPU_ISA = isa;
+  const r = spawnSync(process.execPath, [path.join(__dirname, 'products-child.js')], {
+    env,
+    encoding: 'utf8',
+    timeout: 120000,
+  });
+  const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    throw new Error(`products-child.js exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
+  }
+  if ((parsed as { error?: string }).error !== undefined) {
+    throw new Error(`products-child.js: ${(parsed as { error: string }).error}`);
+  }
+  return parsed as ChildResult;
+}
+
+// What the CPU offers, for the test's name only (Linux; elsewhere unknown).
+function cpuFlags(): string {
+  try {
+    const flags = /^flags\s*:(.*)$/m.exec(fs.readFileSync('/proc/cpuinfo', 'utf8'))?.[1].split(/\s+/) ?? [];
+    return ['avx512f', 'avx2'].filter((f) => flags.includes(f)).join(', ') || 'neither AVX2 nor AVX-512';
+  } catch {
+    return 'flags unknown';
+  }
+}
+
+describe(`cpu product kernels (this CPU: ${cpuFlags()})`, () => {
+  test('the widest path, AVX2 and the baseline give the same outputs to the bit, 288 calls each', () => {
+    const widest = runChild(undefined);
+    expect(widest.cases).toBe(288);
+    for (const isa of ['avx2', 'baseline']) {
+      const capped = runChild(isa);
+      expect({ isa, ...capped }).toEqual({ isa, ...widest });
+    }
+  });
+});
