@@ -39,6 +39,12 @@ struct RowSetup {
   // Running Gumbel winners are needed unless the kept set is known to fit in the candidates: then
   // the draw happens in the second stage among them (cheaper with many samples).
   bool needs_winners = false;
+  // In a call with filters, what the second stage reads of the row: its largest entries (to cut
+  // it, to draw from them or for topLogprobs) and its mass (the cuts' weights, logprobs). A row
+  // without top-k, top-p, min-p or topLogprobs that the winners draw (a mask, softcap, lists or
+  // logprobs alone) needs no candidates, and without logprobs no mass either.
+  bool collects_candidates = false;
+  bool needs_mass = false;
 };
 
 // Per-thread working memory of the pass.
@@ -216,6 +222,11 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       r.needs_winners = !r.filters.greedy &&
                         (partial || !filtered || (p.vocab > kCandidateCap && !small_top_k));
       any_winners = any_winners || r.needs_winners;
+      const bool truncated = r.filters.top_k > 0 || r.filters.top_p < 1.0 || r.filters.min_p > 0.0;
+      // (a shard's partial state carries every row's candidates and mass: partial.h)
+      r.collects_candidates =
+          filtered && (partial || truncated || p.top_logprobs > 0 || !r.needs_winners);
+      r.needs_mass = filtered && (partial || truncated || p.top_logprobs > 0 || p.logprobs != nullptr);
     }
 
     // Thread layout: tile ranges first; spare threads split the samples (small vocabularies with
@@ -258,11 +269,18 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
             continue;
           }
           if (filtered && collects) {
-            mass[b * tiles + t] = tile_mass(logits, count, r.filters.temperature);
+            if (r.needs_mass) mass[b * tiles + t] = tile_mass(logits, count, r.filters.temperature);
+            int64_t finite = 0, inf = 0;  // (without branches: a mask's -Inf entries fall anywhere)
             for (int64_t i = 0; i < count; ++i) {
-              if (!is_drawable(logits[i])) continue;
-              ++(logits[i] == INFINITY ? part.inf_count[b] : part.finite_count[b]);
-              part.best[b].push(Entry{logits[i], static_cast<int32_t>(base + v0 + i)});
+              finite += is_drawable(logits[i]) && logits[i] != INFINITY;
+              inf += logits[i] == INFINITY;
+            }
+            part.finite_count[b] += finite;
+            part.inf_count[b] += inf;
+            if (r.collects_candidates) {
+              for (int64_t i = 0; i < count; ++i) {
+                if (is_drawable(logits[i])) part.best[b].push(Entry{logits[i], static_cast<int32_t>(base + v0 + i)});
+              }
             }
           }
           if (r.needs_winners) {

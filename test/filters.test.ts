@@ -257,6 +257,36 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // SEMANTICS §4: fallbackRows counts top-p / min-p rows; logprobs, topLogprobs, masks and softcaps
+    // are decided from the exact statistics and the candidates, whatever the row's shape. (CPU: the
+    // CUDA paths that store rows for topLogprobs are not run here without a GPU session.)
+    (devName === 'cpu' ? test : test.skip)('rows without top-k, top-p or min-p never fall back, within and beyond the candidates (V = 111, 3000; flat and peaked rows)', async () => {
+      for (const V of [111, 3000]) {
+        const rows = [flatLogits(V, 31, 0.2), zipfLogits(V, 1.2, 32), flatLogits(V, 33, 4)];
+        const p = plantLogits(dev(), 'f32', rows, { D: 8 });
+        try {
+          const mask = makeMask(3, V, (b, v) => b !== 1 || v % 3 !== 0);
+          for (const o of [
+            { logprobs: true },
+            { topLogprobs: 5 },
+            { logprobs: true, topLogprobs: 3, allowedTokens: mask },
+            { softcap: 2, temperature: 0.7, logprobs: true },
+            { allowedTokens: mask, numSamples: 4 },
+          ] as SampleOptions[]) {
+            const options = { ...o, seed: 34n };
+            const f = await draw('fused', p.H, p.W, options);
+            const g = await draw('reference-gumbel', p.H, p.W, options);
+            const name = `V ${V} ${JSON.stringify({ ...o, allowedTokens: o.allowedTokens ? 'mask' : undefined })}`;
+            expect({ name, fallbackRows: f.fallbackRows }).toEqual({ name, fallbackRows: 0 });
+            expect({ name, tokens: Array.from(f.tokens) }).toEqual({ name, tokens: Array.from(g.tokens) });
+            if (o.topLogprobs) expect({ name, top: Array.from(f.topTokens!) }).toEqual({ name, top: Array.from(g.topTokens!) });
+          }
+        } finally {
+          p.dispose();
+        }
+      }
+    });
+
     test('masked tokens are never drawn over 1,048,576 samples, even the most likely ones', async () => {
       // 16 rows × 65536 samples, V = 111; the 10 masked tokens carry 99.99% of the unmasked mass.
       const V = 111;
