@@ -45,6 +45,11 @@ struct RowSetup {
   // logprobs alone) needs no candidates, and without logprobs no mass either.
   bool collects_candidates = false;
   bool needs_mass = false;
+  // How many of the row's largest entries it keeps: a top-k row's kept set, and so its top
+  // logprobs, lie within its k largest, and a shorter list fills and cuts less often (+Inf entries
+  // past it send the row to the fallback). In vLLM's order min-p comes first and counts its
+  // survivors among the candidates (decide_kept): such a row keeps them all.
+  int64_t capacity = kCandidateCap;
 };
 
 // Per-thread working memory of the pass.
@@ -197,6 +202,14 @@ void write_partial_row(const SampleParams& p, const PartialHeader& h, int64_t b,
   v.row->complete = static_cast<int64_t>(sorted.size()) == v.row->finite_count + v.row->inf_count ? 1 : 0;
 }
 
+// Whether the running winners may draw a row whose tier is wider than the candidates: its kept set
+// is then the whole tier, when nothing cuts it or when a top-k above the candidates does not (k at
+// least the tier). A row that top-p or min-p cuts is decided from the candidates or falls back
+// (decide_kept): it never reads them.
+bool winners_may_draw(const RowFilters& f) {
+  return f.top_p >= 1.0 && f.min_p <= 0.0 && (f.top_k <= 0 || f.top_k > kCandidateCap);
+}
+
 }  // namespace
 
 std::string sample_fused(const SampleParams& p, int num_threads) {
@@ -219,14 +232,16 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       RowSetup& r = rows[b];
       r.filters = row_filters(p, b);
       const bool small_top_k = r.filters.top_k > 0 && r.filters.top_k <= kCandidateCap;
-      r.needs_winners = !r.filters.greedy &&
-                        (partial || !filtered || (p.vocab > kCandidateCap && !small_top_k));
-      any_winners = any_winners || r.needs_winners;
       const bool truncated = r.filters.top_k > 0 || r.filters.top_p < 1.0 || r.filters.min_p > 0.0;
+      r.needs_winners = !r.filters.greedy &&
+                        (partial || !filtered || (p.vocab > kCandidateCap && winners_may_draw(r.filters)));
+      any_winners = any_winners || r.needs_winners;
       // (a shard's partial state carries every row's candidates and mass: partial.h)
       r.collects_candidates =
           filtered && (partial || truncated || p.top_logprobs > 0 || !r.needs_winners);
       r.needs_mass = filtered && (partial || truncated || p.top_logprobs > 0 || p.logprobs != nullptr);
+      const bool min_p_first = r.filters.min_p_first && r.filters.min_p > 0.0;
+      r.capacity = partial ? capacity : small_top_k && !min_p_first ? r.filters.top_k : kCandidateCap;
     }
 
     // Thread layout: tile ranges first; spare threads split the samples (small vocabularies with
@@ -241,7 +256,8 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
       if (any_winners) part.winners.resize(static_cast<size_t>(batch * samples));
       part.argmax.resize(static_cast<size_t>(batch));
       if (filtered) {
-        part.best.assign(static_cast<size_t>(batch), BestEntries(capacity));
+        part.best.reserve(static_cast<size_t>(batch));
+        for (const RowSetup& r : rows) part.best.emplace_back(r.capacity);
         part.finite_count.assign(static_cast<size_t>(batch), 0);
         part.inf_count.assign(static_cast<size_t>(batch), 0);
       }

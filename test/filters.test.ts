@@ -287,6 +287,35 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // A kept set of every token of a tier wider than the candidates is drawn by the running winners
+    // (CPU: cpu_fused.cc's winners_may_draw), not by the fallback: a top-k above the candidates
+    // that keeps the whole row (k at least V, or at least the tokens a mask allows). A top-k within
+    // them is decided from them, whatever follows it.
+    (devName === 'cpu' ? test : test.skip)('top-k rows never fall back: k 5, 50 (after min-p, vLLM order) and 1024 within the candidates, and 2000 over V = 1500 (every token), masked or not', async () => {
+      const V = 1500;
+      const l = flatLogits(V, 41, 2);
+      const p = plantLogits(dev(), 'f32', [l, l], { D: 8 });
+      try {
+        const mask = makeMask(2, V, (b, v) => b === 0 || v % 7 !== 0);
+        for (const o of [
+          { topK: 2000 },
+          { topK: 2000, allowedTokens: mask, logprobs: true },
+          { topK: 5, topLogprobs: 8, logprobs: true },
+          { topK: 50, minP: 0.3, filterOrder: 'vllm', allowedTokens: mask },  // ~900 min-p survivors
+          { topK: 1024, topP: 0.95 },
+        ] as SampleOptions[]) {
+          const options = { ...o, seed: 42n, numSamples: 8 };
+          const f = await draw('fused', p.H, p.W, options);
+          const g = await draw('reference-gumbel', p.H, p.W, options);
+          const name = JSON.stringify({ ...o, allowedTokens: o.allowedTokens ? 'mask' : undefined });
+          expect({ name, fallbackRows: f.fallbackRows }).toEqual({ name, fallbackRows: 0 });
+          expect({ name, tokens: Array.from(f.tokens) }).toEqual({ name, tokens: Array.from(g.tokens) });
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('masked tokens are never drawn over 1,048,576 samples, even the most likely ones', async () => {
       // 16 rows × 65536 samples, V = 111; the 10 masked tokens carry 99.99% of the unmasked mass.
       const V = 111;
