@@ -180,8 +180,8 @@ void products_baseline(const float* h, int64_t h_stride, int64_t rows, const flo
 }
 
 // Chosen once, at load, the widest the CPU has; every choice gives the same bits, which
-// test/cpu-products.test.ts checks by capping it with FLASHSAMPLE_CPU_ISA (avx2 or baseline; any
-// other value leaves the choice as it is).
+// test/cpu-products.test.ts checks by capping it with FLASHSAMPLE_CPU_ISA (avx2 or baseline;
+// lib/device.ts refuses a value it does not know when the CPU device is opened).
 ProductsFn select_products() {
   const char* e = std::getenv("FLASHSAMPLE_CPU_ISA");
   const std::string cap = e != nullptr ? e : "";

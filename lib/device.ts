@@ -184,14 +184,28 @@ function encodePayload(
 }
 
 const cpuDevice = new Device('cpu', 0, `cpu (${native.cpuThreads()} threads)`);
+
+// FLASHSAMPLE_CPU_ISA caps the CPU backend's product kernels (cpu/cpu_logits.cc reads it once, at
+// load; every path gives the same bits). A value it does not know would leave the widest path in
+// place unnoticed: opening the CPU device says so instead.
+const CPU_ISAS = ['avx512', 'avx2', 'baseline'];
+const cpuIsa = process.env.FLASHSAMPLE_CPU_ISA;
+const cpuIsaError =
+  cpuIsa === undefined || cpuIsa === '' || CPU_ISAS.includes(cpuIsa)
+    ? undefined
+    : typeError('FLASHSAMPLE_CPU_ISA', "'avx512', 'avx2' or 'baseline' (or unset)", cpuIsa);
+function openCpu(): Device {
+  if (cpuIsaError) throw cpuIsaError;
+  return cpuDevice;
+}
 const cudaDevices = new Map<number, Device>();
 
 /** Opens a device: 'auto' is CUDA device 0 when a GPU is usable, else the CPU. */
 export function open(spec: DeviceSpec = 'auto'): Device {
   if (typeof spec !== 'string') throw typeError('device', "'cpu', 'cuda', 'cuda:N' or 'auto'", spec);
-  if (spec === 'cpu') return cpuDevice;
+  if (spec === 'cpu') return openCpu();
   const status = native.gpuStatus();
-  if (spec === 'auto') return status.usable ? open('cuda:0') : cpuDevice;
+  if (spec === 'auto') return status.usable ? open('cuda:0') : openCpu();
   const match = /^cuda(?::(\d+))?$/.exec(spec);
   if (!match) throw typeError('device', "'cpu', 'cuda', 'cuda:N' or 'auto'", spec);
   if (!status.usable) {

@@ -5,6 +5,7 @@
 // a GPU are skipped with the reason where none is usable; `open('cuda')` without a GPU is skipped
 // where one is.
 
+import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
@@ -93,6 +94,16 @@ async function sharded(config: Partial<SamplerConfig>, tp: Record<string, unknow
   return gpu().createSampler({ ...shardedConfig, ...config, tp: { comm, vocabOffset: 0, vocabSize: 1000, ...tp } as never });
 }
 
+/** open('cpu') in a child process with this environment (read at load): its error, rethrown here. */
+function openCpuIn(env: Record<string, string>): void {
+  const script = "try { require('../dist/lib/index.js').open('cpu'); console.log('{}'); } " +
+    'catch (e) { console.log(JSON.stringify({ name: e.name, message: e.message })); }';
+  const r = spawnSync(process.execPath, ['-e', script], { cwd: __dirname, env: { ...process.env, ...env }, encoding: 'utf8' });
+  const out = JSON.parse((r.stdout ?? '').trim().split('\n').pop() || '{}') as { name?: string; message?: string };
+  if (out.message === undefined) return;
+  throw out.name === 'TypeError' ? new TypeError(out.message) : new Error(out.message);
+}
+
 type Run = () => unknown;
 interface Case {
   /** 'gpu': needs a usable GPU; 'nccl': a usable GPU and libnccl; 'no-gpu': only where none is usable. */
@@ -104,6 +115,9 @@ interface Case {
 const cases: Record<string, Case> = {
   [`TypeError: device: expected 'cpu', 'cuda', 'cuda:N' or 'auto', got "tpu"`]: {
     runs: [() => open('tpu' as never)],
+  },
+  [`TypeError: FLASHSAMPLE_CPU_ISA: expected 'avx512', 'avx2' or 'baseline' (or unset), got "avx-2"`]: {
+    runs: [() => openCpuIn({ FLASHSAMPLE_CPU_ISA: 'avx-2' })],
   },
   [`Error: device: cannot open 'cuda': no usable GPU: …`]: {
     needs: 'no-gpu',
