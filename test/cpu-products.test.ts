@@ -3,9 +3,8 @@
 // give the same tokens, logprobs and top logprobs to the bit (test/products-child.js). On a CPU
 // without AVX-512 or AVX2 a capped path is the one below it, and the comparison is narrower there.
 
-import { spawnSync } from 'child_process';
 import * as fs from 'fs';
-import * as path from 'path';
+import { runJsonChild } from './helpers';
 
 interface ChildResult {
   hash: string;
@@ -13,21 +12,8 @@ interface ChildResult {
 }
 
 function runChild(isa: string | undefined): ChildResult {
-  const env = { ...process.env };
-  delete env.FLASHSAMPLE_CPU_ISA;
-  if (isa !== undefined) env.FLASHSAMPLE_CPU_ISA = isa;
-  const r = spawnSync(process.execPath, [path.join(__dirname, 'products-child.js')], {
-    env,
-    encoding: 'utf8',
-    timeout: 120000,
-  });
-  const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(line);
-  } catch {
-    throw new Error(`products-child.js exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
-  }
+  // (undefined: the variable unset, the widest path)
+  const parsed = runJsonChild('products-child.js', { FLASHSAMPLE_CPU_ISA: isa });
   if ((parsed as { error?: string }).error !== undefined) {
     throw new Error(`products-child.js: ${(parsed as { error: string }).error}`);
   }

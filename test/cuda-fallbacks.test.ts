@@ -8,8 +8,7 @@
 // the logprobs of equal tokens agree within 1e-5.
 
 import { spawnSync } from 'child_process';
-import * as path from 'path';
-import { cudaStatus } from './helpers';
+import { cudaStatus, runJsonChild } from './helpers';
 
 interface CaseResult {
   name: string;
@@ -27,18 +26,7 @@ const suite = st.usable ? describe : describe.skip;
 const CONTEXT_OOM = /cudaSetDevice failed: cudaErrorMemoryAllocation/;
 
 function runChild(env: Record<string, string>, attempts = 3): CaseResult[] {
-  const r = spawnSync(process.execPath, [path.join(__dirname, 'fallback-child.js')], {
-    env: { ...process.env, ...env },
-    encoding: 'utf8',
-    timeout: 120000,
-  });
-  const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(line);
-  } catch {
-    throw new Error(`fallback-child.js exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
-  }
+  const parsed = runJsonChild('fallback-child.js', env);
   if (!Array.isArray(parsed)) {
     const error = (parsed as { error?: string }).error ?? '';
     if (attempts > 1 && CONTEXT_OOM.test(error)) {

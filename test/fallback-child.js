@@ -5,21 +5,7 @@
 // filters; prints one JSON line: [{name, tokens, differing, worstLogprob}] or {error}.
 'use strict';
 const { open, sampleFused, sampleReference } = require('../dist/lib/index.js');
-
-/** xorshift32 in [0, 1), from a fixed seed. */
-function uniforms(n, seed) {
-  let x = seed >>> 0 || 1;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out[i] = x / 4294967296;
-  }
-  return out;
-}
+const { uniforms } = require('./child-inputs.js');
 
 const CASES = [
   ...[1, 3, 20, 40, 99, 130].map((B) => ({ name: `one sample, B ${B}`, B, S: 1 })),

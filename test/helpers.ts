@@ -5,7 +5,7 @@
 //
 // Nothing here calls into the library except the builders and `deviceCases` / `describeDevices`.
 
-import { spawn } from 'child_process';
+import { spawn, spawnSync } from 'child_process';
 import * as path from 'path';
 import {
   open,
@@ -795,6 +795,24 @@ export interface DeviceCase {
   name: 'cpu' | 'cuda';
   usable: boolean;
   reason: string;
+}
+
+/** Runs a test/ script in a node process of its own with this environment (variables read at
+ *  load: escape hatches, ISA caps) and returns the JSON of its last line of output. */
+export function runJsonChild(script: string, env: Record<string, string | undefined>, timeoutMs = 120000): unknown {
+  const childEnv = { ...process.env, ...env };
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete childEnv[k];  // (unset)
+  const r = spawnSync(process.execPath, [path.join(__dirname, script)], {
+    env: childEnv,
+    encoding: 'utf8',
+    timeout: timeoutMs,
+  });
+  const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
+  try {
+    return JSON.parse(line);
+  } catch {
+    throw new Error(`${script} exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
+  }
 }
 
 export function cudaStatus(): { usable: boolean; reason: string } {

@@ -8,20 +8,11 @@
 'use strict';
 const crypto = require('crypto');
 const { open, sampleFused, sampleReference } = require('../dist/lib/index.js');
+const { uniforms } = require('./child-inputs.js');
 
-/** xorshift32 in [-0.5, 0.5) · scale, from a fixed seed. */
+/** Fixed values in [-0.5, 0.5) · scale. */
 function values(n, seed, scale) {
-  let x = seed >>> 0 || 1;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    out[i] = (x / 4294967296 - 0.5) * scale;
-  }
-  return out;
+  return uniforms(n, seed).map((u) => (u - 0.5) * scale);
 }
 
 const OPTIONS = [
