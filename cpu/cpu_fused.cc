@@ -36,8 +36,8 @@ struct VocabPart {
 
 struct RowSetup {
   RowFilters filters;
-  // Running Gumbel winners are needed unless the kept set is known to fit in the candidates: then
-  // the draw happens in the second stage among them (cheaper with many samples).
+  // Running Gumbel winners, for the rows they may draw (winners_may_draw); the others are drawn in
+  // the second stage among their kept candidates (cheaper with many samples), or fall back.
   bool needs_winners = false;
   // In a call with filters, what the second stage reads of the row: its largest entries (to cut
   // it, to draw from them or for topLogprobs) and its mass (the cuts' weights, logprobs). A row
