@@ -5,12 +5,11 @@
 // a GPU are skipped with the reason where none is usable; `open('cuda')` without a GPU is skipped
 // where one is.
 
-import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vm from 'vm';
 import { gumbelFromBits, mergePartials, nccl, philox4x32_10, sampleFusedTP, type Communicator, open, sampleFused, sampleFusedInto, sampleReference, Tensor, timeSampler, type Device, PartialState, type SampleOptions, type Sampler, type SamplerConfig } from '../lib/index';
-import { cudaStatus, failure, rng } from './helpers';
+import { cudaStatus, failure, rng, runJsonNode } from './helpers';
 
 const cpu = open('cpu');
 const gpuState = cudaStatus();
@@ -96,10 +95,10 @@ async function sharded(config: Partial<SamplerConfig>, tp: Record<string, unknow
 
 /** open('cpu') in a child process with this environment (read at load): its error, rethrown here. */
 function openCpuIn(env: Record<string, string>): void {
-  const script = "try { require('../dist/lib/index.js').open('cpu'); console.log('{}'); } " +
+  const lib = JSON.stringify(path.join(__dirname, '..', 'dist', 'lib', 'index.js'));
+  const script = `try { require(${lib}).open('cpu'); console.log('{}'); } ` +
     'catch (e) { console.log(JSON.stringify({ name: e.name, message: e.message })); }';
-  const r = spawnSync(process.execPath, ['-e', script], { cwd: __dirname, env: { ...process.env, ...env }, encoding: 'utf8' });
-  const out = JSON.parse((r.stdout ?? '').trim().split('\n').pop() || '{}') as { name?: string; message?: string };
+  const out = runJsonNode(['-e', script], env) as { name?: string; message?: string };
   if (out.message === undefined) return;
   throw out.name === 'TypeError' ? new TypeError(out.message) : new Error(out.message);
 }

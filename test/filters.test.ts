@@ -257,6 +257,16 @@ describeDevices((devName, dev) => {
       }
     });
 
+    /** The fused call reports no fallback row and draws reference(gumbel)'s tokens (and top tokens). */
+    async function expectDecidedWithoutFallback(p: Planted, options: SampleOptions, prefix = ''): Promise<void> {
+      const f = await draw('fused', p.H, p.W, options);
+      const g = await draw('reference-gumbel', p.H, p.W, options);
+      const name = prefix + JSON.stringify({ ...options, seed: undefined, allowedTokens: options.allowedTokens ? 'mask' : undefined });
+      expect({ name, fallbackRows: f.fallbackRows }).toEqual({ name, fallbackRows: 0 });
+      expect({ name, tokens: Array.from(f.tokens) }).toEqual({ name, tokens: Array.from(g.tokens) });
+      if (options.topLogprobs) expect({ name, top: Array.from(f.topTokens!) }).toEqual({ name, top: Array.from(g.topTokens!) });
+    }
+
     // SEMANTICS §4: fallbackRows counts top-p / min-p rows; logprobs, topLogprobs, masks and softcaps
     // are decided from the exact statistics and the candidates, whatever the row's shape. (CPU: the
     // CUDA paths that store rows for topLogprobs are not run here without a GPU session.)
@@ -273,13 +283,7 @@ describeDevices((devName, dev) => {
             { softcap: 2, temperature: 0.7, logprobs: true },
             { allowedTokens: mask, numSamples: 4 },
           ] as SampleOptions[]) {
-            const options = { ...o, seed: 34n };
-            const f = await draw('fused', p.H, p.W, options);
-            const g = await draw('reference-gumbel', p.H, p.W, options);
-            const name = `V ${V} ${JSON.stringify({ ...o, allowedTokens: o.allowedTokens ? 'mask' : undefined })}`;
-            expect({ name, fallbackRows: f.fallbackRows }).toEqual({ name, fallbackRows: 0 });
-            expect({ name, tokens: Array.from(f.tokens) }).toEqual({ name, tokens: Array.from(g.tokens) });
-            if (o.topLogprobs) expect({ name, top: Array.from(f.topTokens!) }).toEqual({ name, top: Array.from(g.topTokens!) });
+            await expectDecidedWithoutFallback(p, { ...o, seed: 34n }, `V ${V} `);
           }
         } finally {
           p.dispose();
@@ -304,12 +308,7 @@ describeDevices((devName, dev) => {
           { topK: 50, minP: 0.3, filterOrder: 'vllm', allowedTokens: mask },  // ~900 min-p survivors
           { topK: 1024, topP: 0.95 },
         ] as SampleOptions[]) {
-          const options = { ...o, seed: 42n, numSamples: 8 };
-          const f = await draw('fused', p.H, p.W, options);
-          const g = await draw('reference-gumbel', p.H, p.W, options);
-          const name = JSON.stringify({ ...o, allowedTokens: o.allowedTokens ? 'mask' : undefined });
-          expect({ name, fallbackRows: f.fallbackRows }).toEqual({ name, fallbackRows: 0 });
-          expect({ name, tokens: Array.from(f.tokens) }).toEqual({ name, tokens: Array.from(g.tokens) });
+          await expectDecidedWithoutFallback(p, { ...o, seed: 42n, numSamples: 8 });
         }
       } finally {
         p.dispose();

@@ -797,22 +797,24 @@ export interface DeviceCase {
   reason: string;
 }
 
-/** Runs a test/ script in a node process of its own with this environment (variables read at
- *  load: escape hatches, ISA caps) and returns the JSON of its last line of output. */
-export function runJsonChild(script: string, env: Record<string, string | undefined>, timeoutMs = 120000): unknown {
+/** Runs node with these arguments in a process of its own with this environment (variables read
+ *  at load: escape hatches, ISA caps; undefined unsets one) and returns the JSON of its last line
+ *  of output. */
+export function runJsonNode(args: string[], env: Record<string, string | undefined>, timeoutMs = 120000): unknown {
   const childEnv = { ...process.env, ...env };
-  for (const [k, v] of Object.entries(env)) if (v === undefined) delete childEnv[k];  // (unset)
-  const r = spawnSync(process.execPath, [path.join(__dirname, script)], {
-    env: childEnv,
-    encoding: 'utf8',
-    timeout: timeoutMs,
-  });
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete childEnv[k];
+  const r = spawnSync(process.execPath, args, { env: childEnv, encoding: 'utf8', timeout: timeoutMs });
   const line = (r.stdout ?? '').trim().split('\n').pop() ?? '';
   try {
     return JSON.parse(line);
   } catch {
-    throw new Error(`${script} exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
+    throw new Error(`node ${args[0]} exited with ${r.signal ?? r.status} and no result: ${r.stderr}`);
   }
+}
+
+/** runJsonNode of a script in test/. */
+export function runJsonChild(script: string, env: Record<string, string | undefined>, timeoutMs = 120000): unknown {
+  return runJsonNode([path.join(__dirname, script)], env, timeoutMs);
 }
 
 export function cudaStatus(): { usable: boolean; reason: string } {
