@@ -82,12 +82,7 @@ void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, co
     if (logits[i] != INFINITY) c_ref = std::max(c_ref, c);
   }
   if (lead < 0) return;
-  for (int64_t i = 0; i < count; ++i) {
-    const float logit = logits[i];
-    s.prune[i] = !is_drawable(logit) ? 0.0
-                 : logit == INFINITY ? INFINITY
-                                     : prune_weight(logit, filters.inv_temperature, c_ref);
-  }
+  prune_weights(logits, count, filters.inv_temperature, c_ref, s.prune);
   const int64_t quads = (count + 3) / 4;
   for (int64_t q = 0; q < quads; ++q) {
     double largest = 0.0;

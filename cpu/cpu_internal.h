@@ -33,6 +33,12 @@ static_assert(kVocabTile % 4 == 0, "a noise block of 4 neighbours must not strad
 // SEMANTICS.md §5: the fused pass keeps this many of the largest logits per row.
 constexpr int64_t kCandidateCap = 1024;
 
+// The widest vector ISA the CPU has, capped by FLASHSAMPLE_CPU_ISA (avx2 or baseline; lib/device.ts
+// refuses a value it does not know when the CPU device is opened), read once. The product and
+// mass kernels of every ISA give the same bits (test/cpu-products.test.ts).
+enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
+CpuIsa cpu_isa();
+
 // ---- logits -------------------------------------------------------------------------------------
 
 // Decodes n elements of a dtype array, starting at element `first`, into float.
@@ -68,7 +74,8 @@ inline double scaled(float logit, double temperature) {
   return static_cast<double>(logit) / temperature;
 }
 
-// Σ exp(z - max_z) over the finite logits of one tile (masked, NaN, ±Inf excluded).
+// Σ exp(z - max_z) over the finite logits of one tile (masked, NaN, ±Inf excluded), in
+// cpu_exp.cc's order of additions and with its exp: the same bits on every ISA.
 struct MassPartial {
   double max_z = -INFINITY;
   double sum = 0.0;
@@ -151,6 +158,10 @@ inline double prune_factor(double c_ref, float best_score) {
   const double best = best_score;
   return exp(c_ref - best + 1e-3 + 1e-6 * fabs(best));  // best = -Inf: +Inf, nothing pruned
 }
+// out[i] = prune_weight(logits[i], ...) for the finite logits of a tile (c_ref: their largest
+// scaled value), +Inf for +Inf, 0 for −Inf and NaN (not drawable); vectorized (cpu_exp.cc), its
+// exp within ~1 ulp of libm's: far inside the factor's margin.
+void prune_weights(const float* logits, int64_t n, float inv_temperature, double c_ref, double* out);
 
 // A lower bound of uniform_open01(bits) without its fmaf/fminf (library calls on baseline x86-64):
 // the float rounding there is at most 2^-24 relative, and the clamp at 1 - 2^-24 stays above it.

@@ -62,6 +62,20 @@ void decode(const void* data, DType dtype, int64_t first, int64_t n, float* out)
   }
 }
 
+CpuIsa cpu_isa() {
+  static const CpuIsa isa = [] {
+    const char* e = std::getenv("FLASHSAMPLE_CPU_ISA");
+    const std::string cap = e != nullptr ? e : "";
+    if (cap == "baseline") return CpuIsa::kBaseline;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (cap != "avx2" && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
+    if (__builtin_cpu_supports("avx2")) return CpuIsa::kAvx2;
+#endif
+    return CpuIsa::kBaseline;
+  }();
+  return isa;
+}
+
 namespace {
 
 // The one product routine of the backend. Output (r, c) keeps 16 lane sums, lane k adding
@@ -179,18 +193,14 @@ void products_baseline(const float* h, int64_t h_stride, int64_t rows, const flo
   products<Floats4, 1, 2>(h, h_stride, rows, w, w_stride, cols, n, out, out_stride);
 }
 
-// Chosen once, at load, the widest the CPU has; every choice gives the same bits, which
-// test/cpu-products.test.ts checks by capping it with FLASHSAMPLE_CPU_ISA (avx2 or baseline;
-// lib/device.ts refuses a value it does not know when the CPU device is opened).
 ProductsFn select_products() {
-  const char* e = std::getenv("FLASHSAMPLE_CPU_ISA");
-  const std::string cap = e != nullptr ? e : "";
-  if (cap == "baseline") return products_baseline;
+  switch (cpu_isa()) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (cap != "avx2" && __builtin_cpu_supports("avx512f")) return products_avx512;
-  if (__builtin_cpu_supports("avx2")) return products_avx2;
+    case CpuIsa::kAvx512: return products_avx512;
+    case CpuIsa::kAvx2: return products_avx2;
 #endif
-  return products_baseline;
+    default: return products_baseline;
+  }
 }
 
 const ProductsFn products_of = select_products();
@@ -288,26 +298,6 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
       if (count > 0) l -= std::fma(f, static_cast<float>(count), pres);
     }
   }
-}
-
-MassPartial tile_mass(const float* logits, int64_t n, double temperature) {
-  MassPartial m;
-  for (int64_t i = 0; i < n; ++i) {
-    if (isfinite(logits[i])) m.max_z = std::max(m.max_z, scaled(logits[i], temperature));
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (isfinite(logits[i])) m.sum += exp(scaled(logits[i], temperature) - m.max_z);
-  }
-  return m;
-}
-
-MassPartial combine_mass(const MassPartial* partials, int64_t count) {
-  MassPartial row;
-  for (int64_t t = 0; t < count; ++t) row.max_z = std::max(row.max_z, partials[t].max_z);
-  for (int64_t t = 0; t < count; ++t) {
-    if (partials[t].sum > 0.0) row.sum += partials[t].sum * exp(partials[t].max_z - row.max_z);
-  }
-  return row;
 }
 
 void BestEntries::cut() {

@@ -1,7 +1,8 @@
-// The CPU backend's product kernels (cpu/cpu_logits.cc) keep one order of additions whatever the
-// ISA: each path, capped by FLASHSAMPLE_CPU_ISA in a process of its own (read once, at load), must
-// give the same tokens, logprobs and top logprobs to the bit (test/products-child.js). On a CPU
-// without AVX-512 or AVX2 a capped path is the one below it, and the comparison is narrower there.
+// The CPU backend's product and exp kernels (cpu/cpu_logits.cc, cpu/cpu_exp.cc) keep one order of
+// additions whatever the ISA: each path, capped by FLASHSAMPLE_CPU_ISA in a process of its own
+// (read once, at load), must give the same tokens, logprobs and top logprobs to the bit
+// (test/products-child.js). On a CPU without AVX-512 or AVX2 a capped path is the one below it, and
+// the comparison is narrower there.
 
 import * as fs from 'fs';
 import { runJsonChild } from './helpers';

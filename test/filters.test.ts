@@ -25,6 +25,7 @@ import {
   makeTensor,
   maskAllows,
   plantLogits,
+  rng,
   rowCounts,
   safeTopP,
   scaled,
@@ -157,6 +158,63 @@ describeDevices((devName, dev) => {
             const gof = goodnessOfFit(counts[b], probs);
             expect({ row: b, ok: gof.ok, summary: gof.summary }).toEqual({ row: b, ok: true, summary: gof.summary });
           });
+        } finally {
+          p.dispose();
+        }
+      });
+
+      // SEMANTICS §2.6 at float64 precision: the CPU weighs a row's mass in float64 (its vectorized
+      // exp within ~1 ulp), so a top-p that lies a relative 1e-11 on either side of the first
+      // token's share of the row is cut on the right side of it. Each row: token `top` at logit 0,
+      // `second` at −0.5, a bulk in [−20, −2], and one token whose float32 logit is chosen so that
+      // share = 1 / Σ exp(logit) lies just above (even rows: keep `top` alone) or just below (odd
+      // rows: keep both) its float32 rounding p. A mass off by more than ~1e-11 in the wrong
+      // direction cuts some row on the wrong side. (CUDA's fp32 masses: §5's 1e-6, not pinned.)
+      (devName === 'cpu' ? test : test.skip)(`${sampler}: top-p a relative 1e-11 from the first token's share keeps the right side (V=1000, f32, 24 rows)`, async () => {
+        const V = 1000, B = 24;
+        const rand = rng(71);
+        const neumaier = (xs: number[]) => {
+          let sum = 0, c = 0;
+          for (const x of xs) {
+            const t = sum + x;
+            c += Math.abs(sum) >= Math.abs(x) ? sum - t + x : x - t + sum;
+            sum = t;
+          }
+          return sum + c;
+        };
+        const rows: Float64Array[] = [], topP: number[] = [], tops: number[] = [], seconds: number[] = [];
+        for (let b = 0; b < B; b++) {
+          const l = Float64Array.from({ length: V }, () => Math.fround(-2 - 18 * rand()));
+          const top = (37 * b + 5) % V, second = (37 * b + 500) % V, free = (37 * b + 700) % V;
+          l[top] = 0;
+          l[second] = -0.5;
+          const rest = neumaier(Array.from(l, (x, v) => (v === free ? 0 : Math.exp(x))));
+          let best = { gap: Infinity, logit: 0, p: 0 };
+          for (let j = 0; j < 4000; j++) {
+            const logit = Math.fround(-3 - j * 1e-6);
+            const share = 1 / (rest + Math.exp(logit));
+            const p = Math.fround(share);
+            const gap = share / p - 1; // > 0: `top` alone reaches p
+            if ((b % 2 === 0 ? gap > 2e-12 : gap < -2e-12) && Math.abs(gap) < Math.abs(best.gap)) best = { gap, logit, p };
+          }
+          expect(Math.abs(best.gap)).toBeLessThan(1e-10);
+          l[free] = best.logit;
+          rows.push(l);
+          topP.push(best.p);
+          tops.push(top);
+          seconds.push(second);
+        }
+        const p = plantLogits(dev(), 'f32', rows, { D: B });
+        try {
+          expect(Array.from(p.logits[0])).toEqual(Array.from(rows[0])); // planted exactly
+          const S = 64;
+          const res = await draw(sampler, p.H, p.W, { seed: 72n, numSamples: S, topP: Float32Array.from(topP) });
+          const kept = Array.from({ length: B }, (_, b) => {
+            const seen = new Set(Array.from(res.tokens.slice(b * S, (b + 1) * S)));
+            return [tops[b], seconds[b]].filter((v) => seen.has(v)).length === seen.size ? seen.size : -1;
+          });
+          // even rows: `top` alone; odd rows: `top` and `second` (both seen: P(second unseen) ≈ 1e-13)
+          expect(kept).toEqual(Array.from({ length: B }, (_, b) => (b % 2 === 0 ? 1 : 2)));
         } finally {
           p.dispose();
         }

@@ -1,10 +1,11 @@
 // The CPU backend's outputs in a process of its own, so that FLASHSAMPLE_CPU_ISA (read once, at
-// load) picks the product kernel for every call (test/cpu-products.test.ts). Heads from fixed
-// seeds whose shapes reach every block remainder and tail of cpu/cpu_logits.cc's products: B 1, 3,
-// 5, 99 (blocks of 4, 2 and 1 rows), V 111 and 1000 (of 4 and 2 columns), D 17, 64 and 100 (a
-// 16-lane tail or none). Prints one JSON line: {hash, cases} or {error}. The hash covers the
-// tokens, logprobs and top logprobs of fused and reference(gumbel) calls, raw and processed: their
-// f32 bits follow the logits' bits.
+// load) picks the product and exp kernels for every call (test/cpu-products.test.ts). Heads from
+// fixed seeds whose shapes reach every block remainder and tail of cpu/cpu_logits.cc's products: B
+// 1, 3, 5, 99 (blocks of 4, 2 and 1 rows), V 111 and 1000 (of 4 and 2 columns; cpu/cpu_exp.cc's
+// groups of 8 and 32: a tail of 7 and 8), D 17, 64 and 100 (a 16-lane tail or none). Prints one
+// JSON line: {hash, cases} or {error}. The hash covers the tokens, logprobs and top logprobs of
+// fused and reference(gumbel) calls, raw and processed: their f32 bits follow the logits' and the
+// masses' bits.
 'use strict';
 const crypto = require('crypto');
 const { open, sampleFused, sampleReference } = require('../dist/lib/index.js');
