@@ -96,6 +96,11 @@ struct Entry {
 inline bool entry_before(const Entry& a, const Entry& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.index < b.index);
 }
+// entry_before as a type, for the standard algorithms: a function pointer there is called, not
+// inlined (its calls were ~2 % of a top-p call at B = 64).
+struct EntryBefore {
+  bool operator()(const Entry& a, const Entry& b) const { return entry_before(a, b); }
+};
 inline bool is_drawable(float logit) { return logit > -INFINITY; }  // false for NaN and -Inf
 
 // The k best entries pushed so far (k = kCandidateCap, or a partial's capacity). Amortized O(1)

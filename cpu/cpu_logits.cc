@@ -301,7 +301,7 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
 }
 
 void BestEntries::cut() {
-  std::nth_element(items_.begin(), items_.begin() + (cap_ - 1), items_.end(), entry_before);
+  std::nth_element(items_.begin(), items_.begin() + (cap_ - 1), items_.end(), EntryBefore{});
   items_.resize(static_cast<size_t>(cap_));
   cutoff_ = items_.back();  // the k-th best: every kept entry is before or equal to it
   has_cutoff_ = true;
@@ -313,7 +313,7 @@ void BestEntries::absorb(const BestEntries& other) {
 
 const std::vector<Entry>& BestEntries::finish() {
   if (static_cast<int64_t>(items_.size()) > cap_) cut();
-  std::sort(items_.begin(), items_.end(), entry_before);
+  std::sort(items_.begin(), items_.end(), EntryBefore{});
   return items_;
 }
 
@@ -356,7 +356,7 @@ void write_raw_row(const SampleParams& p, int64_t b, const float* x) {
   for (int64_t v = 0; v < V; ++v)
     if (kept(x[v])) order.push_back(Entry{x[v], static_cast<int32_t>(v)});
   const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
-  std::partial_sort(order.begin(), order.begin() + take, order.end(), entry_before);
+  std::partial_sort(order.begin(), order.begin() + take, order.end(), EntryBefore{});
   for (int64_t i = 0; i < n; ++i) {
     p.top_tokens[b * n + i] = i < take ? order[static_cast<size_t>(i)].index : -1;
     p.top_token_logprobs[b * n + i] = i < take ? logprob(order[static_cast<size_t>(i)].logit) : -INFINITY;
@@ -408,7 +408,7 @@ void write_partial_raw(const SampleParams& p, int num_threads) {
       if (l > -INFINITY) order.push_back(Entry{l, static_cast<int32_t>(i)});
     }
     const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(order.size()));
-    std::partial_sort(order.begin(), order.begin() + take, order.end(), entry_before);
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), EntryBefore{});
     *v.raw = PartialRawRow{mass.max_z, mass.sum, inf, static_cast<int32_t>(take), 0};
     for (int64_t i = 0; i < take; ++i)
       v.raw_keys[i] = partial_key(order[static_cast<size_t>(i)].logit,

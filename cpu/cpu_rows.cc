@@ -161,7 +161,7 @@ void reference_row_plan(const SampleParams& p, int64_t row, const float* logits,
   }
   if (entries.empty() || filters.greedy) {
     if (!entries.empty()) {
-      plan.greedy_token = std::min_element(entries.begin(), entries.end(), entry_before)->index;
+      plan.greedy_token = std::min_element(entries.begin(), entries.end(), EntryBefore{})->index;
     }
     finish_trivial_plan(p, row, plan);
     return;
@@ -189,10 +189,10 @@ void reference_row_plan(const SampleParams& p, int64_t row, const float* logits,
   const bool order_matters = (filters.top_k > 0 && filters.top_k < tier.size) ||
                              filters.top_p < 1.0 || filters.min_p > 0.0;
   if (order_matters) {
-    std::sort(entries.begin(), entries.end(), entry_before);
+    std::sort(entries.begin(), entries.end(), EntryBefore{});
   } else {
     const int64_t head = std::min<int64_t>(p.top_logprobs, tier.size);
-    std::partial_sort(entries.begin(), entries.begin() + head, entries.end(), entry_before);
+    std::partial_sort(entries.begin(), entries.begin() + head, entries.end(), EntryBefore{});
   }
   tier.best = entries.data();
   tier.num_best = tier.size;
