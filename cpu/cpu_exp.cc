@@ -5,9 +5,10 @@
 //   total that top-p and min-p weigh against): 8 lane sums, lane k adding the values i ≡ k
 //   (mod 8) in index order (the last group padded with excluded values), then a pairwise tree.
 //   Fused and reference share it, so they agree bit for bit;
-// - the fused scan's prune weights (cpu_internal.h, prune_weight), whose margin dwarfs an ulp.
+// - the fused scan's prune weights (cpu_internal.h, prune_weight), whose margin dwarfs an ulp;
+// - the softcap's tanh, in float64 from the same exp.
 // (libm's exp, one call a value for each, was ~15 % of a logprobs call at B = 64 on the default CPU
-// shape, and ~9 % of a plain one.)
+// shape and ~9 % of a plain one; tanhf ~14 % of a softcap call.)
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ using Bits = uint64_t __attribute__((vector_size(16)));
 
 using TileMassFn = MassPartial (*)(const float*, int64_t, double);
 using PruneWeightsFn = void (*)(const float*, int64_t, float, double, double*);
+using SoftcapFn = void (*)(float*, int64_t, float);
 
 
 TileMassFn select_tile_mass() {
@@ -77,8 +79,19 @@ PruneWeightsFn select_prune_weights() {
   }
 }
 
+SoftcapFn select_softcap() {
+  switch (cpu_isa()) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    case CpuIsa::kAvx512: return avx512::softcap_values;
+    case CpuIsa::kAvx2: return avx2::softcap_values;
+#endif
+    default: return baseline::softcap_values;
+  }
+}
+
 const TileMassFn tile_mass_on_this_cpu = select_tile_mass();
 const PruneWeightsFn prune_weights_on_this_cpu = select_prune_weights();
+const SoftcapFn softcap_on_this_cpu = select_softcap();
 
 }  // namespace
 
@@ -89,6 +102,8 @@ MassPartial tile_mass(const float* logits, int64_t n, double temperature) {
 void prune_weights(const float* logits, int64_t n, float inv_temperature, double c_ref, double* out) {
   prune_weights_on_this_cpu(logits, n, inv_temperature, c_ref, out);
 }
+
+void softcap_values(float* x, int64_t n, float cap) { softcap_on_this_cpu(x, n, cap); }
 
 MassPartial combine_mass(const MassPartial* partials, int64_t count) {
   MassPartial row;

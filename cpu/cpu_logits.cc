@@ -242,11 +242,7 @@ void LogitSource::compute(int64_t row_begin, int64_t row_end, int64_t vocab_begi
   const int64_t mask_words = (p_.vocab + 31) / 32;
   for (int64_t b = row_begin; b < row_end; ++b) {
     float* dst = out + (b - row_begin) * out_stride;
-    if (p_.softcap > 0.0f) {
-      for (int64_t v = vocab_begin; v < vocab_end; ++v) {
-        dst[v - vocab_begin] = softcap_logit(dst[v - vocab_begin], p_.softcap);
-      }
-    }
+    if (p_.softcap > 0.0f) softcap_values(dst, vocab_end - vocab_begin, p_.softcap);
     if (p_.allowed != nullptr) {
       const uint32_t* mask = p_.allowed + b * mask_words;
       for (int64_t v = vocab_begin; v < vocab_end; ++v) {

@@ -19,7 +19,7 @@ function values(n, seed, scale) {
 const OPTIONS = [
   { logprobs: true, topLogprobs: 4 },
   { logprobs: true, topLogprobs: 4, logprobsMode: 'raw', topP: 0.9, temperature: 0.7 },
-  { logprobs: true, topK: 20, minP: 0.05 },
+  { logprobs: true, topK: 20, minP: 0.05, softcap: 2.5 },
   { logprobs: true, temperature: 0 },
 ];
 
