@@ -54,56 +54,36 @@ using Bits = uint64_t __attribute__((vector_size(16)));
 #include "cpu_exp_kernels.inc"
 }  // namespace baseline
 
-using TileMassFn = MassPartial (*)(const float*, int64_t, double);
-using PruneWeightsFn = void (*)(const float*, int64_t, float, double, double*);
-using SoftcapFn = void (*)(float*, int64_t, float);
+// One ISA's kernels, chosen once, at load (cpu_isa()).
+struct ExpKernels {
+  MassPartial (*tile_mass)(const float*, int64_t, double);
+  void (*prune_weights)(const float*, int64_t, float, double, double*);
+  void (*softcap_values)(float*, int64_t, float);
+};
 
-
-TileMassFn select_tile_mass() {
+ExpKernels select_kernels() {
   switch (cpu_isa()) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    case CpuIsa::kAvx512: return avx512::tile_mass;
-    case CpuIsa::kAvx2: return avx2::tile_mass;
+    case CpuIsa::kAvx512: return {avx512::tile_mass, avx512::prune_weights, avx512::softcap_values};
+    case CpuIsa::kAvx2: return {avx2::tile_mass, avx2::prune_weights, avx2::softcap_values};
 #endif
-    default: return baseline::tile_mass;
+    default: return {baseline::tile_mass, baseline::prune_weights, baseline::softcap_values};
   }
 }
 
-PruneWeightsFn select_prune_weights() {
-  switch (cpu_isa()) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    case CpuIsa::kAvx512: return avx512::prune_weights;
-    case CpuIsa::kAvx2: return avx2::prune_weights;
-#endif
-    default: return baseline::prune_weights;
-  }
-}
-
-SoftcapFn select_softcap() {
-  switch (cpu_isa()) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    case CpuIsa::kAvx512: return avx512::softcap_values;
-    case CpuIsa::kAvx2: return avx2::softcap_values;
-#endif
-    default: return baseline::softcap_values;
-  }
-}
-
-const TileMassFn tile_mass_on_this_cpu = select_tile_mass();
-const PruneWeightsFn prune_weights_on_this_cpu = select_prune_weights();
-const SoftcapFn softcap_on_this_cpu = select_softcap();
+const ExpKernels kernels = select_kernels();
 
 }  // namespace
 
 MassPartial tile_mass(const float* logits, int64_t n, double temperature) {
-  return tile_mass_on_this_cpu(logits, n, temperature);
+  return kernels.tile_mass(logits, n, temperature);
 }
 
 void prune_weights(const float* logits, int64_t n, float inv_temperature, double c_ref, double* out) {
-  prune_weights_on_this_cpu(logits, n, inv_temperature, c_ref, out);
+  kernels.prune_weights(logits, n, inv_temperature, c_ref, out);
 }
 
-void softcap_values(float* x, int64_t n, float cap) { softcap_on_this_cpu(x, n, cap); }
+void softcap_values(float* x, int64_t n, float cap) { kernels.softcap_values(x, n, cap); }
 
 MassPartial combine_mass(const MassPartial* partials, int64_t count) {
   MassPartial row;
