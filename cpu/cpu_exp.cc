@@ -25,7 +25,7 @@ namespace {
 constexpr int kLanes = 8;
 constexpr int kGroups = 4;  // groups of kLanes values a step: independent exps in flight
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef FLASHSAMPLE_CPU_X86_KERNELS
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 namespace avx512 {
@@ -63,7 +63,7 @@ struct ExpKernels {
 
 ExpKernels select_kernels() {
   switch (cpu_isa()) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef FLASHSAMPLE_CPU_X86_KERNELS
     case CpuIsa::kAvx512: return {avx512::tile_mass, avx512::prune_weights, avx512::softcap_values};
     case CpuIsa::kAvx2: return {avx2::tile_mass, avx2::prune_weights, avx2::softcap_values};
 #endif

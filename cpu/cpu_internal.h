@@ -38,6 +38,11 @@ constexpr int64_t kCandidateCap = 1024;
 // mass kernels of every ISA give the same bits (test/cpu-products.test.ts).
 enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
 CpuIsa cpu_isa();
+// Builds that carry the AVX2 and AVX-512 kernels (GCC's target attributes and pragmas on x86-64);
+// elsewhere cpu_isa() is the baseline.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FLASHSAMPLE_CPU_X86_KERNELS 1
+#endif
 
 // ---- logits -------------------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ CpuIsa cpu_isa() {
     const char* e = std::getenv("FLASHSAMPLE_CPU_ISA");
     const std::string cap = e != nullptr ? e : "";
     if (cap == "baseline") return CpuIsa::kBaseline;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef FLASHSAMPLE_CPU_X86_KERNELS
     if (cap != "avx2" && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
     if (__builtin_cpu_supports("avx2")) return CpuIsa::kAvx2;
 #endif
@@ -172,7 +172,7 @@ __attribute__((always_inline)) inline void products(const float* h, int64_t h_st
 using ProductsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
                             float*, int64_t);
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef FLASHSAMPLE_CPU_X86_KERNELS
 // 32 zmm registers: 16 accumulators, 4 of W, 1 of H.
 __attribute__((target("avx512f"))) void products_avx512(const float* h, int64_t h_stride, int64_t rows,
                                                         const float* w, int64_t w_stride, int64_t cols,
@@ -195,7 +195,7 @@ void products_baseline(const float* h, int64_t h_stride, int64_t rows, const flo
 
 ProductsFn select_products() {
   switch (cpu_isa()) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef FLASHSAMPLE_CPU_X86_KERNELS
     case CpuIsa::kAvx512: return products_avx512;
     case CpuIsa::kAvx2: return products_avx2;
 #endif

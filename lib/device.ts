@@ -186,8 +186,8 @@ function encodePayload(
 const cpuDevice = new Device('cpu', 0, `cpu (${native.cpuThreads()} threads)`);
 
 // FLASHSAMPLE_CPU_ISA caps the CPU backend's vector kernels (products and exps; cpu/cpu_logits.cc
-// reads it once, at load; every path gives the same bits). A value it does not know would leave the widest path in
-// place unnoticed: opening the CPU device says so instead.
+// reads it once, at load; every path gives the same bits). A value it does not know would leave
+// the widest path in place unnoticed: opening the CPU device says so instead.
 const CPU_ISAS = ['avx512', 'avx2', 'baseline'];
 const cpuIsa = process.env.FLASHSAMPLE_CPU_ISA;
 const cpuIsaError =
