@@ -39,6 +39,13 @@ for spec in "$@"; do
     echo "ab-build: $spec did not build; see ab-build/$letter.log" >&2
     exit 1
   fi
+  # the addon is loaded lazily: a symbol of ours left undefined fails only at its first call
+  undefined=$(nm -D --undefined-only "$build/Release/flashsample.node" | c++filt | grep flashsample || true)
+  if [ -n "$undefined" ]; then
+    echo "ab-build: $spec links with undefined symbols of its own:" >&2
+    echo "$undefined" >&2
+    exit 1
+  fi
   xz -T0 -6 -c "$build/Release/flashsample.node" > "ab/$letter.node.xz"
   # the ref's tree, for its own suite (scripts/ab-suite.sh); ~0.5 MB
   git -C "$wt" archive HEAD ':!bench/results' | xz -T0 -6 > "ab/$letter.tree.tar.xz"
