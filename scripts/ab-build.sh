@@ -39,7 +39,7 @@ for spec in "$@"; do
     echo "ab-build: $spec did not build; see ab-build/$letter.log" >&2
     exit 1
   fi
-  # the addon is loaded lazily: a symbol of ours left undefined fails only at its first call
+  # a symbol of ours left undefined: refs linked before -z now die at its first call, later ones at load
   undefined=$(nm -D --undefined-only "$build/Release/flashsample.node" | c++filt | grep flashsample || true)
   if [ -n "$undefined" ]; then
     echo "ab-build: $spec links with undefined symbols of its own:" >&2
