@@ -30,8 +30,6 @@ constexpr int kGroups = 4;  // groups of kLanes values a step: independent exps 
 #pragma GCC target("avx512f")
 namespace avx512 {
 using Vec = double __attribute__((vector_size(64)));
-using Floats = float __attribute__((vector_size(32)));
-using Bits = uint64_t __attribute__((vector_size(64)));
 #include "cpu_exp_kernels.inc"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -40,8 +38,6 @@ using Bits = uint64_t __attribute__((vector_size(64)));
 #pragma GCC target("avx2")
 namespace avx2 {
 using Vec = double __attribute__((vector_size(32)));
-using Floats = float __attribute__((vector_size(16)));
-using Bits = uint64_t __attribute__((vector_size(32)));
 #include "cpu_exp_kernels.inc"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -49,8 +45,6 @@ using Bits = uint64_t __attribute__((vector_size(32)));
 
 namespace baseline {  // SSE2, NEON
 using Vec = double __attribute__((vector_size(16)));
-using Floats = float __attribute__((vector_size(8)));
-using Bits = uint64_t __attribute__((vector_size(16)));
 #include "cpu_exp_kernels.inc"
 }  // namespace baseline
 

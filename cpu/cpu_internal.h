@@ -68,7 +68,7 @@ class LogitSource {
   int64_t chunk_rows_;         // W rows converted per chunk: the chunk stays in L1/L2
 };
 
-// x[i] = softcap · tanh(x[i] / softcap) for n values (SEMANTICS §1; cpu_exp.cc: tanh from a
+// x[i] = softcap · tanh(x[i] / softcap) for n values (SEMANTICS §2, step 1; cpu_exp.cc: tanh from a
 // float64 exp, the same bits on every ISA).
 void softcap_values(float* x, int64_t n, float cap);
 
