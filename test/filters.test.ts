@@ -326,11 +326,8 @@ describeDevices((devName, dev) => {
     }
 
     // SEMANTICS §4: fallbackRows counts top-p / min-p rows; logprobs, topLogprobs, masks and softcaps
-    // are decided from the exact statistics and the candidates, whatever the row's shape. CPU-only
-    // until a GPU suite has run this test and the next on CUDA (branch land-14 unguards them; their
-    // one CUDA run so far was of an addon linked without cpu/cpu_exp.cc, which died at its first
-    // CPU call: bench/TUNING.md, Pending device runs).
-    (devName === 'cpu' ? test : test.skip)('rows without top-k, top-p or min-p never fall back, within and beyond the candidates (V = 111, 3000; flat and peaked rows)', async () => {
+    // are decided from the exact statistics and the candidates, whatever the row's shape.
+    test('rows without top-k, top-p or min-p never fall back, within and beyond the candidates (V = 111, 3000; flat and peaked rows)', async () => {
       for (const V of [111, 3000]) {
         const rows = [flatLogits(V, 31, 0.2), zipfLogits(V, 1.2, 32), flatLogits(V, 33, 4)];
         const p = plantLogits(dev(), 'f32', rows, { D: 8 });
@@ -355,7 +352,7 @@ describeDevices((devName, dev) => {
     // (CPU: cpu_fused.cc's winners_may_draw), not by the fallback: a top-k above the candidates
     // that keeps the whole row (k at least V, or at least the tokens a mask allows). A top-k within
     // them is decided from them, whatever follows it.
-    (devName === 'cpu' ? test : test.skip)('top-k rows never fall back: k 5, 50 (after min-p, vLLM order) and 1024 within the candidates, and 2000 over V = 1500 (every token), masked or not', async () => {
+    test('top-k rows never fall back: k 5, 50 (after min-p, vLLM order) and 1024 within the candidates, and 2000 over V = 1500 (every token), masked or not', async () => {
       const V = 1500;
       const l = flatLogits(V, 41, 2);
       const p = plantLogits(dev(), 'f32', [l, l], { D: 8 });
