@@ -2050,6 +2050,9 @@ __global__ void __launch_bounds__(kListedThreads)
 // it when the nucleus holds it (the argmax over a kept set that holds the winner is the winner).
 // Calls above this batch leave every flagged row to the extra pass: at B = 256 a call holds ~12
 // flat rows (model-like logits), whose winners lie past the cut in most calls (~10 % a row).
+// Calls below the min batch run no check: its blocks wait on every row, ~2 µs at B = 1 (qwen3-0.6b,
+// H100), more than the extra passes it spares there (~5 % of rows flat, ~20 µs a pass).
+constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
 // The decision grid's blocks past its rows, that check (check_winners); at most half its resident
@@ -2194,6 +2197,7 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
 // the largest threshold used and above the largest dropped value), decided in shared memory
 // (decide_prefix) or, when that does not fit, by decide_row over the compacted candidates.
+template <bool kChecks>
 __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const detail::FilterArgs& f,
                                                     const unsigned long long* winners, int32_t* fallback,
                                                     WinnerCheck* check, CheckCounters* counts) {
@@ -2216,8 +2220,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   };
   // a top-p row its candidates cannot decide that checks its winner, every tile stored: listed for
   // the check blocks (check_winners), else flagged for the extra pass (block-uniform)
-  const bool checks_winner = check != nullptr && detail::row_checks_winner(f, c.top_k, c.top_p, c.min_p,
-                                                                           p.num_samples, greedy);
+  const bool checks_winner = kChecks && detail::row_checks_winner(f, c.top_k, c.top_p, c.min_p, p.num_samples, greedy);
   auto flag_or_check_winner = [&](float m, double z, long long valid) {
     if (!checks_winner || valid != p.vocab) {
       flag();
@@ -2459,20 +2462,26 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   if (!decide_row(p, e, c, &stats, &w, false)) flag_or_check_winner(m, z, valid);
 }
 
-// One block per row (decide_one_pass_row), then with the winner check kCheckBlocks blocks more
-// (check_winners): a row's block publishes it when done, from thread 0, which wrote everything the
-// check reads (its list entry and record).
+// One block per row (decide_one_pass_row), then with the winner check (kChecks) kCheckBlocks
+// blocks more (check_winners): a row's block publishes it when done, from thread 0, which wrote
+// everything the check reads (its list entry and record). Calls without the check run the
+// instantiation that has none of its code (the row decision is latency-bound at small B).
+template <bool kChecks>
 __global__ void __launch_bounds__(kThreads)
     decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
                            int32_t* fallback, WinnerCheck* check, CheckCounters* counts) {
-  if (blockIdx.x >= p.batch) {
-    check_winners(p, f, fallback, check, counts);
-    return;
+  if constexpr (kChecks) {
+    if (blockIdx.x >= p.batch) {
+      check_winners(p, f, fallback, check, counts);
+      return;
+    }
   }
-  decide_one_pass_row(p, f, winners, fallback, check, counts);
-  if (check != nullptr && threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(&counts->decided, 1u);
+  decide_one_pass_row<kChecks>(p, f, winners, fallback, check, counts);
+  if constexpr (kChecks) {
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(&counts->decided, 1u);
+    }
   }
 }
 
@@ -2820,7 +2829,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
   f.raw_tiles = raw_tiles_path(p) && !shard ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
-  f.check_winners = p.batch <= kCheckWinnersMaxBatch ? 1 : 0;
+  f.check_winners = p.batch >= kCheckWinnersMinBatch && p.batch <= kCheckWinnersMaxBatch ? 1 : 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2885,16 +2894,26 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);
     int per_sm = 0;
-    err = detail::prepare_kernel(decide_one_pass_kernel, kThreads, static_cast<int>(kSmem), &per_sm);
-    if (err == cudaSuccess) {
+    if (check != nullptr) {
+      err = detail::prepare_kernel(decide_one_pass_kernel<true>, kThreads, static_cast<int>(kSmem), &per_sm);
       // at most half the resident blocks check, so that rows' blocks and every draw's block run
-      const int64_t resident = detail::multiprocessor_count() * static_cast<int64_t>(per_sm > 0 ? per_sm : 1);
-      const int64_t checkers = check == nullptr ? 0 : resident / 2 < kCheckBlocks ? resident / 2 : kCheckBlocks;
-      if (checkers == 0) check = nullptr;
-      const unsigned blocks = static_cast<unsigned>(B + checkers);
-      decide_one_pass_kernel<<<blocks, kThreads, kSmem, stream>>>(
-          q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts));
-      err = cudaGetLastError();
+      const int64_t half = detail::multiprocessor_count() * static_cast<int64_t>(per_sm) / 2;
+      const int64_t checkers = half < kCheckBlocks ? half : kCheckBlocks;
+      if (err == cudaSuccess && checkers > 0) {
+        decide_one_pass_kernel<true><<<static_cast<unsigned>(B + checkers), kThreads, kSmem, stream>>>(
+            q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts));
+        err = cudaGetLastError();
+      } else if (err == cudaSuccess) {
+        check = nullptr;
+      }
+    }
+    if (err == cudaSuccess && check == nullptr) {
+      err = detail::prepare_kernel(decide_one_pass_kernel<false>, kThreads, static_cast<int>(kSmem), &per_sm);
+      if (err == cudaSuccess) {
+        decide_one_pass_kernel<false><<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback,
+                                                                                             nullptr, nullptr);
+        err = cudaGetLastError();
+      }
     }
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once

@@ -194,8 +194,8 @@ __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bo
 // is w. With every tile stored, the decision kernel's check blocks (filters.cu) draw w over the
 // stored values and weigh those at or above w's against p of the row's mass. Only rows whose drawn
 // values are the stored ones (no softcap, mask or listed token), one sample, no logprobs (they
-// need the nucleus's mass) and top-p alone (no top-k or min-p to intersect), in calls of at most
-// kCheckWinnersMaxBatch rows (check_winners).
+// need the nucleus's mass) and top-p alone (no top-k or min-p to intersect), in calls of
+// kCheckWinnersMinBatch to kCheckWinnersMaxBatch rows (check_winners).
 __device__ __forceinline__ bool row_checks_winner(const FilterArgs& f, int32_t top_k, float top_p, float min_p,
                                                   int32_t num_samples, bool greedy) {
   return f.check_winners != 0 && row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f &&
