@@ -2055,8 +2055,8 @@ __global__ void __launch_bounds__(kListedThreads)
 constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
-// The decision grid's blocks past its rows, that check (check_winners); at most half its resident
-// blocks, since a weigh task waits for its row's draws.
+// The decision grid's blocks past its rows, that check (check_winners): a listed row's 32 tasks
+// (16 draws, 16 weighs) take them one round, the ~3 rows B = 64 lists on model-like logits three.
 constexpr int kCheckBlocks = 32;
 struct WinnerCheck {
   double z;                   // the row's mass (the tile summaries' sum, as the decision's)
@@ -2068,6 +2068,7 @@ struct WinnerCheck {
 struct CheckCounters {
   uint32_t decided;  // the decision's rows published (all B: the check blocks may start)
   uint32_t checks;   // rows listed for the check
+  uint32_t taken;    // the check's tasks taken by its blocks
   int32_t rows[kCheckWinnersMaxBatch];
 };
 
@@ -2092,19 +2093,19 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* x) {
   return v;
 }
 
-// The check blocks: once every row is published (counts->decided == B), the listed rows' tasks in
-// task order across the blocks: every row's kCheckSlices draws (the winner over a slice of the
-// stored values, pruned as the epilogue prunes, merged by atomicMax), then every row's weighs (the
-// slice's mass at or above the winner's logit but the winner: fp32 exp2 terms summed in float64,
-// ~1e-6 relative like the tile summaries behind z). A weigh waits for its row's draws: they are
-// lower tasks, which blocks already resident finish without waiting (the check blocks are at most
-// half the grid's resident blocks, and the rows' blocks wait on nothing). The row's last weigh adds the
-// slices in order (deterministic) and keeps the winner when that mass, which bounds the mass
-// before the winner in the order from above, is below p z with a margin of 1e-4 (rows near the cut
-// go to the extra pass).
+// The check blocks: once every row is published (counts->decided == B), the listed rows' tasks,
+// each block taking the next from one counter: every row's kCheckSlices draws (the winner over a
+// slice of the stored values, pruned as the epilogue prunes, merged by atomicMax), then every
+// row's weighs (the slice's mass at or above the winner's logit but the winner: fp32 exp2 terms
+// summed in float64, ~1e-6 relative like the tile summaries behind z). Nothing can hang however
+// few blocks are resident (MPS, green contexts, kernels beside it): the rows' blocks come first in
+// the grid and wait on nothing, and a weigh waits only for its row's draws, earlier tasks that
+// running blocks took and finish without waiting. The row's last weigh adds the slices in order
+// (deterministic) and keeps the winner when that mass, which bounds the mass before the winner in
+// the order from above, is below p z with a margin of 1e-4 (rows near the cut go to the extra pass).
 __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f, int32_t* fallback,
                               WinnerCheck* check, CheckCounters* counts) {
-  __shared__ uint32_t s_n;
+  __shared__ uint32_t s_n, s_task;
   __shared__ unsigned long long s_best;
   const int64_t B = p.batch;
   if (threadIdx.x == 0) {
@@ -2114,8 +2115,12 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
   __syncthreads();
   const int64_t per_phase = static_cast<int64_t>(s_n) * kCheckSlices;
   const int64_t V = p.vocab, per = (V + 4 * kCheckSlices - 1) / (4 * kCheckSlices) * 4;  // multiples of 4
-  const int64_t checkers = gridDim.x - B;
-  for (int64_t task = blockIdx.x - B; task < 2 * per_phase; task += checkers) {
+  while (per_phase > 0) {
+    if (threadIdx.x == 0) s_task = atomicAdd(&counts->taken, 1u);
+    __syncthreads();
+    const int64_t task = s_task;
+    __syncthreads();  // s_task is rewritten by the next take
+    if (task >= 2 * per_phase) break;
     const bool weigh = task >= per_phase;
     const int64_t i = weigh ? task - per_phase : task;
     const int64_t b = __ldcg(counts->rows + i / kCheckSlices);
@@ -2896,18 +2901,12 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     int per_sm = 0;
     if (check != nullptr) {
       err = detail::prepare_kernel(decide_one_pass_kernel<true>, kThreads, static_cast<int>(kSmem), &per_sm);
-      // at most half the resident blocks check, so that rows' blocks and every draw's block run
-      const int64_t half = detail::multiprocessor_count() * static_cast<int64_t>(per_sm) / 2;
-      const int64_t checkers = half < kCheckBlocks ? half : kCheckBlocks;
-      if (err == cudaSuccess && checkers > 0) {
-        decide_one_pass_kernel<true><<<static_cast<unsigned>(B + checkers), kThreads, kSmem, stream>>>(
+      if (err == cudaSuccess) {
+        decide_one_pass_kernel<true><<<static_cast<unsigned>(B + kCheckBlocks), kThreads, kSmem, stream>>>(
             q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts));
         err = cudaGetLastError();
-      } else if (err == cudaSuccess) {
-        check = nullptr;
       }
-    }
-    if (err == cudaSuccess && check == nullptr) {
+    } else {
       err = detail::prepare_kernel(decide_one_pass_kernel<false>, kThreads, static_cast<int>(kSmem), &per_sm);
       if (err == cudaSuccess) {
         decide_one_pass_kernel<false><<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback,
