@@ -2055,8 +2055,8 @@ __global__ void __launch_bounds__(kListedThreads)
 constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
-// The decision grid's blocks past its rows, that check (check_winners): a listed row's 32 tasks
-// (16 draws, 16 weighs) take them one round, the ~3 rows B = 64 lists on model-like logits three.
+// The decision grid's blocks past its rows, that check (check_winners): one round of them for a
+// listed row's 32 tasks (16 draws, 16 weighs), three for the ~3 rows B = 64 lists (model-like).
 constexpr int kCheckBlocks = 32;
 struct WinnerCheck {
   double z;                   // the row's mass (the tile summaries' sum, as the decision's)
