@@ -2044,13 +2044,168 @@ __global__ void __launch_bounds__(kListedThreads)
   if (threadIdx.x == 0 && best > winner) atomicMax(winners + b, best);
 }
 
+// A top-p row its candidates cannot decide that checks its winner (detail::row_checks_winner), with
+// every tile stored, is checked by the decision grid's last kCheckBlocks blocks instead of going
+// straight to the extra pass: they draw its unfiltered Gumbel winner over the stored values and keep
+// it when the nucleus holds it (the argmax over a kept set that holds the winner is the winner).
+// Calls above this batch leave every flagged row to the extra pass: at B = 256 a call holds ~12
+// flat rows (model-like logits), whose winners lie past the cut in most calls (~10 % a row).
+// Calls below the min batch run no check: its blocks wait on every row, ~2 µs at B = 1 (qwen3-0.6b,
+// H100), more than the extra passes it spares there (~5 % of rows flat, ~20 µs a pass).
+constexpr int64_t kCheckWinnersMinBatch = 4;
+constexpr int64_t kCheckWinnersMaxBatch = 128;
+constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
+// The decision grid's blocks past its rows, that check (check_winners): one round of them for a
+// listed row's 32 tasks (16 draws, 16 weighs), three for the ~3 rows B = 64 lists (model-like).
+constexpr int kCheckBlocks = 32;
+struct WinnerCheck {
+  double z;                   // the row's mass (the tile summaries' sum, as the decision's)
+  double part[kCheckSlices];  // each slice's mass at or above the winner's logit, the winner left out
+  unsigned long long best;    // the packed winner: the epilogue's +Inf-quad winner, raised by the draws
+  float m;                    // the row's max
+  uint32_t drawn, weighed;    // the row's slices drawn and weighed
+};
+struct CheckCounters {
+  uint32_t decided;  // the decision's rows published (all B: the check blocks may start)
+  uint32_t checks;   // rows listed for the check
+  uint32_t taken;    // the check's tasks taken by its blocks
+  int32_t rows[kCheckWinnersMaxBatch];
+};
+
+// One decision block's row, listed for the check with its record (thread 0, block-uniform call).
+__device__ __forceinline__ void list_for_check(const SampleParams& p, int64_t b, unsigned long long win, float m,
+                                               double z, int32_t* fallback, WinnerCheck* check, CheckCounters* counts) {
+  if (threadIdx.x != 0) return;
+  WinnerCheck& r = check[b];
+  r.z = z;
+  r.m = m;
+  r.best = win;
+  r.drawn = 0u;
+  r.weighed = 0u;
+  fallback[b] = 2;  // stored: the extra pass reads its tiles back, if the check hands it on
+  atomicAdd(p.fallback_rows, 1);
+  counts->rows[atomicAdd(&counts->checks, 1u)] = static_cast<int32_t>(b);
+}
+
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* x) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(x) : "memory");
+  return v;
+}
+
+// The check blocks: once every row is published (counts->decided == B), the listed rows' tasks,
+// each block taking the next from one counter: every row's kCheckSlices draws (the winner over a
+// slice of the stored values, pruned as the epilogue prunes, merged by atomicMax), then every
+// row's weighs (the slice's mass at or above the winner's logit but the winner: fp32 exp2 terms
+// summed in float64, ~1e-6 relative like the tile summaries behind z). Nothing can hang however
+// few blocks are resident (MPS, green contexts, kernels beside it): the rows' blocks come first in
+// the grid and wait on nothing, and a weigh waits only for its row's draws, earlier tasks that
+// running blocks took and finish without waiting. The row's last weigh adds the slices in order
+// (deterministic) and keeps the winner when that mass, which bounds the mass before the winner in
+// the order from above, is below p z with a margin of 1e-4 (rows near the cut go to the extra pass).
+__device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f, int32_t* fallback,
+                              WinnerCheck* check, CheckCounters* counts) {
+  __shared__ uint32_t s_n, s_task;
+  __shared__ unsigned long long s_best;
+  const int64_t B = p.batch;
+  if (threadIdx.x == 0) {
+    while (load_acquire(&counts->decided) < static_cast<uint32_t>(B)) __nanosleep(64);
+    s_n = load_acquire(&counts->checks);
+  }
+  __syncthreads();
+  const int64_t per_phase = static_cast<int64_t>(s_n) * kCheckSlices;
+  const int64_t V = p.vocab, per = (V + 4 * kCheckSlices - 1) / (4 * kCheckSlices) * 4;  // multiples of 4
+  while (per_phase > 0) {
+    if (threadIdx.x == 0) s_task = atomicAdd(&counts->taken, 1u);
+    __syncthreads();
+    const int64_t task = s_task;
+    __syncthreads();  // s_task is rewritten by the next take
+    if (task >= 2 * per_phase) break;
+    const bool weigh = task >= per_phase;
+    const int64_t i = weigh ? task - per_phase : task;
+    const int64_t b = __ldcg(counts->rows + i / kCheckSlices);
+    const int slice = static_cast<int>(i % kCheckSlices);
+    WinnerCheck* c = check + b;
+    const float* row = f.row_logits + b * V;
+    const int64_t v0 = slice * per, v1 = v0 + per < V ? v0 + per : V;
+    if (!weigh) {
+      const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
+      const float slope = rp.inv_temperature * detail::kLog2e;
+      unsigned long long best = __ldcg(&c->best);
+      float thr = best != 0ull ? detail::packed_score(best) : -INFINITY;
+      float intercept = detail::noise_bits_limit_intercept(thr);
+      for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * blockDim.x) {
+        float x[4];
+#pragma unroll
+        for (int o = 0; o < 4; ++o) x[o] = v + o < v1 ? __ldcs(row + v + o) : -INFINITY;
+        const float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+        if (fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < thr) continue;
+        const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(v >> 2));
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+          if (x[o] == -INFINITY || !detail::noise_bits_can_reach(r.x[o], x[o], slope, intercept)) continue;
+          const Candidate cand = make_candidate(x[o], rp.inv_temperature, false, gumbel_from_bits(r.x[o]),
+                                                static_cast<uint32_t>(v + o));
+          const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
+          if (packed > best) {
+            best = packed;
+            thr = cand.score;
+            intercept = detail::noise_bits_limit_intercept(thr);
+          }
+        }
+      }
+      best = block_reduce<unsigned long long>(best, Max(), 0ull);
+      if (threadIdx.x == 0) {
+        atomicMax(&c->best, best);
+        __threadfence();
+        atomicAdd(&c->drawn, 1u);
+      }
+      continue;
+    }
+    if (threadIdx.x == 0) {
+      while (load_acquire(&c->drawn) < static_cast<uint32_t>(kCheckSlices)) __nanosleep(64);
+      s_best = __ldcg(&c->best);
+    }
+    __syncthreads();
+    const unsigned long long best = s_best;
+    __syncthreads();  // s_best is rewritten by the next task
+    const int32_t token = best != 0ull ? detail::packed_token(best) : -1;
+    const bool valid = token >= 0 && token < V;
+    const float lw = valid ? __ldcg(row + token) : INFINITY;
+    const float m = __ldcg(&c->m);
+    const float c2 = detail::exp2_scale(1.0 / static_cast<double>(p.temperature[b]));
+    double above = 0.0;
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const float x = __ldcs(row + v);
+      if (x >= lw && v != token) above += static_cast<double>(detail::exp2_ftz((x - m) * c2));
+    }
+    above = block_reduce(above, Sum(), 0.0);
+    if (threadIdx.x == 0) {
+      c->part[slice] = above;
+      __threadfence();
+      if (atomicAdd(&c->weighed, 1u) == kCheckSlices - 1) {  // the row's last slice
+        __threadfence();
+        double total = 0.0;
+        for (int k = 0; k < kCheckSlices; ++k) total += __ldcg(&c->part[k]);
+        if (valid && total < static_cast<double>(p.top_p[b]) * __ldcg(&c->z) * (1.0 - 1e-4)) {
+          p.tokens[b] = token;
+          if (p.row_status) p.row_status[b] = kRowOk;
+          fallback[b] = 0;
+          atomicSub(p.fallback_rows, 1);
+        }
+      }
+    }
+  }
+}
+
 // One block per row: the row's statistics from the tile summaries, its winner and the winner's
 // logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
 // the largest threshold used and above the largest dropped value), decided in shared memory
 // (decide_prefix) or, when that does not fit, by decide_row over the compacted candidates.
-__global__ void __launch_bounds__(kThreads)
-    decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
-                           int32_t* fallback) {
+template <bool kChecks>
+__device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const detail::FilterArgs& f,
+                                                    const unsigned long long* winners, int32_t* fallback,
+                                                    WinnerCheck* check, CheckCounters* counts) {
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   PrefixShared& s = *reinterpret_cast<PrefixShared*>(dyn_smem);
   const int64_t b = blockIdx.x;
@@ -2067,6 +2222,21 @@ __global__ void __launch_bounds__(kThreads)
       fallback[b] = flag_value;
       atomicAdd(p.fallback_rows, 1);
     }
+  };
+  // a top-p row its candidates cannot decide that checks its winner, every tile stored: listed for
+  // the check blocks (check_winners), else flagged for the extra pass (block-uniform)
+  const bool checks_winner = kChecks && detail::row_checks_winner(f, c.top_k, c.top_p, c.min_p, p.num_samples, greedy);
+  auto flag_or_check_winner = [&](float m, double z, long long valid) {
+    if (!checks_winner || valid != p.vocab) {
+      flag();
+      return;
+    }
+    bool stored = true;
+    for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x) stored &= f.stored_tiles[b * f.num_vtiles + t] != 0;
+    if (__syncthreads_and(stored))
+      list_for_check(p, b, winners[b], m, z, fallback, check, counts);
+    else
+      flag();
   };
   const int S = p.num_samples;
   if (!detail::row_needs_stats(c.top_k, c.top_p, c.min_p, p.logprobs != nullptr, p.top_logprobs)) {
@@ -2189,7 +2359,7 @@ __global__ void __launch_bounds__(kThreads)
       undecidable = static_cast<double>(block_reduce(w, Sum(), 0.0f)) * 1.001 < static_cast<double>(c.top_p) * z;
     }
     if (undecidable) {
-      flag();
+      flag_or_check_winner(m, z, valid);
       return;
     }
   }
@@ -2269,7 +2439,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       continue;
     }
-    if (d == kNeedsExtraPass) flag();
+    if (d == kNeedsExtraPass) flag_or_check_winner(m, z, valid);
     if (d != kGenericPath) return;
     __syncthreads();
     break;
@@ -2294,7 +2464,30 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t key = token < 0 ? kNoToken : static_cast<uint32_t>(token);
   const RowWinners w{&score, &key, &winner_logit};
   const Elems e{val, idx, count};
-  if (!decide_row(p, e, c, &stats, &w, false)) flag();
+  if (!decide_row(p, e, c, &stats, &w, false)) flag_or_check_winner(m, z, valid);
+}
+
+// One block per row (decide_one_pass_row), then with the winner check (kChecks) kCheckBlocks
+// blocks more (check_winners): a row's block publishes it when done, from thread 0, which wrote
+// everything the check reads (its list entry and record). Calls without the check run the
+// instantiation that has none of its code (the row decision is latency-bound at small B).
+template <bool kChecks>
+__global__ void __launch_bounds__(kThreads)
+    decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
+                           int32_t* fallback, WinnerCheck* check, CheckCounters* counts) {
+  if constexpr (kChecks) {
+    if (blockIdx.x >= p.batch) {
+      check_winners(p, f, fallback, check, counts);
+      return;
+    }
+  }
+  decide_one_pass_row<kChecks>(p, f, winners, fallback, check, counts);
+  if constexpr (kChecks) {
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(&counts->decided, 1u);
+    }
+  }
 }
 
 // check_params plus what the filtered outputs need.
@@ -2418,7 +2611,8 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, slice, top, theta, drop, hist, marks, zeroed, tiles, raw, val, idx, fb, bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, check_counts, zeroed, tiles, raw, val, idx, fb, check,
+      bytes;
 };
 
 // Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
@@ -2492,6 +2686,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.drop = layout.take(B * sizeof(uint32_t));
   l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
+  l.check_counts = layout.take(B <= static_cast<size_t>(kCheckWinnersMaxBatch) ? sizeof(CheckCounters) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
   l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
@@ -2499,6 +2694,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
+  l.check = layout.take(B <= static_cast<size_t>(kCheckWinnersMaxBatch) ? B * sizeof(WinnerCheck) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -2638,6 +2834,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
   f.raw_tiles = raw_tiles_path(p) && !shard ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
+  f.check_winners = p.batch >= kCheckWinnersMinBatch && p.batch <= kCheckWinnersMaxBatch ? 1 : 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2674,6 +2871,10 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
+  // the winner check's records, where its rows may be listed (a top-p call that one_pass_may_fall_back)
+  WinnerCheck* check = f.check_winners != 0 && q.top_p != nullptr && one_pass_may_fall_back(q)
+                                 ? reinterpret_cast<WinnerCheck*>(ws + l.check)
+                                 : nullptr;
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   bool programmatic = false;
@@ -2698,10 +2899,20 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   if (err == cudaSuccess) {
     constexpr size_t kSmem = sizeof(PrefixShared);
     int per_sm = 0;
-    err = detail::prepare_kernel(decide_one_pass_kernel, kThreads, static_cast<int>(kSmem), &per_sm);
-    if (err == cudaSuccess) {
-      decide_one_pass_kernel<<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback);
-      err = cudaGetLastError();
+    if (check != nullptr) {
+      err = detail::prepare_kernel(decide_one_pass_kernel<true>, kThreads, static_cast<int>(kSmem), &per_sm);
+      if (err == cudaSuccess) {
+        decide_one_pass_kernel<true><<<static_cast<unsigned>(B + kCheckBlocks), kThreads, kSmem, stream>>>(
+            q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts));
+        err = cudaGetLastError();
+      }
+    } else {
+      err = detail::prepare_kernel(decide_one_pass_kernel<false>, kThreads, static_cast<int>(kSmem), &per_sm);
+      if (err == cudaSuccess) {
+        decide_one_pass_kernel<false><<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback,
+                                                                                             nullptr, nullptr);
+        err = cudaGetLastError();
+      }
     }
   }
   // The extra pass: only the rows the decision flagged (on the device: the kernels return at once

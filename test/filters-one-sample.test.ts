@@ -310,6 +310,50 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // A top-p row alone (no top-k, min-p, logprobs or transform; one sample) whose nucleus outgrows
+    // the candidates keeps its unfiltered Gumbel winner when the nucleus holds it, with no extra
+    // pass; the rows whose winner lies past the cut (or near it) still take the pass. Three kinds
+    // of rows, each flagged on every call: Gaussian std 1 at T 0.6 and top-p 0.9 (the model-like
+    // mode's flat rows: a ~45 K-token nucleus that holds the winner ~89 % of the time), uniform
+    // [0, 4) at top-p 0.9 (~69 K tokens), Gaussian std 1.5 at top-p 0.5 (~8.6 K tokens, the winner
+    // past the cut about half the time). With logprobs, or a softcap (the stored values are not
+    // the drawn ones), no row takes its winner: every one of them goes to the extra pass.
+    test('V = 128256: flagged top-p rows keep their unfiltered winner when the nucleus holds it', async () => {
+      const V = 128256;
+      const B = 30;
+      const kinds = [gaussianLogits(V, 31, 1), flatLogits(V, 32, 4), gaussianLogits(V, 33, 1.5)];
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 3]), { D: 16 });
+      try {
+        const run = async (extra: SampleOptions) => {
+          let fallbackRows = 0;
+          for (let c = 0; c < 3; c++) {
+            const o: SampleOptions = {
+              seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1100 + b)),
+              offset: c,
+              topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 2 ? 0.5 : 0.9)),
+              temperature: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.6 : 1)),
+              ...extra,
+            };
+            const f = await sampleFused(p.H, p.W, o);
+            const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
+            fallbackRows += f.fallbackRows;
+            expect({ c, extra, differences: differences(f.tokens, g.tokens) }).toEqual({ c, extra, differences: [] });
+            if (o.logprobs) {
+              for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+            }
+          }
+          return fallbackRows;
+        };
+        const kept = await run({});
+        expect(kept).toBeGreaterThan(0);  // the winners past the cut (the top-p 0.5 rows)
+        expect(kept).toBeLessThanOrEqual(45);
+        expect(await run({ logprobs: true })).toBeGreaterThanOrEqual(80);
+        expect(await run({ softcap: 3 })).toBeGreaterThanOrEqual(80);
+      } finally {
+        p.dispose();
+      }
+    });
+
     // Each CTA of the split kernel appends a row's candidates to its own slice of the row's buffer
     // (a 132-SM grid: slices of 184, CTA c taking vocabulary tiles c, c + 132, ...); what overflows
     // a slice goes to the row's spill. Even rows: 8 tiles a CTA apart hold values 10 above a bulk

@@ -164,6 +164,8 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
   prefetch_tensormap(&maps->w);
   prefetch_tensormap(&maps->h);
   const uint64_t stream_once = l2_evict_first_policy();
+  // a stage's bytes: W's box and H's (encode_ws_maps: h_box_rows rows of 128 bytes)
+  const uint32_t stage_bytes = Cfg::kWStageBytes + static_cast<uint32_t>(h_box_rows(a.chunk_cols, Cfg::kNB)) * 128u;
   int slot = 0;
   uint32_t phase = 0;
   bool wrapped = false;
@@ -174,8 +176,6 @@ __device__ __forceinline__ void ws_tma_produce(const GemmArgs& a, const WsTensor
     int64_t rows0, rows_end;
     ws_chunk_rows(chunk, a, rows0, rows_end);
     const int32_t v0 = static_cast<int32_t>(vtile * Cfg::kBV), b0 = static_cast<int32_t>(rows0);
-    // the H box's bytes (encode_ws_maps: h_box_rows rows of 128 bytes)
-    const uint32_t stage_bytes = Cfg::kWStageBytes + static_cast<uint32_t>(h_box_rows(a.chunk_cols, Cfg::kNB)) * 128u;
     for (int kt = 0; kt < KT; ++kt) {
       if (wrapped) mbar_wait(bar_empty + 8 * slot, phase ^ 1u);  // release of stage p - S
       const uint32_t full = bar_full + 8 * slot;
