@@ -8,9 +8,13 @@ default `a`, or the first letter when there is no build a. A cell whose call sen
 extra pass (the bench's "(n/B)", its untimed call) ends in `fbN`, the most over the reps: a
 heuristic that sends more rows there shows as a cost and as a count.
 
-  python3 scripts/ab-pick.py DIR
+  python3 scripts/ab-pick.py DIR [--paired]
   python3 scripts/ab-pick.py DIR --candidates gij --options listed512,listed4096 --preset llama3-8b \\
       --batch 16,64,128 [--guard topk50] [--gain 1.5] [--slack 1.0] [--map g=k,i=l,j=m,none=s]
+
+With --paired, each cell also shows the range of its per-rep differences [min, max]: rep r of a
+build against rep r of the base (ab-addons.sh alternates the builds within a rep, so the two ran
+seconds apart); a range that excludes 0 is an effect every rep saw, one that holds 0 is noise.
 
 With --candidates, the last line printed is the winner's letter (or its --map name, `none` when
 no candidate wins), so that one device call can run the winner's suite after its A/B:
@@ -67,21 +71,34 @@ def parse_file(path):
 
 
 def load(directory):
-    """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE, and
-    {letter: {(preset, B): {option: the most extra-pass rows over the reps}}}."""
-    runs, fbs = {}, {}
+    """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE,
+    {letter: {(preset, B): {option: the most extra-pass rows over the reps}}} and
+    {letter: {rep: {(preset, B): {option: µs}}}}, each rep's own tables."""
+    runs, fbs, reps = {}, {}, {}
     for path in sorted(glob.glob(os.path.join(directory, "bench-*-*.txt"))):
         m = re.match(r"bench-([a-z])-(\d+)\.txt$", os.path.basename(path))
         if not m:
             continue
         for key, (cells, fb) in parse_file(path).items():
+            reps.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[key] = cells
             for option, us in cells.items():
                 runs.setdefault(m.group(1), {}).setdefault(key, {}).setdefault(option, []).append(us)
             for option, n in fb.items():
                 row = fbs.setdefault(m.group(1), {}).setdefault(key, {})
                 row[option] = max(row.get(option, 0), n)
     return ({l: {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in keys.items()}
-             for l, keys in runs.items()}, fbs)
+             for l, keys in runs.items()}, fbs, reps)
+
+
+def paired_range(reps, letter, base, key, option):
+    """(min, max) over the reps both builds ran of the option's cost difference, in points, or None."""
+    diffs = []
+    for r, tables in reps.get(letter, {}).items():
+        c = cost(tables.get(key, {}), option)
+        ca = cost(reps.get(base, {}).get(r, {}).get(key, {}), option)
+        if c is not None and ca is not None:
+            diffs.append(c - ca)
+    return (min(diffs), max(diffs)) if diffs else None
 
 
 def cost(cells, option):
@@ -106,8 +123,9 @@ def main():
     ap.add_argument("--fb-slack", type=int, default=1)
     ap.add_argument("--map", default="")
     ap.add_argument("--base", default="")
+    ap.add_argument("--paired", action="store_true")
     args = ap.parse_args()
-    data, fbs = load(args.dir)
+    data, fbs, reps = load(args.dir)
     if not data:
         sys.exit(f"ab-pick: no bench-<letter>-<rep>.txt tables in {args.dir}")
     letters = sorted(data)
@@ -128,7 +146,9 @@ def main():
                 else:
                     c, ca = cost(cells, option), cost(data[base].get((preset, b), {}), option)
                     n = fbs.get(l, {}).get((preset, b), {}).get(option, 0)
+                    span = paired_range(reps, l, base, (preset, b), option) if args.paired and l != base else None
                     vals.append((f"{c:+8.1f} ({c - ca:+5.1f})" if c is not None and ca is not None else " " * 14)
+                                + (f" [{span[0]:+.1f}, {span[1]:+.1f}]" if span else "")
                                 + (f" fb{n}" if n else ""))
             if any(v.strip() for v in vals):
                 print(f"{preset} {b} {option}: " + " ".join(f"{v:>14}" for v in vals))
