@@ -74,20 +74,25 @@ def load(directory):
     """{letter: {(preset, B): {option: median µs}}}, the `fused µs` column as BASE,
     {letter: {(preset, B): {option: the most extra-pass rows over the reps}}} and
     {letter: {rep: {(preset, B): {option: µs}}}}, each rep's own tables."""
-    runs, fbs, reps = {}, {}, {}
+    fbs, reps = {}, {}
     for path in sorted(glob.glob(os.path.join(directory, "bench-*-*.txt"))):
         m = re.match(r"bench-([a-z])-(\d+)\.txt$", os.path.basename(path))
         if not m:
             continue
         for key, (cells, fb) in parse_file(path).items():
             reps.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[key] = cells
-            for option, us in cells.items():
-                runs.setdefault(m.group(1), {}).setdefault(key, {}).setdefault(option, []).append(us)
             for option, n in fb.items():
                 row = fbs.setdefault(m.group(1), {}).setdefault(key, {})
                 row[option] = max(row.get(option, 0), n)
-    return ({l: {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in keys.items()}
-             for l, keys in runs.items()}, fbs, reps)
+    medians = {}
+    for letter, tables in reps.items():
+        runs = {}  # {(preset, B): {option: [µs of each rep]}}
+        for rep in sorted(tables):
+            for key, cells in tables[rep].items():
+                for option, us in cells.items():
+                    runs.setdefault(key, {}).setdefault(option, []).append(us)
+        medians[letter] = {k: {o: statistics.median(v) for o, v in cells.items()} for k, cells in runs.items()}
+    return medians, fbs, reps
 
 
 def paired_range(reps, letter, base, key, option):
