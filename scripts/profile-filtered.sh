@@ -18,8 +18,8 @@ batches=${BATCHES:-"1 64 256"}
 logits=${LOGITS:-model}
 # the kernels of a filtered call (the zeroing kernel, the listed tokens' table, the split kernel,
 # the decision, the winner check's kernel where it has one, the extra pass's five, the raw logprobs
-# of logprobsMode 'raw'), the chunked path's
-# (init_state, fold_chunk, decide_candidates) and the plain call's (clear_winners, finalize)
+# of logprobsMode 'raw'), the chunked path's (init_state, fold_chunk, decide_candidates) and the
+# plain call's (clear_winners, finalize)
 kernels='clear_one_pass|build_listed|listed_winners|wgmma_split|decide_one_pass|check_winners|whole_rows|flagged_rows|flagged_logits|histogram_kernel|cut_kernel|sample_kernel|raw_slice_stats|raw_logprobs|raw_from_tiles|init_state|fold_chunk|decide_candidates|clear_winners|finalize'
 for opt in $options; do
   for b in $batches; do
