@@ -1973,31 +1973,48 @@ __device__ __forceinline__ int nth_set_bit(uint32_t bits, int n) {
   return pos;
 }
 
-struct ListedPick {
+// A running Gumbel winner of one row: the packed best, its score and the noise limit it sets.
+struct RunningBest {
   unsigned long long best;
   float thr, intercept;
 };
 
-// Offers value x of token v (NaN: none) to the running best.
-__device__ __forceinline__ void offer_listed(ListedPick& pk, const detail::RowParams& rp, float slope, float x,
-                                             uint32_t v) {
-  if (x != x || x == -INFINITY) return;
-  float g = 0.0f;
-  if (!rp.greedy) {
-    if (fmaf(x, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) return;
-    const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, v >> 2);
-    const uint32_t q = v & 3u;
-    const uint32_t noise = q == 0u ? r.x[0] : q == 1u ? r.x[1] : q == 2u ? r.x[2] : r.x[3];
-    if (!detail::noise_bits_can_reach(noise, x, slope, pk.intercept)) return;
-    g = gumbel_from_bits(noise);
-  }
-  const Candidate cand = make_candidate(x, rp.inv_temperature, rp.greedy, g, v);
+__device__ __forceinline__ RunningBest running_best(unsigned long long packed) {
+  RunningBest pk;
+  pk.best = packed;
+  pk.thr = packed != 0ull ? detail::packed_score(packed) : -INFINITY;
+  pk.intercept = detail::noise_bits_limit_intercept(pk.thr);
+  return pk;
+}
+
+__device__ __forceinline__ void raise_best(RunningBest& pk, const Candidate& cand) {
   const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
   if (packed > pk.best) {
     pk.best = packed;
     pk.thr = cand.score;
     pk.intercept = detail::noise_bits_limit_intercept(pk.thr);
   }
+}
+
+// Offers sampled value x of token v, with its noise bits, to the running best.
+__device__ __forceinline__ void offer_sampled(RunningBest& pk, const detail::RowParams& rp, float slope, float x,
+                                              uint32_t noise, uint32_t v) {
+  if (!detail::noise_bits_can_reach(noise, x, slope, pk.intercept)) return;
+  raise_best(pk, make_candidate(x, rp.inv_temperature, false, gumbel_from_bits(noise), v));
+}
+
+// Offers value x of token v (NaN: none) to the running best.
+__device__ __forceinline__ void offer_listed(RunningBest& pk, const detail::RowParams& rp, float slope, float x,
+                                             uint32_t v) {
+  if (x != x || x == -INFINITY) return;
+  if (rp.greedy) {
+    raise_best(pk, make_candidate(x, rp.inv_temperature, true, 0.0f, v));
+    return;
+  }
+  if (fmaf(x, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) return;
+  const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, v >> 2);
+  const uint32_t q = v & 3u;
+  offer_sampled(pk, rp, slope, x, q == 0u ? r.x[0] : q == 1u ? r.x[1] : q == 2u ? r.x[2] : r.x[3], v);
 }
 
 __global__ void __launch_bounds__(kListedThreads)
@@ -2020,8 +2037,7 @@ __global__ void __launch_bounds__(kListedThreads)
   const int total = __shfl_sync(~0u, through, 31);
   const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
   const unsigned long long winner = __ldcg(winners + b);
-  ListedPick pk{winner, winner != 0ull ? detail::packed_score(winner) : -INFINITY, 0.0f};
-  pk.intercept = detail::noise_bits_limit_intercept(pk.thr);
+  RunningBest pk = running_best(winner);
   const float slope = rp.inv_temperature * detail::kLog2e;
   for (int k0 = 0; k0 < total; k0 += 32) {
     const int k = k0 + lane;  // the token this lane takes: in the word of lane j, the first with through > k
@@ -2131,30 +2147,19 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
     if (!weigh) {
       const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
       const float slope = rp.inv_temperature * detail::kLog2e;
-      unsigned long long best = __ldcg(&c->best);
-      float thr = best != 0ull ? detail::packed_score(best) : -INFINITY;
-      float intercept = detail::noise_bits_limit_intercept(thr);
+      RunningBest pk = running_best(__ldcg(&c->best));
       for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * blockDim.x) {
         float x[4];
 #pragma unroll
         for (int o = 0; o < 4; ++o) x[o] = v + o < v1 ? __ldcs(row + v + o) : -INFINITY;
         const float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-        if (fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < thr) continue;
+        if (fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) continue;
         const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(v >> 2));
 #pragma unroll
-        for (int o = 0; o < 4; ++o) {
-          if (x[o] == -INFINITY || !detail::noise_bits_can_reach(r.x[o], x[o], slope, intercept)) continue;
-          const Candidate cand = make_candidate(x[o], rp.inv_temperature, false, gumbel_from_bits(r.x[o]),
-                                                static_cast<uint32_t>(v + o));
-          const unsigned long long packed = detail::pack_candidate(cand.score, cand.key);
-          if (packed > best) {
-            best = packed;
-            thr = cand.score;
-            intercept = detail::noise_bits_limit_intercept(thr);
-          }
-        }
+        for (int o = 0; o < 4; ++o)
+          if (x[o] != -INFINITY) offer_sampled(pk, rp, slope, x[o], r.x[o], static_cast<uint32_t>(v + o));
       }
-      best = block_reduce<unsigned long long>(best, Max(), 0ull);
+      const unsigned long long best = block_reduce<unsigned long long>(pk.best, Max(), 0ull);
       if (threadIdx.x == 0) {
         atomicMax(&c->best, best);
         __threadfence();
@@ -2620,6 +2625,26 @@ struct OnePassLayout {
 bool raw_rows_stored(const SampleParams& p) { return reports_raw_logprobs(p) && p.top_logprobs > 0; }
 bool raw_from_stored_rows(const SampleParams& p) { return reports_raw_logprobs(p) && !raw_tiles_path(p); }
 
+// Only filters (and, on the one-pass path, topLogprobs) can send a row to the materialized pass.
+bool chunked_may_fall_back(const SampleParams& p) { return has_truncation(p); }
+// Several samples of a row that keeps every token need the whole row (the epilogue draws one): in a
+// call without filters every sampled row, so every row stores its logits for the extra pass.
+bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 && !chunked_may_fall_back(p); }
+bool one_pass_may_fall_back(const SampleParams& p) {
+  return chunked_may_fall_back(p) || p.top_logprobs > 0 || p.num_samples > 1;
+}
+// The one-pass path's [B, V] logits region: for the extra pass of the processed machinery
+// (without_processed_logprobs), and for every row's stored raw logits (raw_rows_stored).
+bool one_pass_stores_rows(const SampleParams& p) {
+  return one_pass_may_fall_back(without_processed_logprobs(p)) || raw_rows_stored(p);
+}
+// Whether the decision runs the winner check (check_winners): a top-p call of
+// kCheckWinnersMinBatch to kCheckWinnersMaxBatch rows whose rows may fall back.
+bool runs_winner_check(const SampleParams& p) {
+  return p.batch >= kCheckWinnersMinBatch && p.batch <= kCheckWinnersMaxBatch && p.top_p != nullptr &&
+         one_pass_may_fall_back(without_processed_logprobs(p));
+}
+
 // Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every
 // tile (raw_rows_stored).
 bool rows_store_some_tiles(const SampleParams& p) { return p.top_p != nullptr && !raw_rows_stored(p); }
@@ -2686,7 +2711,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.drop = layout.take(B * sizeof(uint32_t));
   l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
-  l.check_counts = layout.take(B <= static_cast<size_t>(kCheckWinnersMaxBatch) ? sizeof(CheckCounters) : 0);
+  l.check_counts = layout.take(runs_winner_check(p) ? sizeof(CheckCounters) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
   l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
@@ -2694,7 +2719,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
-  l.check = layout.take(B <= static_cast<size_t>(kCheckWinnersMaxBatch) ? B * sizeof(WinnerCheck) : 0);
+  l.check = layout.take(runs_winner_check(p) ? B * sizeof(WinnerCheck) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -2720,20 +2745,6 @@ ChunkedLayout chunked_layout(const SampleParams& p) {
   l.chunk_logits = layout.take(B * static_cast<size_t>(l.chunk) * sizeof(float));
   l.bytes = layout.bytes;
   return l;
-}
-
-// Only filters (and, on the one-pass path, topLogprobs) can send a row to the materialized pass.
-bool chunked_may_fall_back(const SampleParams& p) { return has_truncation(p); }
-// Several samples of a row that keeps every token need the whole row (the epilogue draws one): in a
-// call without filters every sampled row, so every row stores its logits for the extra pass.
-bool every_row_to_extra_pass(const SampleParams& p) { return p.num_samples > 1 && !chunked_may_fall_back(p); }
-bool one_pass_may_fall_back(const SampleParams& p) {
-  return chunked_may_fall_back(p) || p.top_logprobs > 0 || p.num_samples > 1;
-}
-// The one-pass path's [B, V] logits region: for the extra pass of the processed machinery
-// (without_processed_logprobs), and for every row's stored raw logits (raw_rows_stored).
-bool one_pass_stores_rows(const SampleParams& p) {
-  return one_pass_may_fall_back(without_processed_logprobs(p)) || raw_rows_stored(p);
 }
 
 // Zeroes the one-pass workspace's counters (`words` 16-byte words) and the fallback-row count, and
@@ -2834,7 +2845,6 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   f.min_p_first = p.filter_order == FilterOrder::kMinPFirst ? 1 : 0;
   f.shard = shard ? 1 : 0;
   f.raw_tiles = raw_tiles_path(p) && !shard ? reinterpret_cast<detail::RawTileStats*>(ws + l.raw) : nullptr;
-  f.check_winners = p.batch >= kCheckWinnersMinBatch && p.batch <= kCheckWinnersMaxBatch ? 1 : 0;
   unsigned long long* winners = reinterpret_cast<unsigned long long*>(ws + l.win);
   // The extra pass's [B, V] fp32 logits: written by the epilogue for rows that store theirs (every
   // tile, or with stored_tiles the tiles it chose), by the extra pass for the rest of flagged rows.
@@ -2871,10 +2881,8 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   }
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
-  // the winner check's records, where its rows may be listed (a top-p call that one_pass_may_fall_back)
-  WinnerCheck* check = f.check_winners != 0 && q.top_p != nullptr && one_pass_may_fall_back(q)
-                                 ? reinterpret_cast<WinnerCheck*>(ws + l.check)
-                                 : nullptr;
+  // the winner check's records, where its rows may be listed
+  WinnerCheck* check = runs_winner_check(p) ? reinterpret_cast<WinnerCheck*>(ws + l.check) : nullptr;
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   bool programmatic = false;

@@ -101,7 +101,6 @@ struct FilterArgs {
   int32_t min_p_first;     // SampleParams::filter_order is vLLM's (FilterOrder::kMinPFirst)
   int32_t shard;           // a vocabulary shard's call (partial.cu): every row's summaries and winner
   RawTileStats* raw_tiles; // [batch, num_vtiles], or nullptr: the raw distribution's tile statistics
-  int32_t check_winners = 0;  // top-p rows may keep their unfiltered winner (row_checks_winner)
 };
 
 // Row b's raw statistics of one tile (FilterArgs::raw_tiles), from each lane's quad of softcapped
@@ -194,11 +193,11 @@ __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bo
 // is w. With every tile stored, the decision kernel's check blocks (filters.cu) draw w over the
 // stored values and weigh those at or above w's against p of the row's mass. Only rows whose drawn
 // values are the stored ones (no softcap, mask or listed token), one sample, no logprobs (they
-// need the nucleus's mass) and top-p alone (no top-k or min-p to intersect), in calls of
-// kCheckWinnersMinBatch to kCheckWinnersMaxBatch rows (check_winners).
+// need the nucleus's mass) and top-p alone (no top-k or min-p to intersect), in the calls whose
+// decision runs the check (filters.cu: runs_winner_check).
 __device__ __forceinline__ bool row_checks_winner(const FilterArgs& f, int32_t top_k, float top_p, float min_p,
                                                   int32_t num_samples, bool greedy) {
-  return f.check_winners != 0 && row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f &&
+  return row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f &&
          num_samples == 1 && f.row_logits != nullptr && f.stored_tiles != nullptr && f.store_all == 0 && f.shard == 0 &&
          f.softcap <= 0.0f && f.allowed == nullptr && f.listed == nullptr && f.logprobs == 0 &&
          f.top_logprobs == 0 && f.raw_tiles == nullptr;
