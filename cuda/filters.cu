@@ -2071,9 +2071,9 @@ __global__ void __launch_bounds__(kListedThreads)
 constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
-// The decision grid's blocks past its rows, that check (check_winners): one round of them for a
-// listed row's 32 tasks (16 draws, 16 weighs), three for the ~3 rows B = 64 lists (model-like).
-constexpr int kCheckBlocks = 32;
+// The decision grid's blocks past its rows, that check (check_winners): 64 beat 32 by 1.5-12 points
+// at model-like B = 64 and 128 (H100, 2026-12-06), and cost Gaussian calls of 4-64 rows <= 0.5.
+constexpr int kCheckBlocks = 64;
 struct WinnerCheck {
   double z;                   // the row's mass (the tile summaries' sum, as the decision's)
   double part[kCheckSlices];  // each slice's mass at or above the winner's logit, the winner left out
@@ -2082,10 +2082,10 @@ struct WinnerCheck {
   uint32_t drawn, weighed;    // the row's slices drawn and weighed
 };
 struct CheckCounters {
-  uint32_t decided;  // the decision's rows published (all B: the check blocks may start)
+  uint32_t decided;  // the decision's rows done (all B: no row is listed after)
   uint32_t checks;   // rows listed for the check
   uint32_t taken;    // the check's tasks taken by its blocks
-  int32_t rows[kCheckWinnersMaxBatch];
+  uint32_t listed[kCheckWinnersMaxBatch];  // the listed rows in listing order: b + 1 once published
 };
 
 // One decision block's row, listed for the check with its record (thread 0, block-uniform call).
@@ -2100,7 +2100,10 @@ __device__ __forceinline__ void list_for_check(const SampleParams& p, int64_t b,
   r.weighed = 0u;
   fallback[b] = 2;  // stored: the extra pass reads its tiles back, if the check hands it on
   atomicAdd(p.fallback_rows, 1);
-  counts->rows[atomicAdd(&counts->checks, 1u)] = static_cast<int32_t>(b);
+  const uint32_t at = atomicAdd(&counts->checks, 1u);
+  // (release: the record above is visible to a check block that reads the entry)
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(counts->listed + at), "r"(static_cast<uint32_t>(b + 1))
+               : "memory");
 }
 
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* x) {
@@ -2109,38 +2112,48 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* x) {
   return v;
 }
 
-// The check blocks: once every row is published (counts->decided == B), the listed rows' tasks,
-// each block taking the next from one counter: every row's kCheckSlices draws (the winner over a
-// slice of the stored values, pruned as the epilogue prunes, merged by atomicMax), then every
-// row's weighs (the slice's mass at or above the winner's logit but the winner: fp32 exp2 terms
-// summed in float64, ~1e-6 relative like the tile summaries behind z). Nothing can hang however
-// few blocks are resident (MPS, green contexts, kernels beside it): the rows' blocks come first in
-// the grid and wait on nothing, and a weigh waits only for its row's draws, earlier tasks that
-// running blocks took and finish without waiting. The row's last weigh adds the slices in order
-// (deterministic) and keeps the winner when that mass, which bounds the mass before the winner in
-// the order from above, is below p z with a margin of 1e-4 (rows near the cut go to the extra pass).
+// The row listed i-th for the check once its entry is published, or -1 when every row is decided
+// and fewer were listed (thread 0).
+__device__ __forceinline__ int64_t listed_row(const CheckCounters* counts, uint32_t i, uint32_t batch) {
+  if (i >= batch) return -1;
+  while (true) {
+    const uint32_t e = load_acquire(counts->listed + i);
+    if (e != 0u) return static_cast<int64_t>(e) - 1;
+    // a row's listing comes before its block counts itself decided
+    if (load_acquire(&counts->decided) == batch && load_acquire(&counts->checks) <= i) return -1;
+    __nanosleep(64);
+  }
+}
+
+// The check blocks: the listed rows' tasks, each block taking the next from one counter, a row's
+// as soon as it is listed (its checks overlap the other rows' decisions): the row's kCheckSlices
+// draws (the winner over a slice of the stored values, pruned as the epilogue prunes, merged by
+// atomicMax), then its weighs (the slice's mass at or above the winner's logit but the winner:
+// fp32 exp2 terms summed in float64, ~1e-6 relative like the tile summaries behind z). Nothing
+// can hang however few blocks are resident (MPS, green contexts, kernels beside it): the rows'
+// blocks come first in the grid and wait on nothing, a task waits only for its row's listing,
+// and a weigh for its row's draws, earlier tasks that running blocks took and finish without
+// waiting. The row's last weigh adds the slices in order (deterministic) and keeps the winner
+// when that mass, which bounds the mass before the winner in the order from above, is below p z
+// with a margin of 1e-4 (rows near the cut go to the extra pass).
 __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f, int32_t* fallback,
                               WinnerCheck* check, CheckCounters* counts) {
-  __shared__ uint32_t s_n, s_task;
+  __shared__ uint32_t s_task;
+  __shared__ int64_t s_row;
   __shared__ unsigned long long s_best;
-  const int64_t B = p.batch;
-  if (threadIdx.x == 0) {
-    while (load_acquire(&counts->decided) < static_cast<uint32_t>(B)) __nanosleep(64);
-    s_n = load_acquire(&counts->checks);
-  }
-  __syncthreads();
-  const int64_t per_phase = static_cast<int64_t>(s_n) * kCheckSlices;
   const int64_t V = p.vocab, per = (V + 4 * kCheckSlices - 1) / (4 * kCheckSlices) * 4;  // multiples of 4
-  while (per_phase > 0) {
-    if (threadIdx.x == 0) s_task = atomicAdd(&counts->taken, 1u);
+  while (true) {
+    if (threadIdx.x == 0) {
+      s_task = atomicAdd(&counts->taken, 1u);
+      s_row = listed_row(counts, s_task / (2 * kCheckSlices), static_cast<uint32_t>(p.batch));
+    }
     __syncthreads();
-    const int64_t task = s_task;
-    __syncthreads();  // s_task is rewritten by the next take
-    if (task >= 2 * per_phase) break;
-    const bool weigh = task >= per_phase;
-    const int64_t i = weigh ? task - per_phase : task;
-    const int64_t b = __ldcg(counts->rows + i / kCheckSlices);
-    const int slice = static_cast<int>(i % kCheckSlices);
+    const uint32_t task = s_task;
+    const int64_t b = s_row;
+    __syncthreads();  // s_task and s_row are rewritten by the next take
+    if (b < 0) break;
+    const bool weigh = task % (2 * kCheckSlices) >= kCheckSlices;
+    const int slice = static_cast<int>(task % kCheckSlices);
     WinnerCheck* c = check + b;
     const float* row = f.row_logits + b * V;
     const int64_t v0 = slice * per, v1 = v0 + per < V ? v0 + per : V;
@@ -2473,8 +2486,8 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
 }
 
 // One block per row (decide_one_pass_row), then with the winner check (kChecks) kCheckBlocks
-// blocks more (check_winners): a row's block publishes it when done, from thread 0, which wrote
-// everything the check reads (its list entry and record). Calls without the check run the
+// blocks more (check_winners): a row's block lists a row for the check with a release of its
+// entry (list_for_check) and counts itself decided when done. Calls without the check run the
 // instantiation that has none of its code (the row decision is latency-bound at small B).
 template <bool kChecks>
 __global__ void __launch_bounds__(kThreads)
