@@ -2071,9 +2071,9 @@ __global__ void __launch_bounds__(kListedThreads)
 constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
-// The decision grid's blocks past its rows, that check (check_winners): 64 beat 32 by 1.5-12 points
-// at model-like B = 64 and 128 (H100, 2026-12-06), and cost Gaussian calls of 4-64 rows <= 0.5.
-constexpr int kCheckBlocks = 64;
+// The decision grid's blocks past its rows, that check (check_winners): 128 beat 64 by 0.7-12 and 64
+// beat 32 by 1.5-12 points at model-like B = 64 and 128 (H100, 2026-12-06), Gaussian B 4-64 +-0.8.
+constexpr int kCheckBlocks = 128;
 struct WinnerCheck {
   double z;                   // the row's mass (the tile summaries' sum, as the decision's)
   double part[kCheckSlices];  // each slice's mass at or above the winner's logit, the winner left out
