@@ -2243,7 +2243,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   };
   // a top-p row its candidates cannot decide that checks its winner, every tile stored: listed for
   // the check blocks (check_winners), else flagged for the extra pass (block-uniform)
-  const bool checks_winner = kChecks && detail::row_checks_winner(f, c.top_k, c.top_p, c.min_p, p.num_samples, greedy);
+  const bool checks_winner = kChecks && detail::row_checks_winner(c.top_k, c.top_p, c.min_p, greedy);
   auto flag_or_check_winner = [&](float m, double z, long long valid) {
     if (!checks_winner || valid != p.vocab) {
       flag();
@@ -2652,10 +2652,16 @@ bool one_pass_stores_rows(const SampleParams& p) {
   return one_pass_may_fall_back(without_processed_logprobs(p)) || raw_rows_stored(p);
 }
 // Whether the decision runs the winner check (check_winners): a top-p call of
-// kCheckWinnersMinBatch to kCheckWinnersMaxBatch rows whose rows may fall back.
+// kCheckWinnersMinBatch to kCheckWinnersMaxBatch rows whose rows may fall back, where a flagged
+// row's stored values are the drawn ones and its token is all it reports: one sample, no processed
+// logprobs, no softcap, mask or listed tokens, rows that store the tiles they choose (not every
+// tile for raw logprobs), no shard. Which rows of such a call check is detail::row_checks_winner.
 bool runs_winner_check(const SampleParams& p) {
+  const SampleParams q = without_processed_logprobs(p);
   return p.batch >= kCheckWinnersMinBatch && p.batch <= kCheckWinnersMaxBatch && p.top_p != nullptr &&
-         one_pass_may_fall_back(without_processed_logprobs(p));
+         p.partial == nullptr && p.num_samples == 1 && q.logprobs == nullptr && q.top_logprobs == 0 &&
+         p.softcap <= 0.0f && p.allowed == nullptr && p.listed_marks == nullptr && !raw_rows_stored(p) &&
+         !raw_tiles_path(p) && one_pass_may_fall_back(q);
 }
 
 // Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every

@@ -191,16 +191,12 @@ __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bo
 // A top-p row whose nucleus outgrows the candidates (a flat row's) is decided without the extra
 // pass when its unfiltered Gumbel winner w lies in the nucleus: the argmax over a set that holds w
 // is w. With every tile stored, the decision kernel's check blocks (filters.cu) draw w over the
-// stored values and weigh those at or above w's against p of the row's mass. Only rows whose drawn
-// values are the stored ones (no softcap, mask or listed token), one sample, no logprobs (they
-// need the nucleus's mass) and top-p alone (no top-k or min-p to intersect), in the calls whose
-// decision runs the check (filters.cu: runs_winner_check).
-__device__ __forceinline__ bool row_checks_winner(const FilterArgs& f, int32_t top_k, float top_p, float min_p,
-                                                  int32_t num_samples, bool greedy) {
-  return row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f &&
-         num_samples == 1 && f.row_logits != nullptr && f.stored_tiles != nullptr && f.store_all == 0 && f.shard == 0 &&
-         f.softcap <= 0.0f && f.allowed == nullptr && f.listed == nullptr && f.logprobs == 0 &&
-         f.top_logprobs == 0 && f.raw_tiles == nullptr;
+// stored values and weigh those at or above w's against p of the row's mass. The call decides on
+// the host whether its drawn values are the stored ones (no softcap, mask or listed token), one
+// sample, no logprobs (they need the nucleus's mass): filters.cu's runs_winner_check. The row
+// checks when it has top-p alone (no top-k or min-p to intersect).
+__device__ __forceinline__ bool row_checks_winner(int32_t top_k, float top_p, float min_p, bool greedy) {
+  return row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f;
 }
 
 // Such a row stores a tile on a CTA's first item of its batch chunk, and later only while it looks
