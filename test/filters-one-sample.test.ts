@@ -354,6 +354,34 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // A min-p row alone whose candidates fill more than one batch of the decision (8192 values) is
+    // drawn batch by batch as they are gathered (cuda/filters.cu: decide_min_p_streamed), with no
+    // bound on its kept set. Gaussian std 1 rows at min-p 0.1 (~2.3 K tokens kept of ~13 K appended)
+    // and at T 1.3 and min-p 0.15 (~4 K of ~16 K) are decided so; min-p 0.002 keeps nearly every
+    // token, overflows the row's 32768 candidates and takes the extra pass; a Gaussian std 4 row's
+    // candidates fit one batch (decide_prefix). (A row of one dominant token over a narrow bulk
+    // appends whole tiles until some CTA sees that token, and may overflow and take the pass.)
+    test('V = 128256: min-p rows with thousands of kept tokens, drawn as their candidates are gathered', async () => {
+      const V = 128256;
+      const B = 13;
+      const kinds = [gaussianLogits(V, 51, 1), gaussianLogits(V, 52, 1), gaussianLogits(V, 53, 4), gaussianLogits(V, 54, 1)];
+      const minP = [0.1, 0.002, 0.1, 0.15];
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 4]), { D: 16 });
+      try {
+        const fallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1500 + b)),
+          offset: c,
+          minP: Float32Array.from({ length: B }, (_, b) => minP[b % 4]),
+          temperature: Float32Array.from({ length: B }, (_, b) => (b % 4 === 3 ? 1.3 : 1)),
+          logprobs: true,
+        }));
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 3);  // the min-p 0.002 rows
+        expect(fallbackRows).toBeLessThanOrEqual(3 * 3 + 1);
+      } finally {
+        p.dispose();
+      }
+    });
+
     // The check's batch bounds (cuda/filters.cu: kCheckWinnersMinBatch 4, kCheckWinnersMaxBatch 128),
     // with every row flagged (Gaussian std 1 at T 0.6 and top-p 0.9: ~45 K-token nuclei, winner held
     // ~89 % of the time): below and above them every flagged row takes the extra pass; at them the
