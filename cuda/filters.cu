@@ -2216,17 +2216,13 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
   }
 }
 
-// One block per row: the row's statistics from the tile summaries, its winner and the winner's
-// logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
-// the largest threshold used and above the largest dropped value), decided in shared memory
-// (decide_prefix) or, when that does not fit, by decide_row over the compacted candidates.
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
 // every value of weight exp((l - m) / T) >= minP: its kept set needs no order, so each batch of
 // candidates is drawn as it is gathered, with no bound on the prefix. A flat row keeps 8-16 % of the
-// vocabulary at T 1 and min-p 0.05 (model-like logits: 10-20 K keys), and the rows past kPrefixCap
-// took the generic path: the decision 118 us against top-k 50's 24 at llama3-8b B = 128 (ncu, H100).
-// x / xv hold the first batch (loaded before the summaries merge). Decides as decide_prefix does
-// (a prefix that holds every value min-p keeps) and returns true, or returns false (extra pass).
+// vocabulary at T 1 and min-p 0.05 (model-like logits: 10-20 K keys); past kPrefixCap such a row
+// would take the generic path (the decision 118 us against top-k 50's 24 at llama3-8b B = 128, ncu,
+// H100). x / xv hold the first batch (loaded before the summaries merge). Decides as decide_prefix
+// does (a prefix that holds every value min-p keeps) and returns true, or returns false (extra pass).
 __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c, PrefixShared& s, const float* val,
                                       const uint32_t* idx, const CandidateSlices& cs, float (&x)[kPrefixRounds][4],
                                       uint32_t (&xv)[kPrefixRounds][4], float level, uint32_t dropped, float m,
@@ -2306,6 +2302,10 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
   return true;
 }
 
+// One block per row: the row's statistics from the tile summaries, its winner and the winner's
+// logit, then the candidates cut to the prefix the epilogue provably gathered in full (values >=
+// the largest threshold used and above the largest dropped value), decided in shared memory
+// (decide_prefix) or, when that does not fit, by decide_row over the compacted candidates.
 template <bool kChecks>
 __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const detail::FilterArgs& f,
                                                     const unsigned long long* winners, int32_t* fallback,
