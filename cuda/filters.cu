@@ -2216,6 +2216,20 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
   }
 }
 
+// The first of `mine` consecutive slots of s.key for this thread: the warp's lanes in order, the
+// warp's run reserved on the block's count n by its last lane (one shared atomic a warp).
+__device__ __forceinline__ int reserve_keys(int& n, uint32_t mine, int lane) {
+  uint32_t incl = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int at = 0;
+  if (lane == 31 && incl > 0u) at = atomicAdd(&n, static_cast<int>(incl));
+  return __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
+}
+
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
 // every value of weight exp((l - m) / T) >= minP: its kept set needs no order, so each batch of
 // candidates is drawn as it is gathered, with no bound on the prefix. A flat row keeps 8-16 % of the
@@ -2265,15 +2279,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
       mine += __popc(keep[r]);
     }
     // the kept keys of the batch to the front of s.key, so that the draw's Philox runs on full warps
-    uint32_t incl = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
-    int at = 0;
-    if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
-    at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
+    int at = reserve_keys(s.n, mine, lane);
 #pragma unroll
     for (int r = 0; r < kPrefixRounds; ++r)
 #pragma unroll
@@ -2513,15 +2519,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
           if (x[r][o] >= lvl && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
         mine += __popc(keep[r]);
       }
-      uint32_t incl = mine;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      int at = 0;
-      if (lane == 31 && incl > 0u) at = atomicAdd(&s.n, static_cast<int>(incl));
-      at = __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
+      int at = reserve_keys(s.n, mine, lane);
 #pragma unroll
       for (int r = 0; r < kPrefixRounds; ++r)
 #pragma unroll
