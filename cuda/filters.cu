@@ -2230,17 +2230,34 @@ __device__ __forceinline__ int reserve_keys(int& n, uint32_t mine, int lane) {
   return __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
 }
 
+// A streamed min-p row's batches dealt over more blocks of the decision (decide_min_p_streamed):
+// its blocks b + j B, j < parts, take batch i when i mod parts = j, each draws its share, and the
+// last to finish merges the shares in block order (the same mass and token whatever finishes last).
+struct MinPShare {
+  double z;                      // the share's kept mass
+  unsigned long long in_prefix;  // its values of the prefix
+  float lo;                      // its lowest value of the prefix
+  Pick best;                     // its best kept key
+};
+struct MinPSplit {
+  MinPShare* shares;  // [B, parts]
+  uint32_t* done;     // [B], zeroed: the row's blocks that wrote their share
+  int parts;          // 1: no split (min_p_split_parts)
+};
+constexpr int kMinPSplitMax = 4;
+
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
 // every value of weight exp((l - m) / T) >= minP: its kept set needs no order, so each batch of
 // candidates is drawn as it is gathered, with no bound on the prefix. A flat row keeps 8-16 % of the
 // vocabulary at T 1 and min-p 0.05 (model-like logits: 10-20 K keys); past kPrefixCap such a row
 // would take the generic path (the decision 118 us against top-k 50's 24 at llama3-8b B = 128, ncu,
 // H100). x / xv hold the first batch (loaded before the summaries merge). Decides as decide_prefix
-// does (a prefix that holds every value min-p keeps) and returns true, or returns false (extra pass).
+// does (a prefix that holds every value min-p keeps) and returns true, or returns false (extra pass);
+// with a split, a block that leaves the merge to another returns true.
 __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c, PrefixShared& s, const float* val,
                                       const uint32_t* idx, const CandidateSlices& cs, float (&x)[kPrefixRounds][4],
                                       uint32_t (&xv)[kPrefixRounds][4], float level, uint32_t dropped, float m,
-                                      long long valid) {
+                                      long long valid, const MinPSplit& split, int part) {
   const int64_t b = c.b;
   const int lane = threadIdx.x & 31;
   const double md = static_cast<double>(m);
@@ -2260,7 +2277,10 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     const double d = (static_cast<double>(l) - md) * inv_t;
     return d >= ln_min_w + 1e-9 || (d > ln_min_w - 1e-9 && exp(d) >= min_w);
   };
-  for (int64_t base = 0; base < cs.quads; base += batch) {
+  const int parts = split.parts;
+  const int64_t stride = parts * batch;
+  if (part > 0 && part * batch < cs.quads) load_prefix_batch(val, idx, cs, part * batch, x, xv);
+  for (int64_t base = part * batch; base < cs.quads; base += stride) {
     __syncthreads();  // the previous batch's draw has read s.key and s.n
     if (threadIdx.x == 0) s.n = 0;
     __syncthreads();
@@ -2286,26 +2306,54 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
       for (int o = 0; o < 4; ++o)
         if ((keep[r] >> o) & 1u) s.key[at++] = order_key(x[r][o], xv[r][o]);
     // the next batch's loads in flight during this batch's draw
-    if (base + batch < cs.quads) load_prefix_batch(val, idx, cs, base + batch, x, xv);
+    if (base + stride < cs.quads) load_prefix_batch(val, idx, cs, base + stride, x, xv);
     __syncthreads();
     const int n = s.n;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       add_to_draw(c, s.key[i], weight(key_value(s.key[i])), inv_tf, best, zk);
   }
-  const long long prefix_n = block_reduce(static_cast<long long>(in_prefix), Sum(), 0ll);
-  const float lo = -block_reduce(-local_lo, Max(), -INFINITY);
+  long long prefix_n = block_reduce(static_cast<long long>(in_prefix), Sum(), 0ll);
+  float lo = -block_reduce(-local_lo, Max(), -INFINITY);
   best = block_best(best);
   zk = block_reduce(zk, Sum(), 0.0);
+  __shared__ int s_last, s_decided;  // this block merges the split's shares; the row is decided
+  if (parts > 1) {
+    if (threadIdx.x == 0) {
+      split.shares[b * parts + part] = MinPShare{zk, static_cast<unsigned long long>(prefix_n), lo, best};
+      __threadfence();
+      s_last = atomicAdd(split.done + b, 1u) == static_cast<uint32_t>(parts - 1) ? 1 : 0;
+    }
+    __syncthreads();
+    if (s_last == 0) return true;  // another block merges the row
+    if (threadIdx.x == 0) {
+      __threadfence();
+      zk = 0.0;
+      prefix_n = 0;
+      lo = INFINITY;
+      best = Pick{-INFINITY, kNoToken, 0.0f};
+      for (int j = 0; j < parts; ++j) {
+        const MinPShare* sh = split.shares + b * parts + j;
+        zk += __ldcg(&sh->z);
+        prefix_n += static_cast<long long>(__ldcg(&sh->in_prefix));
+        lo = fminf(lo, __ldcg(&sh->lo));
+        const Pick q{__ldcg(&sh->best.score), __ldcg(&sh->best.key), __ldcg(&sh->best.logit)};
+        if (candidate_better(q.score, q.key, best.score, best.key)) best = q;
+      }
+    }
+  }
   // decide_one_pass_row's and decide_prefix's tests: values below the level are left out of the
   // prefix, and may pass min-p only when the level (and the prefix's lowest value) does
-  const bool complete = prefix_n >= valid || weight(level) < min_w || (prefix_n > 0 && weight(lo) < min_w);
-  if (!complete || best.key == kNoToken) return false;
   if (threadIdx.x == 0) {
-    p.tokens[b] = static_cast<int32_t>(best.key & 0x7fffffffu);
-    if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(best.logit) - md) * inv_t - log(zk));
-    if (p.row_status) p.row_status[b] = kRowOk;
+    const bool complete = prefix_n >= valid || weight(level) < min_w || (prefix_n > 0 && weight(lo) < min_w);
+    s_decided = complete && best.key != kNoToken ? 1 : 0;
+    if (s_decided) {
+      p.tokens[b] = static_cast<int32_t>(best.key & 0x7fffffffu);
+      if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(best.logit) - md) * inv_t - log(zk));
+      if (p.row_status) p.row_status[b] = kRowOk;
+    }
   }
-  return true;
+  __syncthreads();
+  return s_decided != 0;
 }
 
 // One block per row: the row's statistics from the tile summaries, its winner and the winner's
@@ -2315,11 +2363,15 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
 template <bool kChecks>
 __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const detail::FilterArgs& f,
                                                     const unsigned long long* winners, int32_t* fallback,
-                                                    WinnerCheck* check, CheckCounters* counts) {
+                                                    WinnerCheck* check, CheckCounters* counts,
+                                                    const MinPSplit& split, int part) {
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   PrefixShared& s = *reinterpret_cast<PrefixShared*>(dyn_smem);
-  const int64_t b = blockIdx.x;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) - part * p.batch;
   const RowControl c = load_control(p, b);
+  // a split's other blocks (part > 0) work only on a row that may take the streamed min-p path,
+  // and write nothing before it
+  if (part > 0 && !(c.top_p >= 1.0f && c.min_p > 0.0f && c.temperature != 0.0f)) return;
   const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
   const bool greedy = c.temperature == 0.0f;
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
@@ -2392,15 +2444,16 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   const long long valid = sum.valid, posinf = sum.posinf;
   const double z = greedy ? 0.0 : sum.z;
 
-  if (threadIdx.x == 0) fallback[b] = 0;
+  if (threadIdx.x == 0 && part == 0) fallback[b] = 0;
   if (valid == 0) {
-    write_no_candidate(p, b);
+    if (part == 0) write_no_candidate(p, b);
     return;
   }
   const int32_t token = detail::packed_token(winners[b]);
   if (posinf > 0) {
     // +Inf logits share the mass uniformly and no filter applies: the winner (drawn among them by
     // the noise alone) is the token. topLogprobs lists them: the materialized row does that.
+    if (part > 0) return;
     if (p.top_logprobs > 0 || S > 1) {
       flag();
       return;
@@ -2498,9 +2551,11 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
   // (rows with one batch of candidates or less keep decide_prefix's path: its few-key draw on one warp)
   if (minp_alone && S == 1 && p.top_logprobs == 0 && cs.quads > batch) {  // block-uniform
-    if (!decide_min_p_streamed(p, c, s, val, idx, cs, x, xv, level, dropped, m, valid)) flag_or_check_winner(m, z, valid);
+    if (!decide_min_p_streamed(p, c, s, val, idx, cs, x, xv, level, dropped, m, valid, split, part))
+      flag_or_check_winner(m, z, valid);
     return;
   }
+  if (part > 0) return;
   float lvl = tight;
   bool incomplete = false;
   for (;;) {
@@ -2581,14 +2636,15 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
 template <bool kChecks>
 __global__ void __launch_bounds__(kThreads)
     decide_one_pass_kernel(SampleParams p, detail::FilterArgs f, const unsigned long long* winners,
-                           int32_t* fallback, WinnerCheck* check, CheckCounters* counts) {
+                           int32_t* fallback, WinnerCheck* check, CheckCounters* counts, MinPSplit split) {
   if constexpr (kChecks) {
     if (blockIdx.x >= p.batch) {
       check_winners(p, f, fallback, check, counts);
       return;
     }
   }
-  decide_one_pass_row<kChecks>(p, f, winners, fallback, check, counts);
+  const int part = kChecks ? 0 : static_cast<int>(blockIdx.x / static_cast<uint64_t>(p.batch));
+  decide_one_pass_row<kChecks>(p, f, winners, fallback, check, counts, split, part);
   if constexpr (kChecks) {
     if (threadIdx.x == 0) {
       __threadfence();
@@ -2718,8 +2774,8 @@ namespace {
 
 // The one-pass path's workspace regions (byte offsets), the first `zeroed` bytes zeroed per call.
 struct OnePassLayout {
-  size_t win, count, slice, top, theta, drop, hist, marks, check_counts, zeroed, tiles, raw, val, idx, fb, check,
-      bytes;
+  size_t win, count, slice, top, theta, drop, hist, marks, check_counts, split_done, zeroed, tiles, raw, val, idx, fb,
+      check, split_shares, bytes;
 };
 
 // Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
@@ -2751,6 +2807,18 @@ bool runs_winner_check(const SampleParams& p) {
          p.partial == nullptr && p.num_samples == 1 && q.logprobs == nullptr && q.top_logprobs == 0 &&
          p.softcap <= 0.0f && p.allowed == nullptr && p.listed_marks == nullptr && !raw_rows_stored(p) &&
          !raw_tiles_path(p) && one_pass_may_fall_back(q);
+}
+
+// The decision's blocks a streamed min-p row's batches are dealt over (MinPSplit): up to
+// kMinPSplitMax while the grid of B x parts fits the SMs at one block each (the decision's 512
+// threads at ~120 registers), in calls whose rows may stream (min-p, one sample, no topLogprobs,
+// no winner check: its blocks follow the rows').
+int min_p_split_parts(const SampleParams& p) {
+  const SampleParams q = without_processed_logprobs(p);
+  if (p.min_p == nullptr || p.num_samples != 1 || q.top_logprobs != 0 || p.partial != nullptr || runs_winner_check(p))
+    return 1;
+  const int64_t parts = detail::multiprocessor_count() / (p.batch > 0 ? p.batch : 1);
+  return parts < 1 ? 1 : parts > kMinPSplitMax ? kMinPSplitMax : static_cast<int>(parts);
 }
 
 // Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every
@@ -2820,6 +2888,8 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
   l.check_counts = layout.take(runs_winner_check(p) ? sizeof(CheckCounters) : 0);
+  const int parts = min_p_split_parts(p);
+  l.split_done = layout.take(parts > 1 ? B * sizeof(uint32_t) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
   l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
@@ -2828,6 +2898,7 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
   l.check = layout.take(runs_winner_check(p) ? B * sizeof(WinnerCheck) : 0);
+  l.split_shares = layout.take(parts > 1 ? B * static_cast<size_t>(parts) * sizeof(MinPShare) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -3019,14 +3090,18 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
       err = detail::prepare_kernel(decide_one_pass_kernel<true>, kThreads, static_cast<int>(kSmem), &per_sm);
       if (err == cudaSuccess) {
         decide_one_pass_kernel<true><<<static_cast<unsigned>(B + kCheckBlocks), kThreads, kSmem, stream>>>(
-            q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts));
+            q, f, winners, fallback, check, reinterpret_cast<CheckCounters*>(ws + l.check_counts),
+            MinPSplit{nullptr, nullptr, 1});
         err = cudaGetLastError();
       }
     } else {
       err = detail::prepare_kernel(decide_one_pass_kernel<false>, kThreads, static_cast<int>(kSmem), &per_sm);
       if (err == cudaSuccess) {
-        decide_one_pass_kernel<false><<<static_cast<unsigned>(B), kThreads, kSmem, stream>>>(q, f, winners, fallback,
-                                                                                             nullptr, nullptr);
+        const int parts = min_p_split_parts(p);
+        const MinPSplit split{parts > 1 ? reinterpret_cast<MinPShare*>(ws + l.split_shares) : nullptr,
+                              parts > 1 ? reinterpret_cast<uint32_t*>(ws + l.split_done) : nullptr, parts};
+        decide_one_pass_kernel<false><<<static_cast<unsigned>(B * parts), kThreads, kSmem, stream>>>(
+            q, f, winners, fallback, nullptr, nullptr, split);
         err = cudaGetLastError();
       }
     }

@@ -356,27 +356,33 @@ describeDevices((devName, dev) => {
 
     // A min-p row alone whose candidates fill more than one batch of the decision (8192 values) is
     // drawn batch by batch as they are gathered (cuda/filters.cu: decide_min_p_streamed), with no
-    // bound on its kept set. Gaussian std 1 rows at min-p 0.1 (~2.3 K tokens kept of ~13 K appended)
-    // and at T 1.3 and min-p 0.15 (~4 K of ~16 K) are decided so; min-p 0.002 keeps nearly every
-    // token, overflows the row's 32768 candidates and takes the extra pass; a Gaussian std 4 row's
-    // candidates fit one batch (decide_prefix). (A row of one dominant token over a narrow bulk
-    // appends whole tiles until some CTA sees that token, and may overflow and take the pass.)
-    test('V = 128256: min-p rows with thousands of kept tokens, drawn as their candidates are gathered', async () => {
+    // bound on its kept set, its batches dealt over up to 4 blocks where the grid has room (B = 13:
+    // 4 blocks a row on 132 SMs; B = 40: 3). Gaussian std 1 rows at min-p 0.1 (~2.3 K tokens kept of
+    // ~13 K appended), at T 1.3 and min-p 0.15 (~4 K of ~16 K) and at min-p 0.05 (~10 K of ~30 K:
+    // four batches, near the row's 32768 candidates) are decided so; min-p 0.002 keeps nearly every
+    // token, overflows the candidates and takes the extra pass; a Gaussian std 4 row's candidates
+    // fit one batch (decide_prefix). (A row of one dominant token over a narrow bulk appends whole
+    // tiles until some CTA sees that token, and may overflow and take the pass.)
+    test.each([13, 40])('V = 128256, B = %d: min-p rows with thousands of kept tokens, drawn as their candidates are gathered', async (B) => {
       const V = 128256;
-      const B = 13;
-      const kinds = [gaussianLogits(V, 51, 1), gaussianLogits(V, 52, 1), gaussianLogits(V, 53, 4), gaussianLogits(V, 54, 1)];
-      const minP = [0.1, 0.002, 0.1, 0.15];
-      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 4]), { D: 16 });
+      const kinds = [gaussianLogits(V, 51, 1), gaussianLogits(V, 52, 1), gaussianLogits(V, 53, 4), gaussianLogits(V, 54, 1), gaussianLogits(V, 55, 1)];
+      const minP = [0.1, 0.002, 0.1, 0.15, 0.05];
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 5]), { D: 16 });
+      const rowsOf = (k: number) => Array.from({ length: B }, (_, b) => b % 5).filter((x) => x === k).length;
+      // every kind, or without min-p on the kinds that may take the extra pass (1 and 4)
+      const options = (every: boolean) => (c: number): SampleOptions => ({
+        seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1500 + b)),
+        offset: c,
+        minP: Float32Array.from({ length: B }, (_, b) => (every || (b % 5 !== 1 && b % 5 !== 4) ? minP[b % 5] : 0)),
+        temperature: Float32Array.from({ length: B }, (_, b) => (b % 5 === 3 ? 1.3 : 1)),
+        logprobs: true,
+      });
       try {
-        const fallbackRows = await exactOverCalls(p, B, (c) => ({
-          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1500 + b)),
-          offset: c,
-          minP: Float32Array.from({ length: B }, (_, b) => minP[b % 4]),
-          temperature: Float32Array.from({ length: B }, (_, b) => (b % 4 === 3 ? 1.3 : 1)),
-          logprobs: true,
-        }));
-        expect(fallbackRows).toBeGreaterThanOrEqual(3 * 3);  // the min-p 0.002 rows
-        expect(fallbackRows).toBeLessThanOrEqual(3 * 3 + 1);
+        expect(await exactOverCalls(p, B, options(false))).toBe(0);
+        const fallbackRows = await exactOverCalls(p, B, options(true));
+        expect(fallbackRows).toBeGreaterThanOrEqual(3 * rowsOf(1));  // the min-p 0.002 rows
+        // and of the min-p 0.05 rows at most those that overflowed, not all
+        expect(fallbackRows).toBeLessThan(3 * (rowsOf(1) + rowsOf(4)));
       } finally {
         p.dispose();
       }
