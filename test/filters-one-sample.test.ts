@@ -270,17 +270,21 @@ describeDevices((devName, dev) => {
       }
     });
 
-    // Three calls (offsets 0-2) with the options `options(c)`: every token equals reference(gumbel)
-    // and every logprob is within 1e-5; returns the rows the calls sent to the extra pass.
-    async function exactOverCalls(p: { H: Tensor; W: Tensor }, B: number, options: (c: number) => SampleOptions) {
+    // `calls` calls (offsets 0, 1, ...) with the options `options(c)`: every token equals
+    // reference(gumbel) and, where the options ask for logprobs, every logprob is within 1e-5;
+    // returns the rows the calls sent to the extra pass.
+    async function exactOverCalls(p: { H: Tensor; W: Tensor }, B: number, options: (c: number) => SampleOptions,
+                                  calls = 3) {
       let fallbackRows = 0;
-      for (let c = 0; c < 3; c++) {
+      for (let c = 0; c < calls; c++) {
         const o = options(c);
         const f = await sampleFused(p.H, p.W, o);
         const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
         fallbackRows += f.fallbackRows;
-        expect({ c, differences: differences(f.tokens, g.tokens) }).toEqual({ c, differences: [] });
-        for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+        expect({ B, c, differences: differences(f.tokens, g.tokens) }).toEqual({ B, c, differences: [] });
+        if (o.logprobs) {
+          for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+        }
       }
       return fallbackRows;
     }
@@ -324,26 +328,13 @@ describeDevices((devName, dev) => {
       const kinds = [gaussianLogits(V, 31, 1), flatLogits(V, 32, 4), gaussianLogits(V, 33, 1.5)];
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, (_, b) => kinds[b % 3]), { D: 16 });
       try {
-        const run = async (extra: SampleOptions) => {
-          let fallbackRows = 0;
-          for (let c = 0; c < 3; c++) {
-            const o: SampleOptions = {
-              seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1100 + b)),
-              offset: c,
-              topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 2 ? 0.5 : 0.9)),
-              temperature: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.6 : 1)),
-              ...extra,
-            };
-            const f = await sampleFused(p.H, p.W, o);
-            const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-            fallbackRows += f.fallbackRows;
-            expect({ c, extra, differences: differences(f.tokens, g.tokens) }).toEqual({ c, extra, differences: [] });
-            if (o.logprobs) {
-              for (let i = 0; i < B; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
-            }
-          }
-          return fallbackRows;
-        };
+        const run = (extra: SampleOptions) => exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1100 + b)),
+          offset: c,
+          topP: Float32Array.from({ length: B }, (_, b) => (b % 3 === 2 ? 0.5 : 0.9)),
+          temperature: Float32Array.from({ length: B }, (_, b) => (b % 3 === 0 ? 0.6 : 1)),
+          ...extra,
+        }));
         const extraPassRows = await run({});
         expect(extraPassRows).toBeGreaterThan(0);  // the winners past the cut (the top-p 0.5 rows)
         expect(extraPassRows).toBeLessThanOrEqual(45);
@@ -398,19 +389,12 @@ describeDevices((devName, dev) => {
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => row), { D: 16 });
       const calls = B < 100 ? 3 : 1;
       try {
-        let fallbackRows = 0;
-        for (let c = 0; c < calls; c++) {
-          const o: SampleOptions = {
-            seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1300 + b)),
-            offset: c,
-            topP: 0.9,
-            temperature: 0.6,
-          };
-          const f = await sampleFused(p.H, p.W, o);
-          const g = await sampleReference(p.H, p.W, { ...o, method: 'gumbel' });
-          fallbackRows += f.fallbackRows;
-          expect({ B, c, differences: differences(f.tokens, g.tokens) }).toEqual({ B, c, differences: [] });
-        }
+        const fallbackRows = await exactOverCalls(p, B, (c) => ({
+          seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(1300 + b)),
+          offset: c,
+          topP: 0.9,
+          temperature: 0.6,
+        }), calls);
         const rows = B * calls;
         if (B < 4 || B > 128) expect(fallbackRows).toBe(rows);
         else expect({ B, fallbackRows, kept: fallbackRows <= 0.3 * rows }).toEqual({ B, fallbackRows, kept: true });
