@@ -2431,7 +2431,9 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   uint32_t xv[kPrefixRounds][4];
   if (reads_candidates) {
     load_candidate_slices(f, b, cs);
-    load_prefix_batch(val, idx, cs, 0, x, xv);
+    // a split's other block leaves a row of one batch or less to its first (decide_prefix's path)
+    if (part > 0 && cs.quads <= kPrefixRounds * static_cast<int64_t>(blockDim.x)) return;
+    if (part == 0) load_prefix_batch(val, idx, cs, 0, x, xv);
   }
   // a top-p row's histogram of appended values (filter_row: top-p takes the rank bound without top-k)
   const bool topp_rank = c.top_k <= 0 && c.top_p < 1.0f && c.temperature != 0.0f;
