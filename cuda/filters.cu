@@ -1534,6 +1534,17 @@ __device__ __forceinline__ void offer_to_draw(const RowControl& c, uint64_t key,
   if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
 }
 
+// offer_to_draw for sample 0, its two logarithms only for a key whose bound from the Philox bits
+// (detail::gumbel_upper) reaches best: a key below it scores strictly less, so cannot win or tie.
+__device__ __forceinline__ void offer_to_draw_pruned(const RowControl& c, uint64_t key, float inv_tf, Pick& best) {
+  const float l = key_value(key);
+  const uint32_t v = key_index(key);
+  const uint32_t x = noise_block(c.seed, c.offset, c.stream, 0u, v >> 2).x[v & 3u];
+  if (!(fmaf(l, inv_tf, detail::gumbel_upper(x)) >= best.score)) return;
+  const Candidate cand = make_candidate(l, inv_tf, false, gumbel_from_bits(x), v);
+  if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+}
+
 // Adds a kept key of weight w (exp((l - m) / T)) to sample 0's draw: w to the kept mass zk, its
 // candidate to best.
 __device__ __forceinline__ void add_to_draw(const RowControl& c, uint64_t key, double w, float inv_tf, Pick& best,
@@ -2244,7 +2255,7 @@ struct MinPSplit {
   uint32_t* done;     // [B], zeroed: the row's blocks that wrote their share
   int parts;          // 1: no split (min_p_split_parts)
 };
-constexpr int kMinPSplitMax = 4;
+constexpr int kMinPSplitParts = 4;
 
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
 // every value of weight exp((l - m) / T) >= minP: its kept set needs no order, so each batch of
@@ -2277,6 +2288,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     const double d = (static_cast<double>(l) - md) * inv_t;
     return d >= ln_min_w + 1e-9 || (d > ln_min_w - 1e-9 && exp(d) >= min_w);
   };
+  const bool wants_mass = p.logprobs != nullptr;  // the kept mass is the sample's logprob's only use
   const int parts = split.parts;
   const int64_t stride = parts * batch;
   if (part > 0 && part * batch < cs.quads) load_prefix_batch(val, idx, cs, part * batch, x, xv);
@@ -2309,8 +2321,12 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     if (base + stride < cs.quads) load_prefix_batch(val, idx, cs, base + stride, x, xv);
     __syncthreads();
     const int n = s.n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-      add_to_draw(c, s.key[i], weight(key_value(s.key[i])), inv_tf, best, zk);
+    if (wants_mass) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x)
+        add_to_draw(c, s.key[i], weight(key_value(s.key[i])), inv_tf, best, zk);
+    } else {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) offer_to_draw_pruned(c, s.key[i], inv_tf, best);
+    }
   }
   long long prefix_n = block_reduce(static_cast<long long>(in_prefix), Sum(), 0ll);
   float lo = -block_reduce(-local_lo, Max(), -INFINITY);
@@ -2468,9 +2484,11 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     return;
   }
   float winner_logit = 0.0f;
+  bool winner_known = false;  // its tile's summary holds the winner's logit
   if (token >= 0) {
     const detail::TileSummary& t = ts[token / 128];
-    if ((t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token)) winner_logit = t.best_logit;
+    winner_known = (t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token);
+    if (winner_known) winner_logit = t.best_logit;
   }
   if (greedy) {  // the winner is the argmax (ties to the smaller index), every sample's; logprob 0
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
@@ -2492,6 +2510,18 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     if (threadIdx.x == 0) {
       p.tokens[b] = token;
       if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(winner_logit) - m) * inv_t - log(z));
+      if (p.row_status) p.row_status[b] = kRowOk;
+    }
+    return;
+  }
+  // A min-p row (no top-k below the row, no top-p) holds its unfiltered Gumbel winner in its kept
+  // set when the winner's weight passes min-p: the argmax over a set that holds the winner is the
+  // winner. One sample and no logprobs (they need the kept mass); the same test as decide_prefix's.
+  const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
+  if (minp_alone && S == 1 && p.top_logprobs == 0 && p.logprobs == nullptr && winner_known &&
+      exp((static_cast<double>(winner_logit) - m) * inv_t) >= static_cast<double>(c.min_p)) {  // block-uniform
+    if (threadIdx.x == 0 && part == 0) {
+      p.tokens[b] = token;
       if (p.row_status) p.row_status[b] = kRowOk;
     }
     return;
@@ -2550,7 +2580,6 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
 
   const int lane = threadIdx.x & 31;
   const int64_t batch = kPrefixRounds * static_cast<int64_t>(blockDim.x);  // quads
-  const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
   // (rows with one batch of candidates or less keep decide_prefix's path: its few-key draw on one warp)
   if (minp_alone && S == 1 && p.top_logprobs == 0 && cs.quads > batch) {  // block-uniform
     if (!decide_min_p_streamed(p, c, s, val, idx, cs, x, xv, level, dropped, m, valid, split, part))
@@ -2811,16 +2840,16 @@ bool runs_winner_check(const SampleParams& p) {
          !raw_tiles_path(p) && one_pass_may_fall_back(q);
 }
 
-// The decision's blocks a streamed min-p row's batches are dealt over (MinPSplit): up to
-// kMinPSplitMax while the grid of B x parts fits the SMs at one block each (the decision's 512
-// threads at ~120 registers), in calls whose rows may stream (min-p, one sample, no topLogprobs,
-// no winner check: its blocks follow the rows').
+// The decision's blocks a streamed min-p row's batches are dealt over (MinPSplit), in calls whose
+// rows may stream (min-p, one sample, no topLogprobs, no winner check: its blocks follow the
+// rows'). Four at every B: past B = SMs / 4 the other blocks run as the rows' blocks finish, and
+// still take a flat row's later batches (ncu, H100, model-like min-p, llama3-8b B = 128: the
+// decision 54 us with up to 4 parts where B x parts fits the SMs, 49 with 2 at every B, 43 with 4).
 int min_p_split_parts(const SampleParams& p) {
   const SampleParams q = without_processed_logprobs(p);
   if (p.min_p == nullptr || p.num_samples != 1 || q.top_logprobs != 0 || p.partial != nullptr || runs_winner_check(p))
     return 1;
-  const int64_t parts = detail::multiprocessor_count() / (p.batch > 0 ? p.batch : 1);
-  return parts < 1 ? 1 : parts > kMinPSplitMax ? kMinPSplitMax : static_cast<int>(parts);
+  return kMinPSplitParts;
 }
 
 // Top-p rows store only the tiles they choose (row_looks_wide), except where every row stores every

@@ -346,15 +346,22 @@ describeDevices((devName, dev) => {
     });
 
     // A min-p row alone whose candidates fill more than one batch of the decision (8192 values) is
-    // drawn batch by batch as they are gathered (cuda/filters.cu: decide_min_p_streamed), with no
-    // bound on its kept set, its batches dealt over up to 4 blocks where the grid has room (B = 13:
-    // 4 blocks a row on 132 SMs; B = 40: 3). Gaussian std 1 rows at min-p 0.1 (~2.3 K tokens kept of
-    // ~13 K appended), at T 1.3 and min-p 0.15 (~4 K of ~16 K) and at min-p 0.05 (~10 K of ~30 K:
-    // four batches, near the row's 32768 candidates) are decided so; min-p 0.002 keeps nearly every
-    // token, overflows the candidates and takes the extra pass; a Gaussian std 4 row's candidates
-    // fit one batch (decide_prefix). (A row of one dominant token over a narrow bulk appends whole
-    // tiles until some CTA sees that token, and may overflow and take the pass.)
-    test.each([13, 40])('V = 128256, B = %d: min-p rows with thousands of kept tokens, drawn as their candidates are gathered', async (B) => {
+    // drawn batch by batch as they are gathered (cuda/filters.cu: decide_min_p_streamed), with no bound
+    // on its kept set, its batches dealt over 4 blocks (at B = 99 most of them run after the rows'
+    // blocks). Gaussian std 1 rows at min-p 0.1 (~2.3 K tokens kept of ~13 K appended), at T 1.3 and
+    // min-p 0.15 (~4 K of ~16 K) and at min-p 0.05 (~10 K of ~30 K: four batches, near the row's 32768
+    // candidates) are decided so; min-p 0.002 keeps nearly every token, overflows the candidates and
+    // takes the extra pass; a Gaussian std 4 row's candidates fit one batch (decide_prefix). (A row of
+    // one dominant token over a narrow bulk appends whole tiles until some CTA sees that token, and may
+    // overflow and take the pass.) Without logprobs a row whose unfiltered winner passes min-p takes
+    // the winner, and the others' draws skip the logarithms of keys their Philox bits bound below the
+    // best: the std 1 rows at min-p 0.1 keep ~14 % of their mass, so most of them still draw.
+    test.each([
+      [13, true],
+      [40, true],
+      [13, false],
+      [99, false],
+    ])('V = 128256, B = %d, logprobs %s: min-p rows with thousands of kept tokens, drawn as their candidates are gathered', async (B, logprobs) => {
       const V = 128256;
       const kinds = [gaussianLogits(V, 51, 1), gaussianLogits(V, 52, 1), gaussianLogits(V, 53, 4), gaussianLogits(V, 54, 1), gaussianLogits(V, 55, 1)];
       const minP = [0.1, 0.002, 0.1, 0.15, 0.05];
@@ -366,7 +373,7 @@ describeDevices((devName, dev) => {
         offset: c,
         minP: Float32Array.from({ length: B }, (_, b) => (every || (b % 5 !== 1 && b % 5 !== 4) ? minP[b % 5] : 0)),
         temperature: Float32Array.from({ length: B }, (_, b) => (b % 5 === 3 ? 1.3 : 1)),
-        logprobs: true,
+        logprobs,
       });
       try {
         expect(await exactOverCalls(p, B, options(false))).toBe(0);
