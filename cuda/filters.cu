@@ -2252,10 +2252,13 @@ struct MinPShare {
 };
 struct MinPSplit {
   MinPShare* shares;  // [B, parts]
-  uint32_t* done;     // [B], zeroed: the row's blocks that wrote their share
+  uint32_t* done;     // [B], zeroed: the row's blocks that wrote their share, and kMinPSplitLeave
   int parts;          // 1: no split (min_p_split_parts)
 };
 constexpr int kMinPSplitParts = 4;
+// Set by a row's first block once it knows the row does not stream (its candidates fit one batch,
+// or its winner passes): the row's other blocks, most of which start after it, leave on reading it.
+constexpr uint32_t kMinPSplitLeave = 0x80000000u;
 
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
 // every value of weight exp((l - m) / T) >= minP: its kept set needs no order, so each batch of
@@ -2337,7 +2340,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     if (threadIdx.x == 0) {
       split.shares[b * parts + part] = MinPShare{zk, static_cast<unsigned long long>(prefix_n), lo, best};
       __threadfence();
-      s_last = atomicAdd(split.done + b, 1u) == static_cast<uint32_t>(parts - 1) ? 1 : 0;
+      s_last = (atomicAdd(split.done + b, 1u) & ~kMinPSplitLeave) == static_cast<uint32_t>(parts - 1) ? 1 : 0;
     }
     __syncthreads();
     if (s_last == 0) return true;  // another block merges the row
@@ -2388,6 +2391,8 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   // a split's other blocks (part > 0) work only on a row that may take the streamed min-p path,
   // and write nothing before it
   if (part > 0 && !(c.top_p >= 1.0f && c.min_p > 0.0f && c.temperature != 0.0f)) return;
+  // nor on a row whose first block has found that it does not stream (MinPSplit::done's leave bit)
+  if (part > 0 && __syncthreads_or(threadIdx.x == 0 && (__ldcg(split.done + b) & kMinPSplitLeave) != 0u)) return;
   const detail::TileSummary* ts = f.tiles + b * f.num_vtiles;
   const bool greedy = c.temperature == 0.0f;
   const double inv_t = greedy ? 0.0 : 1.0 / static_cast<double>(c.temperature);
@@ -2448,7 +2453,10 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   if (reads_candidates) {
     load_candidate_slices(f, b, cs);
     // a split's other block leaves a row of one batch or less to its first (decide_prefix's path)
-    if (part > 0 && cs.quads <= kPrefixRounds * static_cast<int64_t>(blockDim.x)) return;
+    if (cs.quads <= kPrefixRounds * static_cast<int64_t>(blockDim.x)) {
+      if (part > 0) return;
+      if (split.parts > 1 && threadIdx.x == 0) atomicOr(split.done + b, kMinPSplitLeave);
+    }
     if (part == 0) load_prefix_batch(val, idx, cs, 0, x, xv);
   }
   // a top-p row's histogram of appended values (filter_row: top-p takes the rank bound without top-k)
@@ -2521,6 +2529,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
   if (minp_alone && S == 1 && p.top_logprobs == 0 && p.logprobs == nullptr && winner_known &&
       exp((static_cast<double>(winner_logit) - m) * inv_t) >= static_cast<double>(c.min_p)) {  // block-uniform
     if (threadIdx.x == 0 && part == 0) {
+      if (split.parts > 1) atomicOr(split.done + b, kMinPSplitLeave);
       p.tokens[b] = token;
       if (p.row_status) p.row_status[b] = kRowOk;
     }
