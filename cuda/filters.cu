@@ -2816,6 +2816,8 @@ namespace {
 struct OnePassLayout {
   size_t win, count, slice, top, theta, drop, hist, marks, check_counts, split_done, zeroed, tiles, raw, val, idx, fb,
       check, split_shares, bytes;
+  bool checks_winners;  // runs_winner_check
+  int split_parts;      // min_p_split_parts
 };
 
 // Raw mode with topLogprobs stores every row's raw logits, read back by raw_top_from_tiles
@@ -2851,12 +2853,12 @@ bool runs_winner_check(const SampleParams& p) {
 
 // The decision's blocks a streamed min-p row's batches are dealt over (MinPSplit), in calls whose
 // rows may stream (min-p, one sample, no topLogprobs, no winner check: its blocks follow the
-// rows'). Four at every B: past B = SMs / 4 the other blocks run as the rows' blocks finish, and
+// rows'; checks_winners is runs_winner_check(p)). Four at every B: past B = SMs / 4 the other blocks run as the rows' blocks finish, and
 // still take a flat row's later batches (ncu, H100, model-like min-p, llama3-8b B = 128: the
 // decision 54 us with up to 4 parts where B x parts fits the SMs, 49 with 2 at every B, 43 with 4).
-int min_p_split_parts(const SampleParams& p) {
+int min_p_split_parts(const SampleParams& p, bool checks_winners) {
   const SampleParams q = without_processed_logprobs(p);
-  if (p.min_p == nullptr || p.num_samples != 1 || q.top_logprobs != 0 || p.partial != nullptr || runs_winner_check(p))
+  if (p.min_p == nullptr || p.num_samples != 1 || q.top_logprobs != 0 || p.partial != nullptr || checks_winners)
     return 1;
   return kMinPSplitParts;
 }
@@ -2927,9 +2929,10 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.drop = layout.take(B * sizeof(uint32_t));
   l.hist = layout.take(B * detail::kHistBuckets * sizeof(uint32_t));
   l.marks = layout.take(rows_store_some_tiles(p) ? B * static_cast<size_t>(num_vtiles) : 0);
-  l.check_counts = layout.take(runs_winner_check(p) ? sizeof(CheckCounters) : 0);
-  const int parts = min_p_split_parts(p);
-  l.split_done = layout.take(parts > 1 ? B * sizeof(uint32_t) : 0);
+  l.checks_winners = runs_winner_check(p);
+  l.split_parts = min_p_split_parts(p, l.checks_winners);
+  l.check_counts = layout.take(l.checks_winners ? sizeof(CheckCounters) : 0);
+  l.split_done = layout.take(l.split_parts > 1 ? B * sizeof(uint32_t) : 0);
   l.zeroed = layout.bytes;
   l.tiles = layout.take(B * static_cast<size_t>(num_vtiles) * sizeof(detail::TileSummary));
   l.raw = layout.take(raw_tiles_path(p) && p.partial == nullptr ? B * static_cast<size_t>(num_vtiles) * sizeof(detail::RawTileStats)
@@ -2937,8 +2940,8 @@ OnePassLayout one_pass_layout(const SampleParams& p) {
   l.val = layout.take(B * cap * sizeof(float));
   l.idx = layout.take(B * cap * sizeof(uint32_t));
   l.fb = layout.take(B * sizeof(int32_t));
-  l.check = layout.take(runs_winner_check(p) ? B * sizeof(WinnerCheck) : 0);
-  l.split_shares = layout.take(parts > 1 ? B * static_cast<size_t>(parts) * sizeof(MinPShare) : 0);
+  l.check = layout.take(l.checks_winners ? B * sizeof(WinnerCheck) : 0);
+  l.split_shares = layout.take(l.split_parts > 1 ? B * static_cast<size_t>(l.split_parts) * sizeof(MinPShare) : 0);
   l.bytes = layout.bytes;
   return l;
 }
@@ -3101,7 +3104,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
   float* const raw = raw_copy != nullptr ? raw_copy : raw_mode ? row_logits : nullptr;
   int32_t* fallback = reinterpret_cast<int32_t*>(ws + l.fb);
   // the winner check's records, where its rows may be listed
-  WinnerCheck* check = runs_winner_check(p) ? reinterpret_cast<WinnerCheck*>(ws + l.check) : nullptr;
+  WinnerCheck* check = l.checks_winners ? reinterpret_cast<WinnerCheck*>(ws + l.check) : nullptr;
 
   // One zeroing kernel instead of two memsets, so that the GEMM can be launched programmatically.
   bool programmatic = false;
@@ -3137,7 +3140,7 @@ static cudaError_t launch_one_pass_filtered(const SampleParams& p, cudaStream_t 
     } else {
       err = detail::prepare_kernel(decide_one_pass_kernel<false>, kThreads, static_cast<int>(kSmem), &per_sm);
       if (err == cudaSuccess) {
-        const int parts = min_p_split_parts(p);
+        const int parts = l.split_parts;
         const MinPSplit split{parts > 1 ? reinterpret_cast<MinPShare*>(ws + l.split_shares) : nullptr,
                               parts > 1 ? reinterpret_cast<uint32_t*>(ws + l.split_done) : nullptr, parts};
         decide_one_pass_kernel<false><<<static_cast<unsigned>(B * parts), kThreads, kSmem, stream>>>(
