@@ -2256,8 +2256,8 @@ struct MinPSplit {
   int parts;          // 1: no split (min_p_split_parts)
 };
 constexpr int kMinPSplitParts = 4;
-// Set by a row's first block once it knows the row does not stream (its candidates fit one batch,
-// or its winner passes): the row's other blocks, most of which start after it, leave on reading it.
+// Set by a row's first block once it knows the row does not stream (its candidates fit one batch):
+// the row's other blocks, most of which start after it, leave on reading it.
 constexpr uint32_t kMinPSplitLeave = 0x80000000u;
 
 // A min-p row alone (no top-k below its valid count, no top-p or topLogprobs; one sample) keeps
@@ -2492,11 +2492,9 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     return;
   }
   float winner_logit = 0.0f;
-  bool winner_known = false;  // its tile's summary holds the winner's logit
   if (token >= 0) {
     const detail::TileSummary& t = ts[token / 128];
-    winner_known = (t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token);
-    if (winner_known) winner_logit = t.best_logit;
+    if ((t.best_key & 0x7fffffffu) == static_cast<uint32_t>(token)) winner_logit = t.best_logit;
   }
   if (greedy) {  // the winner is the argmax (ties to the smaller index), every sample's; logprob 0
     for (int j = threadIdx.x; j < S; j += blockDim.x) {
@@ -2518,19 +2516,6 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     if (threadIdx.x == 0) {
       p.tokens[b] = token;
       if (p.logprobs) p.logprobs[b] = static_cast<float>((static_cast<double>(winner_logit) - m) * inv_t - log(z));
-      if (p.row_status) p.row_status[b] = kRowOk;
-    }
-    return;
-  }
-  // A min-p row (no top-k below the row, no top-p) holds its unfiltered Gumbel winner in its kept
-  // set when the winner's weight passes min-p: the argmax over a set that holds the winner is the
-  // winner. One sample and no logprobs (they need the kept mass); the same test as decide_prefix's.
-  const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
-  if (minp_alone && S == 1 && p.top_logprobs == 0 && p.logprobs == nullptr && winner_known &&
-      exp((static_cast<double>(winner_logit) - m) * inv_t) >= static_cast<double>(c.min_p)) {  // block-uniform
-    if (threadIdx.x == 0 && part == 0) {
-      if (split.parts > 1) atomicOr(split.done + b, kMinPSplitLeave);
-      p.tokens[b] = token;
       if (p.row_status) p.row_status[b] = kRowOk;
     }
     return;
@@ -2589,6 +2574,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
 
   const int lane = threadIdx.x & 31;
   const int64_t batch = kPrefixRounds * static_cast<int64_t>(blockDim.x);  // quads
+  const bool minp_alone = (c.top_k <= 0 || c.top_k >= valid) && c.top_p >= 1.0f && c.min_p > 0.0f;
   // (rows with one batch of candidates or less keep decide_prefix's path: its few-key draw on one warp)
   if (minp_alone && S == 1 && p.top_logprobs == 0 && cs.quads > batch) {  // block-uniform
     if (!decide_min_p_streamed(p, c, s, val, idx, cs, x, xv, level, dropped, m, valid, split, part))

@@ -353,9 +353,8 @@ describeDevices((devName, dev) => {
     // candidates) are decided so; min-p 0.002 keeps nearly every token, overflows the candidates and
     // takes the extra pass; a Gaussian std 4 row's candidates fit one batch (decide_prefix). (A row of
     // one dominant token over a narrow bulk appends whole tiles until some CTA sees that token, and may
-    // overflow and take the pass.) Without logprobs a row whose unfiltered winner passes min-p takes
-    // the winner, and the others' draws skip the logarithms of keys their Philox bits bound below the
-    // best: the std 1 rows at min-p 0.1 keep ~14 % of their mass, so most of them still draw.
+    // overflow and take the pass.) Without logprobs the draw keeps no mass and skips the logarithms of
+    // keys whose Philox bits bound them below the best (offer_to_draw_pruned).
     test.each([
       [13, true],
       [40, true],
