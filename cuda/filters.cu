@@ -2241,6 +2241,27 @@ __device__ __forceinline__ int reserve_keys(int& n, uint32_t mine, int lane) {
   return __shfl_sync(0xffffffffu, at, 31) + static_cast<int>(incl - mine);
 }
 
+// Appends this thread's kept values (bit o of keep[r]: x[r][o] of token xv[r][o]) to s.key as
+// order keys, after the block's count s.n, the warp's lanes in order; slots from kPrefixCap on are
+// counted in s.n, not written. kept_lo: the lowest kept value so far.
+__device__ __forceinline__ void append_kept_keys(PrefixShared& s, const uint32_t (&keep)[kPrefixRounds],
+                                                 const float (&x)[kPrefixRounds][4],
+                                                 const uint32_t (&xv)[kPrefixRounds][4], int lane, float& kept_lo) {
+  uint32_t mine = 0u;
+#pragma unroll
+  for (int r = 0; r < kPrefixRounds; ++r) mine += __popc(keep[r]);
+  int at = reserve_keys(s.n, mine, lane);
+#pragma unroll
+  for (int r = 0; r < kPrefixRounds; ++r)
+#pragma unroll
+    for (int o = 0; o < 4; ++o)
+      if ((keep[r] >> o) & 1u) {
+        if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
+        kept_lo = fminf(kept_lo, x[r][o]);
+        ++at;
+      }
+}
+
 // A streamed min-p row's batches dealt over more blocks of the decision (decide_min_p_streamed):
 // its blocks b + j B, j < parts, take batch i when i mod parts = j, each draws its share, and the
 // last to finish merges the shares in block order (the same mass and token whatever finishes last).
@@ -2300,7 +2321,6 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     if (threadIdx.x == 0) s.n = 0;
     __syncthreads();
     uint32_t keep[kPrefixRounds];
-    uint32_t mine = 0u;
 #pragma unroll
     for (int r = 0; r < kPrefixRounds; ++r) {
       keep[r] = 0u;
@@ -2311,15 +2331,11 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
           local_lo = fminf(local_lo, x[r][o]);
           if (passes_min_p(x[r][o])) keep[r] |= 1u << o;
         }
-      mine += __popc(keep[r]);
     }
-    // the kept keys of the batch to the front of s.key, so that the draw's Philox runs on full warps
-    int at = reserve_keys(s.n, mine, lane);
-#pragma unroll
-    for (int r = 0; r < kPrefixRounds; ++r)
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        if ((keep[r] >> o) & 1u) s.key[at++] = order_key(x[r][o], xv[r][o]);
+    // the kept keys of the batch to the front of s.key (a batch holds at most kPrefixCap values), so
+    // that the draw's Philox runs on full warps
+    float kept_lo = INFINITY;  // (its completeness test reads the prefix's lowest value, local_lo)
+    append_kept_keys(s, keep, x, xv, lane, kept_lo);
     // the next batch's loads in flight during this batch's draw
     if (base + stride < cs.quads) load_prefix_batch(val, idx, cs, base + stride, x, xv);
     __syncthreads();
@@ -2591,25 +2607,14 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     for (int64_t base = 0; base < cs.quads; base += batch) {
       if (base > 0 || lvl != tight) load_prefix_batch(val, idx, cs, base, x, xv);  // (a retry reloads)
       uint32_t keep[kPrefixRounds];
-      uint32_t mine = 0u;
 #pragma unroll
       for (int r = 0; r < kPrefixRounds; ++r) {
         keep[r] = 0u;
 #pragma unroll
         for (int o = 0; o < 4; ++o)
           if (x[r][o] >= lvl && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
-        mine += __popc(keep[r]);
       }
-      int at = reserve_keys(s.n, mine, lane);
-#pragma unroll
-      for (int r = 0; r < kPrefixRounds; ++r)
-#pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if ((keep[r] >> o) & 1u) {
-            if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
-            local_lo = fminf(local_lo, x[r][o]);
-            ++at;
-          }
+      append_kept_keys(s, keep, x, xv, lane, local_lo);
     }
     const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
     const int kept = s.n;
