@@ -1503,10 +1503,12 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
   }
   __syncthreads();
   if (masses) {
-    // inclusive scan of the sorted masses, kCutCap <= 2 per thread
-    const int per = (kCutCap + blockDim.x - 1) / blockDim.x;
-    unsigned long long mine[4];
+    // inclusive scan of the sorted masses, kCutCap / kThreads per thread (a compile-time count keeps
+    // mine[] in registers)
+    constexpr int per = (kCutCap + kThreads - 1) / kThreads;
+    unsigned long long mine[per];
     unsigned long long sum = 0;
+#pragma unroll
     for (int o = 0; o < per; ++o) {
       const int i = threadIdx.x * per + o;
       mine[o] = i < c ? fixed_mass(key_value(s.cut_key[i]), cb.m, c2) : 0ull;
@@ -1514,6 +1516,7 @@ __device__ bool gather_sorted(PrefixShared& s, const CutBuckets& cb, int first, 
     }
     unsigned long long total;
     unsigned long long run = block_exclusive_scan(sum, total);
+#pragma unroll
     for (int o = 0; o < per; ++o) {
       const int i = threadIdx.x * per + o;
       run += mine[o];
@@ -1539,7 +1542,7 @@ __device__ __forceinline__ void offer_to_draw(const RowControl& c, uint64_t key,
 __device__ __forceinline__ void offer_to_draw_pruned(const RowControl& c, uint64_t key, float inv_tf, Pick& best) {
   const float l = key_value(key);
   const uint32_t v = key_index(key);
-  const uint32_t x = noise_block(c.seed, c.offset, c.stream, 0u, v >> 2).x[v & 3u];
+  const uint32_t x = noise_word(noise_block(c.seed, c.offset, c.stream, 0u, v >> 2), v & 3u);
   if (!(fmaf(l, inv_tf, detail::gumbel_upper(x)) >= best.score)) return;
   const Candidate cand = make_candidate(l, inv_tf, false, gumbel_from_bits(x), v);
   if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
@@ -2025,7 +2028,7 @@ __device__ __forceinline__ void offer_listed(RunningBest& pk, const detail::RowP
   if (fmaf(x, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) return;
   const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, v >> 2);
   const uint32_t q = v & 3u;
-  offer_sampled(pk, rp, slope, x, q == 0u ? r.x[0] : q == 1u ? r.x[1] : q == 2u ? r.x[2] : r.x[3], v);
+  offer_sampled(pk, rp, slope, x, noise_word(r, q), v);
 }
 
 __global__ void __launch_bounds__(kListedThreads)

@@ -117,11 +117,16 @@ FS_HD float gumbel_from_bits(uint32_t x) {
   return -logf(exponential);
 }
 
+// Word q (< 4) of a block, by selects: an index into the array would put the block in local memory.
+FS_HD uint32_t noise_word(const Philox4& r, uint32_t q) {
+  return q == 0u ? r.x[0] : q == 1u ? r.x[1] : q == 2u ? r.x[2] : r.x[3];
+}
+
 // The Gumbel noise of one vocabulary index (scalar path; kernels use noise_block for 4 at once).
 FS_HD float gumbel_noise(uint64_t seed, uint64_t offset, uint32_t stream, uint32_t sample,
                          uint64_t v) {
   const Philox4 block = noise_block(seed, offset, stream, sample, static_cast<uint32_t>(v >> 2));
-  return gumbel_from_bits(block.x[v & 3]);
+  return gumbel_from_bits(noise_word(block, static_cast<uint32_t>(v & 3u)));
 }
 
 // A candidate of the argmax. Order: the +Inf tier first (logit = +Inf: those share the mass, the
