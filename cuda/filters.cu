@@ -340,6 +340,12 @@ __device__ __forceinline__ int32_t min_p_first_elems_top_k(const Elems& e, const
   return min_p_first_top_k(c.top_k, survivors, overflow && weight(smallest) >= static_cast<double>(c.min_p));
 }
 
+// Raises best to sampled logit l of token v with Gumbel noise g when that candidate is better.
+__device__ __forceinline__ void raise_pick(Pick& best, float l, float inv_tf, float g, uint32_t v) {
+  const Candidate cand = make_candidate(l, inv_tf, false, g, v);
+  if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+}
+
 // Every sample by the Gumbel-max over the kept elements (the fused pass's noise), with its logprob.
 template <class Kept, class LogProb>
 __device__ __forceinline__ void draw_gumbel(const SampleParams& p, const Elems& e, const RowControl& c, float T,
@@ -354,9 +360,7 @@ __device__ __forceinline__ void draw_gumbel(const SampleParams& p, const Elems& 
       if (l != l) continue;
       const uint32_t v = e.index(i);
       if (!kept(l, order_key(l, v))) continue;
-      const float g = gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v);
-      const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-      if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+      raise_pick(best, l, inv_tf, gumbel_noise(c.seed, c.offset, c.stream, static_cast<uint32_t>(j), v), v);
     }
     best = block_best(best);
     if (threadIdx.x == 0) {
@@ -1532,9 +1536,7 @@ __device__ __forceinline__ void offer_to_draw(const RowControl& c, uint64_t key,
                                               Pick& best) {
   const float l = key_value(key);
   const uint32_t v = key_index(key);
-  const float g = gumbel_noise(c.seed, c.offset, c.stream, sample, v);
-  const Candidate cand = make_candidate(l, inv_tf, false, g, v);
-  if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+  raise_pick(best, l, inv_tf, gumbel_noise(c.seed, c.offset, c.stream, sample, v), v);
 }
 
 // offer_to_draw for sample 0, its two logarithms only for a key whose bound from the Philox bits
@@ -1544,8 +1546,7 @@ __device__ __forceinline__ void offer_to_draw_pruned(const RowControl& c, uint64
   const uint32_t v = key_index(key);
   const uint32_t x = noise_word(noise_block(c.seed, c.offset, c.stream, 0u, v >> 2), v & 3u);
   if (!(fmaf(l, inv_tf, detail::gumbel_upper(x)) >= best.score)) return;
-  const Candidate cand = make_candidate(l, inv_tf, false, gumbel_from_bits(x), v);
-  if (candidate_better(cand.score, cand.key, best.score, best.key)) best = {cand.score, cand.key, l};
+  raise_pick(best, l, inv_tf, gumbel_from_bits(x), v);
 }
 
 // Adds a kept key of weight w (exp((l - m) / T)) to sample 0's draw: w to the kept mass zk, its
@@ -2307,7 +2308,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
   Pick best{-INFINITY, kNoToken, 0.0f};
   double zk = 0.0;
   float local_lo = INFINITY;
-  unsigned long long in_prefix = 0ull;  // this thread's values of the prefix (>= level, above dropped)
+  unsigned long long prefix_values = 0ull;  // this thread's values of the prefix (>= level, above dropped)
   // weight(l) >= minP, decided on (l - m) / T against ln(minP) away from the boundary (margins far
   // above exp's and log's roundings), on weight itself within them
   const double ln_min_w = log(min_w);
@@ -2330,7 +2331,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
 #pragma unroll
       for (int o = 0; o < 4; ++o)
         if (x[r][o] >= level && detail::ordered_bits(x[r][o]) > dropped) {
-          ++in_prefix;
+          ++prefix_values;
           local_lo = fminf(local_lo, x[r][o]);
           if (passes_min_p(x[r][o])) keep[r] |= 1u << o;
         }
@@ -2350,7 +2351,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
       for (int i = threadIdx.x; i < n; i += blockDim.x) offer_to_draw_pruned(c, s.key[i], inv_tf, best);
     }
   }
-  long long prefix_n = block_reduce(static_cast<long long>(in_prefix), Sum(), 0ll);
+  long long prefix_n = block_reduce(static_cast<long long>(prefix_values), Sum(), 0ll);
   float lo = -block_reduce(-local_lo, Max(), -INFINITY);
   best = block_best(best);
   zk = block_reduce(zk, Sum(), 0.0);
