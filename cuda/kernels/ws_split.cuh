@@ -265,9 +265,12 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   constexpr bool kTransformed = kEpi == Epi::kSampleTransformed;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   constexpr int kNB = Cfg::kNB, kAcc = Cfg::kAcc, kLS = Cfg::kLogitStride;
-  constexpr int kK = !kFiltered ? Cfg::kSampleColsPerTrip
-                     : kGathers ? Cfg::kFilteredColsPerTrip
-                                : Cfg::kSummaryColsPerTrip;
+  // Two columns a trip keep the transformed epilogue at N = 96 and 128 unspilled (four spilled 20 /
+  // 40 bytes at N = 128), and its softcap and lists cost 2-10 points less over plain on small heads.
+  constexpr int kK = kTransformed && kNB > 64 ? 2
+                     : !kFiltered ? Cfg::kSampleColsPerTrip
+                     : kGathers   ? Cfg::kFilteredColsPerTrip
+                                  : Cfg::kSummaryColsPerTrip;
   constexpr bool kLean = kFiltered || kTransformed || Cfg::kLeanSampleSplit;
   const uint32_t smem_base = smem_u32(smem_raw);
   const uint32_t smem_w = (smem_base + 1023u) & ~1023u;
@@ -387,13 +390,18 @@ __device__ __forceinline__ void wgmma_split_body(const GemmArgs& a, const WsTens
   // loaded during its trips
   constexpr bool kWords = kTransformed || kEpi == Epi::kSampleFilteredWords;
   constexpr int kWordSlots = kWords && kNB > 64 ? 2 : 1;
+  // The transformed epilogue at N > 64 loads an item's words at its start, where they wait beside
+  // the logits: two items' words spilled its 136 registers at N = 128 (52 bytes stored, 80 loaded).
+  constexpr bool kWordsAhead = kWords && !(kTransformed && kNB > 64);
   TransformWords<kWordSlots> words{}, next_words{};
-  if constexpr (kWords) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
+  if constexpr (kWordsAhead) next_words = load_transform_words<Cfg, kWordSlots>(a, f, blockIdx.x, ew, lane);
   for (int64_t j = 0; j < my_items; ++j) {
     const int64_t item = blockIdx.x + j * gridDim.x;
-    if constexpr (kWords) {
+    if constexpr (kWordsAhead) {
       words = next_words;
       if (j + 1 < my_items) next_words = load_transform_words<Cfg, kWordSlots>(a, f, item + gridDim.x, ew, lane);
+    } else if constexpr (kWords) {
+      words = load_transform_words<Cfg, kWordSlots>(a, f, item, ew, lane);
     }
     int64_t chunk, vtile;
     ws_item_coords<Cfg>(item, a, chunk, vtile);
