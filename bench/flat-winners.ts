@@ -1,0 +1,135 @@
+#!/usr/bin/env node
+// Where the Gumbel winner of each flat row of the model-like mode falls against its top-p nucleus,
+// in float64 on the CPU, for the bench's own inputs (first rotation copy) and seed. A flat row's
+// nucleus outgrows the candidates, so the fused path decides it by the winner check when the
+// unfiltered winner lies inside the nucleus, and by the extra pass when it does not (cuda/filters.cu,
+// check_winners): this says which rows of a bench cell take the extra pass, and why (the draw of
+// that seed, not the code). Uses the addon's noise function (lib/noise.ts); no GPU.
+//
+//   node dist/bench/flat-winners.js --preset llama3-8b --batch 128 --temperature 1,0.6 --top-p 0.9
+//
+// Flags: --preset NAME (llama3-8b), --batch B (64), --temperature T[,T...] (1,0.6), --top-p P (0.9),
+// --seed S (1234, the bench's), --offset O (0, the bench's). Exit code 2 on a bad flag.
+
+import { BENCH_H_SEED, BENCH_W_SEED, decodeHost, isFlatRow, logitsInputs } from './logits';
+import { findPreset } from './presets';
+import { gumbelFromBits, philox4x32_10 } from '../lib/noise';
+
+function fail(msg: string): never {
+  process.stderr.write(`flat-winners: ${msg}\n`);
+  process.exit(2);
+}
+
+interface Args {
+  preset: string;
+  batch: number;
+  temperatures: number[];
+  topP: number;
+  seed: bigint;
+  offset: bigint;
+}
+
+function parse(argv: string[]): Args {
+  const o: Args = { preset: 'llama3-8b', batch: 64, temperatures: [1, 0.6], topP: 0.9, seed: 1234n, offset: 0n };
+  const num = (flag: string, s: string | undefined, ok: (x: number) => boolean, what: string): number => {
+    const x = s !== undefined && s.trim() !== '' ? Number(s) : NaN;
+    if (!ok(x)) fail(`${flag}: expected ${what}, got ${JSON.stringify(s)}`);
+    return x;
+  };
+  const u64 = (flag: string, s: string | undefined): bigint => {
+    if (s === undefined || !/^[0-9]+$/.test(s) || BigInt(s) >= 1n << 64n) fail(`${flag}: expected an integer in [0, 2^64), got ${JSON.stringify(s)}`);
+    return BigInt(s);
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const f = argv[i];
+    switch (f) {
+      case '--preset':
+        o.preset = argv[++i] ?? '';
+        if (!findPreset(o.preset)) fail(`--preset: expected a preset of bench/presets.ts, got ${JSON.stringify(o.preset)}`);
+        break;
+      case '--batch':
+        o.batch = num(f, argv[++i], (x) => Number.isInteger(x) && x >= 1 && x <= 65535, 'an integer in [1, 65535]');
+        break;
+      case '--temperature':
+        o.temperatures = (argv[++i] ?? '').split(',').map((s) => num(f, s, (x) => x > 0 && Number.isFinite(x), 'positive numbers, comma-separated'));
+        break;
+      case '--top-p':
+        o.topP = num(f, argv[++i], (x) => x > 0 && x < 1, 'a number in (0, 1)');
+        break;
+      case '--seed':
+        o.seed = u64(f, argv[++i]);
+        break;
+      case '--offset':
+        o.offset = u64(f, argv[++i]);
+        break;
+      default:
+        fail(`unknown flag ${JSON.stringify(f)}`);
+    }
+  }
+  return o;
+}
+
+// The noise of docs/SEMANTICS.md §3 for row b (one seed for the call: stream b), sample 0.
+function rowNoise(V: number, b: number, seed: bigint, offset: bigint): Float64Array {
+  const key: [number, number] = [Number(seed & 0xffffffffn), Number(seed >> 32n)];
+  const g = new Float64Array(V);
+  for (let q = 0; 4 * q < V; q++) {
+    const x = philox4x32_10([q, (b << 16) >>> 0, Number(offset & 0xffffffffn), Number(offset >> 32n)], key);
+    for (let o = 0; o < 4 && 4 * q + o < V; o++) g[4 * q + o] = gumbelFromBits(x[o]);
+  }
+  return g;
+}
+
+function main(): void {
+  const a = parse(process.argv.slice(2));
+  const shape = findPreset(a.preset)!;
+  const { vocab: V, hidden: D } = shape;
+  const rows = Array.from({ length: a.batch }, (_, b) => b).filter(isFlatRow);
+  if (rows.length === 0) fail(`--batch ${a.batch}: no flat row (every 20th row, from row 19)`);
+  const inputs = logitsInputs('model', V, D, 'bf16', 4, BENCH_W_SEED);
+  const h = decodeHost(inputs.h(a.batch, BENCH_H_SEED), 'bf16');
+  const w = inputs.w as Uint16Array;
+  // float64 sums of the bf16 products, one pass over W for every flat row
+  const logits = rows.map(() => new Float64Array(V));
+  const wRow = new Float32Array(D);
+  const bits = new Uint32Array(wRow.buffer);
+  for (let v = 0; v < V; v++) {
+    for (let d = 0; d < D; d++) bits[d] = w[v * D + d] << 16;
+    rows.forEach((b, i) => {
+      let s = 0;
+      for (let d = 0; d < D; d++) s += h[b * D + d] * wRow[d];
+      logits[i][v] = s;
+    });
+  }
+  console.log(`${shape.name} B = ${a.batch}, model-like, seed ${a.seed} offset ${a.offset}, top-p ${a.topP}: flat rows ${rows.join(', ')}`);
+  let out = 0;
+  rows.forEach((b, i) => {
+    const l = logits[i];
+    const g = rowNoise(V, b, a.seed, a.offset);
+    const order = Array.from({ length: V }, (_, v) => v).sort((x, y) => l[y] - l[x] || x - y);
+    const m = l[order[0]];
+    const cells = a.temperatures.map((T) => {
+      let z = 0;
+      for (let v = 0; v < V; v++) z += Math.exp((l[v] - m) / T);
+      let win = 0;
+      for (let v = 1; v < V; v++) if (l[v] / T + g[v] > l[win] / T + g[win]) win = v;
+      let above = 0;
+      let rank = 0;
+      for (const v of order) {
+        if (v === win) break;
+        above += Math.exp((l[v] - m) / T);
+        rank++;
+      }
+      let kept = 0;
+      for (let cum = 0; kept < V && cum < a.topP * z; kept++) cum += Math.exp((l[order[kept]] - m) / T);
+      const inside = above < a.topP * z;
+      if (!inside) out++;
+      return `T ${T}: nucleus ${kept}, winner ${win} at rank ${rank}, mass above it ${(above / z).toFixed(4)} ${inside ? 'inside' : 'OUTSIDE (extra pass)'}`;
+    });
+    console.log(`  row ${b}: ${cells.join(' | ')}`);
+  });
+  const n = rows.length * a.temperatures.length;
+  console.log(`winners outside the nucleus: ${out} of ${n} (expected ${((1 - a.topP) * n).toFixed(1)}: each lies outside with probability ${+(1 - a.topP).toFixed(4)})`);
+}
+
+main();
