@@ -136,6 +136,39 @@ describeDevices((devName, dev) => {
     }
   });
 
+  // A top-k row's first tile in each CTA is bounded at its 16th value (kTopKFirstRank): a row with
+  // more than 16 of its top k in one CTA's first tile (here 64 values 6 above a bulk of std 1 at
+  // ids 128-191, vocabulary tile 1, the way UTF-8 continuation bytes cluster in a byte-level
+  // vocabulary) takes the extra pass on CUDA, and stays exact. 1024 rows x 16 offsets.
+  (devName === 'cuda' ? describe : describe.skip)('top-k with its candidates in one early tile (CUDA)', () => {
+    test('V = 128256, top-k 50 and the Gemma 3 default: exact, through the extra pass', async () => {
+      const V = 128256;
+      const row = gaussianLogits(V, 17, 1);
+      for (let i = 0; i < 64; i++) row[128 + i] = 6 + 0.03 * i;
+      const p = plantLogits(dev(), 'bf16', Array.from({ length: 1024 }, () => row), { D: 8 });
+      try {
+        for (const spec of [{ topK: 50, temperature: 1 }, { topK: 64, topP: safeTopP(row, { topK: 64 }, 0.95) }] as FilterSpec[]) {
+          const { counts, fallbackRows } = await pooledCounts(p, spec, scaled(16, 16));
+          expect({ spec, fallback: fallbackRows > 0 }).toEqual({ spec, fallback: true });
+          const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+          expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
+          const o = { ...rowOptions(64, spec, 3), logprobs: true };
+          const q = plantLogits(dev(), 'bf16', Array.from({ length: 64 }, () => row), { D: 8 });
+          try {
+            const f = await sampleFused(q.H, q.W, o);
+            const g = await sampleReference(q.H, q.W, { ...o, method: 'gumbel' });
+            expect(Array.from(f.tokens)).toEqual(Array.from(g.tokens));
+            for (let i = 0; i < 64; i++) expect(Math.abs(f.logprobs![i] - g.logprobs![i])).toBeLessThan(1e-5);
+          } finally {
+            q.dispose();
+          }
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+  });
+
   describe('rows the candidates cannot decide', () => {
     test('near-flat rows with top-p 0.99 (V=3000, T 4) go through the extra pass and stay exact', async () => {
       const V = 3000;
