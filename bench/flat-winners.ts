@@ -11,7 +11,7 @@
 // Flags: --preset NAME (llama3-8b), --batch B (64), --temperature T[,T...] (1,0.6), --top-p P (0.9),
 // --seed S (1234, the bench's), --offset O (0, the bench's). Exit code 2 on a bad flag.
 
-import { BENCH_H_SEED, BENCH_W_SEED, decodeHost, isFlatRow, logitsInputs } from './logits';
+import { BENCH_H_SEED, BENCH_W_SEED, decodeHost, isFlatRow, keptCounts, logitsInputs, rowLogits } from './logits';
 import { findPreset } from './presets';
 import { gumbelFromBits, philox4x32_10 } from '../lib/noise';
 
@@ -87,20 +87,7 @@ function main(): void {
   const rows = Array.from({ length: a.batch }, (_, b) => b).filter(isFlatRow);
   if (rows.length === 0) fail(`--batch ${a.batch}: no flat row (every 20th row, from row 19)`);
   const inputs = logitsInputs('model', V, D, 'bf16', 4, BENCH_W_SEED);
-  const h = decodeHost(inputs.h(a.batch, BENCH_H_SEED), 'bf16');
-  const w = inputs.w as Uint16Array;
-  // float64 sums of the bf16 products, one pass over W for every flat row
-  const logits = rows.map(() => new Float64Array(V));
-  const wRow = new Float32Array(D);
-  const bits = new Uint32Array(wRow.buffer);
-  for (let v = 0; v < V; v++) {
-    for (let d = 0; d < D; d++) bits[d] = w[v * D + d] << 16;
-    rows.forEach((b, i) => {
-      let s = 0;
-      for (let d = 0; d < D; d++) s += h[b * D + d] * wRow[d];
-      logits[i][v] = s;
-    });
-  }
+  const logits = rowLogits(inputs.w, decodeHost(inputs.h(a.batch, BENCH_H_SEED), 'bf16'), rows, V, D, 'bf16');
   console.log(`${shape.name} B = ${a.batch}, model-like, seed ${a.seed} offset ${a.offset}, top-p ${a.topP}: flat rows ${rows.join(', ')}`);
   let out = 0;
   rows.forEach((b, i) => {
@@ -108,7 +95,8 @@ function main(): void {
     const g = rowNoise(V, b, a.seed, a.offset);
     const order = Array.from({ length: V }, (_, v) => v).sort((x, y) => l[y] - l[x] || x - y);
     const m = l[order[0]];
-    const cells = a.temperatures.map((T) => {
+    const nuclei = keptCounts(l, a.temperatures.map((T) => ({ name: `T ${T}`, temperature: T, topP: a.topP })));
+    const cells = a.temperatures.map((T, t) => {
       let z = 0;
       for (let v = 0; v < V; v++) z += Math.exp((l[v] - m) / T);
       let win = 0;
@@ -120,8 +108,7 @@ function main(): void {
         above += Math.exp((l[v] - m) / T);
         rank++;
       }
-      let kept = 0;
-      for (let cum = 0; kept < V && cum < a.topP * z; kept++) cum += Math.exp((l[order[kept]] - m) / T);
+      const kept = nuclei[t];
       const inside = above < a.topP * z;
       if (!inside) out++;
       return `T ${T}: nucleus ${kept}, winner ${win} at rank ${rank}, mass above it ${(above / z).toFixed(4)} ${inside ? 'inside' : 'OUTSIDE (extra pass)'}`;

@@ -299,6 +299,37 @@ function summarizeKept(name: string, counts: number[], flat?: boolean[]): KeptSu
 }
 
 /**
+ * The float64 logits of rows `rows` of H (decoded, [B, D]) against W ([V, D] in the dtype's host
+ * representation), W decoded in chunks of its rows: one Float64Array(V) per listed row.
+ */
+export function rowLogits(
+  w: Float32Array | Uint16Array,
+  h: Float32Array,
+  rows: readonly number[],
+  V: number,
+  D: number,
+  dtype: BenchDType,
+): Float64Array[] {
+  const CHUNK = 256;
+  const logits = rows.map(() => new Float64Array(V));
+  for (let v0 = 0; v0 < V; v0 += CHUNK) {
+    const v1 = Math.min(V, v0 + CHUNK);
+    const wc = decodeHost(w.subarray(v0 * D, v1 * D), dtype);
+    rows.forEach((b, i) => {
+      const out = logits[i];
+      const hb = b * D;
+      for (let v = v0; v < v1; v++) {
+        const wv = (v - v0) * D;
+        let s = 0;
+        for (let d = 0; d < D; d++) s += h[hb + d] * wc[wv + d];
+        out[v] = s;
+      }
+    });
+  }
+  return logits;
+}
+
+/**
  * Builds the bench's H (rows × D, the first rotation copy's seed) and W (V × D, seed 7) of a mode,
  * exactly as bench/run.ts does, decodes them from the dtype and computes every logit in float64.
  */
@@ -323,26 +354,11 @@ export function measureLogits(opts: {
   let gapMax = -Infinity;
   let flatRows = 0;
   const flatOf: boolean[] = [];
-  // Rows in groups (bounded memory: GROUP × V float64), W decoded in chunks of rows.
+  // Rows in groups (bounded memory: GROUP × V float64).
   const GROUP = 64;
-  const CHUNK = 256;
   for (let b0 = 0; b0 < B; b0 += GROUP) {
     const b1 = Math.min(B, b0 + GROUP);
-    const logits = Array.from({ length: b1 - b0 }, () => new Float64Array(V));
-    for (let v0 = 0; v0 < V; v0 += CHUNK) {
-      const v1 = Math.min(V, v0 + CHUNK);
-      const w = decodeHost(inputs.w.subarray(v0 * D, v1 * D), dtype);
-      for (let b = b0; b < b1; b++) {
-        const out = logits[b - b0];
-        const hb = b * D;
-        for (let v = v0; v < v1; v++) {
-          const wv = (v - v0) * D;
-          let s = 0;
-          for (let d = 0; d < D; d++) s += h[hb + d] * w[wv + d];
-          out[v] = s;
-        }
-      }
-    }
+    const logits = rowLogits(inputs.w, h, Array.from({ length: b1 - b0 }, (_, i) => b0 + i), V, D, dtype);
     for (let b = b0; b < b1; b++) {
       const l = logits[b - b0];
       let sum = 0;
