@@ -2247,10 +2247,10 @@ __device__ __forceinline__ int reserve_keys(int& n, uint32_t mine, int lane) {
 
 // Appends this thread's kept values (bit o of keep[r]: x[r][o] of token xv[r][o]) to s.key as
 // order keys, after the block's count s.n, the warp's lanes in order; slots from kPrefixCap on are
-// counted in s.n, not written. kept_lo: the lowest kept value so far.
+// counted in s.n, not written.
 __device__ __forceinline__ void append_kept_keys(PrefixShared& s, const uint32_t (&keep)[kPrefixRounds],
                                                  const float (&x)[kPrefixRounds][4],
-                                                 const uint32_t (&xv)[kPrefixRounds][4], int lane, float& kept_lo) {
+                                                 const uint32_t (&xv)[kPrefixRounds][4], int lane) {
   uint32_t mine = 0u;
 #pragma unroll
   for (int r = 0; r < kPrefixRounds; ++r) mine += __popc(keep[r]);
@@ -2261,7 +2261,6 @@ __device__ __forceinline__ void append_kept_keys(PrefixShared& s, const uint32_t
     for (int o = 0; o < 4; ++o)
       if ((keep[r] >> o) & 1u) {
         if (at < kPrefixCap) s.key[at] = order_key(x[r][o], xv[r][o]);
-        kept_lo = fminf(kept_lo, x[r][o]);
         ++at;
       }
 }
@@ -2338,8 +2337,7 @@ __device__ bool decide_min_p_streamed(const SampleParams& p, const RowControl& c
     }
     // the kept keys of the batch to the front of s.key (a batch holds at most kPrefixCap values), so
     // that the draw's Philox runs on full warps
-    float kept_lo = INFINITY;  // (its completeness test reads the prefix's lowest value, local_lo)
-    append_kept_keys(s, keep, x, xv, lane, kept_lo);
+    append_kept_keys(s, keep, x, xv, lane);
     // the next batch's loads in flight during this batch's draw
     if (base + stride < cs.quads) load_prefix_batch(val, idx, cs, base + stride, x, xv);
     __syncthreads();
@@ -2616,9 +2614,12 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
         keep[r] = 0u;
 #pragma unroll
         for (int o = 0; o < 4; ++o)
-          if (x[r][o] >= lvl && detail::ordered_bits(x[r][o]) > dropped) keep[r] |= 1u << o;
+          if (x[r][o] >= lvl && detail::ordered_bits(x[r][o]) > dropped) {
+            keep[r] |= 1u << o;
+            local_lo = fminf(local_lo, x[r][o]);
+          }
       }
-      append_kept_keys(s, keep, x, xv, lane, local_lo);
+      append_kept_keys(s, keep, x, xv, lane);
     }
     const float lo = -block_reduce(-local_lo, Max(), -INFINITY);  // (its barriers order s.n and s.key)
     const int kept = s.n;
