@@ -137,20 +137,29 @@ describeDevices((devName, dev) => {
   });
 
   // A top-k row's first tile in each CTA is bounded at its 16th value (kTopKFirstRank): a row with
-  // more than 16 of its top k in one CTA's first tile (here 64 values 6 above a bulk of std 1 at
-  // ids 128-191, vocabulary tile 1, the way UTF-8 continuation bytes cluster in a byte-level
-  // vocabulary) takes the extra pass on CUDA, and stays exact. 256 rows x 64 offsets.
+  // more than 16 of its top k in one CTA's first tile (here 64 values 6 above a bulk of std 1 in
+  // vocabulary tile 1, the way UTF-8 continuation bytes cluster in a byte-level vocabulary) may take
+  // the extra pass on CUDA, and stays exact. 256 rows x 64 offsets.
   (devName === 'cuda' ? describe : describe.skip)('top-k with its candidates in one early tile (CUDA)', () => {
-    test('V = 128256, top-k 50 and the Gemma 3 default: exact, through the extra pass', async () => {
+    // The 64 values in tile 1 in a run (lanes 0-15 hold them: the first tile's bound, the 16th of
+    // the lanes' maxima, is the run's 4th value from the bottom, below top-k 50's 50th: decided from
+    // the candidates; top-k 64 may take the extra pass), or dealt one per lane (ranks 0-31 are the
+    // lanes' maxima: the bound is the 16th value, above the rest of the top k: the extra pass).
+    test.each([
+      ['in a run', (r: number) => 128 + 63 - r, [false, null]],
+      ['one per lane', (r: number) => 128 + 4 * (r % 32) + Math.floor(r / 32), [true, true]],
+    ] as const)('V = 128256, top-k 50 and the Gemma 3 default, the top 64 %s: exact', async (_name, at, fallbacks) => {
       const V = 128256;
       const row = gaussianLogits(V, 17, 1);
-      for (let i = 0; i < 64; i++) row[128 + i] = 6 + 0.03 * i;
+      for (let r = 0; r < 64; r++) row[at(r)] = 6 + 0.03 * (63 - r);
       const p = plantLogits(dev(), 'bf16', Array.from({ length: 256 }, () => row), { D: 8 });
       const q = plantLogits(dev(), 'bf16', Array.from({ length: 64 }, () => row), { D: 8 });
       try {
-        for (const spec of [{ topK: 50, temperature: 1 }, { topK: 64, topP: safeTopP(row, { topK: 64 }, 0.95) }] as FilterSpec[]) {
+        const specs: FilterSpec[] = [{ topK: 50, temperature: 1 }, { topK: 64, topP: safeTopP(row, { topK: 64 }, 0.95) }];
+        for (const [s, spec] of specs.entries()) {
           const { counts, fallbackRows } = await pooledCounts(p, spec, scaled(64, 64));
-          expect({ spec, fallback: fallbackRows > 0 }).toEqual({ spec, fallback: true });
+          const fallback = fallbacks[s] ?? fallbackRows > 0;
+          expect({ spec, fallback: fallbackRows > 0 }).toEqual({ spec, fallback });
           const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
           expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
           const o = { ...rowOptions(64, spec, 3), logprobs: true };
