@@ -136,10 +136,11 @@ describeDevices((devName, dev) => {
     }
   });
 
-  // A top-k row's first tile in each CTA is bounded at its 16th value (kTopKFirstRank): a row with
-  // more than 16 of its top k in one CTA's first tile (here 64 values 6 above a bulk of std 1 in
-  // vocabulary tile 1, the way UTF-8 continuation bytes cluster in a byte-level vocabulary) may take
-  // the extra pass on CUDA, and stays exact. 256 rows x 64 offsets.
+  // A top-k row's first tile in each CTA is bounded below its 16th value (kTopKFirstRank: the 16th
+  // largest of the warp's lanes' maxima): a row with more than 16 of its top k in one CTA's first
+  // tile (here 64 values 6 above a bulk of std 1 in vocabulary tile 1, the way UTF-8 continuation
+  // bytes cluster in a byte-level vocabulary) may take the extra pass on CUDA, and stays exact. 256
+  // rows x 64 offsets.
   (devName === 'cuda' ? describe : describe.skip)('top-k with its candidates in one early tile (CUDA)', () => {
     // The 64 values in tile 1 in a run (lanes 0-15 hold them: the first tile's bound, the 16th of
     // the lanes' maxima, is the run's 4th value from the bottom, below top-k 50's 50th: decided from

@@ -530,9 +530,9 @@ __device__ __forceinline__ void filtered_columns(const FilterArgs& f, const int6
                                 : m[jj] + fr[jj].param / inv_t[jj];
         theta[jj] = fmaxf(theta[jj], bound);
       }
-      // the tile's own k-th largest (a lower bound of it) only before any bound exists (later it is
-      // far below θ). A top-p row takes its tile's kTopPFirstRank-th: otherwise its first wave
-      // appends whole tiles
+      // a lower bound of the tile's own k-th largest only before any bound exists (later it is far
+      // below θ). A top-p row takes its tile's kTopPFirstRank-th: otherwise its first wave appends
+      // whole tiles
       if (theta_before[jj] == -INFINITY) {
         const int k = fr[jj].mode == kThetaTopK ? (fr[jj].k <= 128 && fr[jj].k > kTopKFirstRank ? kTopKFirstRank : fr[jj].k)
                       : kTopP && fr[jj].mode == kThetaTopP ? kTopPFirstRank : 0;
