@@ -10,8 +10,13 @@
 #   OPTIONS="topp0.9" B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
 #   KERNEL=decide_one_pass B=1 OPTIONS="topp0.9" NCU_ARGS="--warp-sampling-interval 0" \
 #     bash .gpu/on-gpu bash scripts/profile-epilogue.sh
+#   KERNEL=wgmma_split_kernel LAUNCH_SKIP=3 OPTIONS=plain B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
 # (KERNEL: a regex of the kernel profiled, default the filtered split kernel; NCU_ARGS: more ncu
-# flags, here the finest PC sampling, which a one-block-per-row decision at B = 1 needs.)
+# flags, here the finest PC sampling, which a one-block-per-row decision at B = 1 needs;
+# LAUNCH_SKIP: the matching launches skipped, default 1, the bench's warm-up. The plain kernel needs
+# 3: the bench first times a plain call at B = 1 (bench/run.ts, measureLaunch: a warm-up and a timed
+# call), likely the 16-column launch that skip 1 caught. The bench times 3 calls, so a skip of 3 lands
+# on the asked B where the B = 1 call runs another kernel.)
 # The reports (.ncu-rep, open them in the Nsight Compute UI) and CSVs go to $OUT (or ./profile-epilogue).
 # Where cuobjdump and nvdisasm are on the PATH, scripts/ncu-lines.py also prints the samples per CUDA
 # source line (the addon's sm_90a code disassembled with its line info; LINES_NAME: a substring of
@@ -31,11 +36,11 @@ if command -v cuobjdump > /dev/null && command -v nvdisasm > /dev/null; then
 fi
 for opt in ${OPTIONS:-logprobs topk50}; do
   rep="$out/${opt//+/_}-b$batch-${KERNEL:-split}"  # (the device tool brings back no file whose name holds a '+')
-  # the bench's warm-up launch is skipped; the next filtered launch is profiled
+  # the bench's warm-up launch is skipped (LAUNCH_SKIP); the next matching launch is profiled
   timeout 300 "$NCU" ${NCU_ARGS:-} --clock-control none --section SourceCounters --section WarpStateStats \
-    --kernel-name regex:"${KERNEL:-wgmma_split_filtered}" --launch-skip 1 --launch-count 1 -f -o "$rep" \
+    --kernel-name regex:"${KERNEL:-wgmma_split_filtered}" --launch-skip "${LAUNCH_SKIP:-1}" --launch-count 1 -f -o "$rep" \
     node dist/bench/cli.js --preset "${PRESET:-llama3-8b}" --logits "${LOGITS:-gaussian}" --batch "$batch" \
-    --iters 1 --warmup 1 --options "$opt" --samplers fused --no-baselines > "$rep.log" 2>&1
+    --iters 3 --warmup 1 --options "$opt" --samplers fused --no-baselines > "$rep.log" 2>&1
   "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>> "$rep.log"
   "$NCU" -i "$rep.ncu-rep" --page details --section WarpStateStats > "$rep-warp-state.txt" 2>> "$rep.log"
   echo "== $opt, B = $batch"
