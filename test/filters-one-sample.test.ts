@@ -642,6 +642,10 @@ describeDevices((devName, dev) => {
             const ref = await sampleReference(p.H, p.W, { ...o, topK: V, allowedTokens, method: 'gumbel' });
             expect(agreement(masked.tokens, ref.tokens)).toBe(1);
             for (const t of masked.tokens) expect(t % 2).toBe(0);
+            // the row's valid count (every other value masked, and past V = 111 the last tile's end)
+            // is what makes the kept prefix whole: no extra pass, and the logprobs of the whole row
+            if (devName === 'cuda') expect({ c, fallback: masked.fallbackRows }).toEqual({ c, fallback: 0 });
+            for (let b = 0; b < 99; b++) expect(Math.abs(masked.logprobs![b] - ref.logprobs![b])).toBeLessThan(1e-5);
           }
           expect(compared).toBe(8 * 2 * 99);
         } finally {
