@@ -10,13 +10,13 @@
 #   OPTIONS="topp0.9" B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
 #   KERNEL=decide_one_pass B=1 OPTIONS="topp0.9" NCU_ARGS="--warp-sampling-interval 0" \
 #     bash .gpu/on-gpu bash scripts/profile-epilogue.sh
-#   KERNEL=wgmma_split_kernel LAUNCH_SKIP=3 OPTIONS=plain B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
+#   KERNEL=wgmma_split_kernel LAUNCH_SKIP=5 OPTIONS=plain B=128 bash .gpu/on-gpu bash scripts/profile-epilogue.sh
 # (KERNEL: a regex of the kernel profiled, default the filtered split kernel; NCU_ARGS: more ncu
 # flags, here the finest PC sampling, which a one-block-per-row decision at B = 1 needs;
 # LAUNCH_SKIP: the matching launches skipped, default 1, the bench's warm-up. The plain kernel needs
-# 3: the bench first times a plain call at B = 1 (bench/run.ts, measureLaunch: a warm-up and a timed
-# call), likely the 16-column launch that skip 1 caught. The bench times 3 calls, so a skip of 3 lands
-# on the asked B where the B = 1 call runs another kernel.)
+# 5: the bench first times a plain call on a 128 x 64 head at B = 1 (bench/run.ts, measureLaunch:
+# with --warmup 1 --iters 3, four launches of a 16-column tile), then the asked B's warm-up; skip 3
+# caught the probe (2026-12-06), skip 5 the asked B's first timed call.)
 # The reports (.ncu-rep, open them in the Nsight Compute UI) and CSVs go to $OUT (or ./profile-epilogue).
 # Where cuobjdump and nvdisasm are on the PATH, scripts/ncu-lines.py also prints the samples per CUDA
 # source line (the addon's sm_90a code disassembled with its line info; LINES_NAME: a substring of
