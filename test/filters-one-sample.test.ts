@@ -645,7 +645,7 @@ describeDevices((devName, dev) => {
             // the row's valid count (every other value masked, and past V = 111 the last tile's end)
             // is what makes the kept prefix whole at V = 1000 (top-k above 128: the histogram's bound,
             // which stays at -Inf): no extra pass. At V = 111 the one tile bounds θ at its 16th lane
-            // maximum (kTopKFirstRank), below which the row's valid values are not appended: every row
+            // maximum (kTopKFirstRank), and the valid values below it are not appended: every row
             // takes the extra pass. Either way the logprobs are the whole row's.
             if (devName === 'cuda') expect({ c, fallback: masked.fallbackRows }).toEqual({ c, fallback: V === 111 ? 99 : 0 });
             for (let b = 0; b < 99; b++) expect(Math.abs(masked.logprobs![b] - ref.logprobs![b])).toBeLessThan(1e-5);
