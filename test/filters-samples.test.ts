@@ -172,8 +172,9 @@ describeDevices((devName, dev) => {
     });
   });
 
-  // 256 identical rows × 16 samples × 256 offsets = 1M draws: the top token's probability under
-  // T 0.8, top-k 50, top-p 0.95 of a Zipf(1.1) row is ~0.35, sd 4.8e-4, so a 1 % relative bias is 7 sd.
+  // On the GPU 256 identical rows × 16 samples × 256 offsets = 1M draws: the top token's probability
+  // under T 0.8, top-k 50, top-p 0.95 of a Zipf(1.1) row is ~0.35, sd 4.8e-4, so a 1 % relative bias
+  // is 7 sd. The CPU backend runs 8 offsets (32 K draws, 1.3 sd): the GPU run is the power test.
   test('chi-square vs float64: numSamples 16, 256 rows of V = 1000 under top-k 50 + top-p 0.95 at T 0.8', async () => {
     const V = 1000;
     const l = zipfLogits(V, 1.1, 23);

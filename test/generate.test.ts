@@ -498,7 +498,7 @@ describe('decode loop', () => {
 
 describeDevices((name, dev) => {
   for (const dtype of ['f32', 'bf16'] as const) {
-    test(`${dtype} head on ${name} vs the CPU head, same seeds, teacher forcing: equal tokens except near ties (< 1e-4)`, async () => {
+    test(`${dtype} head on ${name} vs the CPU head and float64, same seeds, teacher forcing: equal tokens except near ties (< 1e-4)`, async () => {
       const device: Device = dev();
       const W = model.weights.classifier;
       const other = new Head(device, W, 512, 64, dtype);
@@ -527,10 +527,10 @@ describeDevices((name, dev) => {
           const a = (await ref.sample(h, 1, params))[0];
           const b = (await other.sample(h, 1, params))[0];
           steps++;
-          if (a === b) continue;
-          // A flip is allowed only between the top two perturbed scores, and only when they lie
-          // within 1e-4 (float64 logits of the dtype-rounded operands, the noise of SEMANTICS §3).
-          flips++;
+          if (a !== b) flips++;
+          // Each head's token is the float64 argmax of the perturbed scores (float64 logits of the
+          // dtype-rounded operands plus the noise of SEMANTICS §3), or the runner-up only when the
+          // two lie within 1e-4: on the CPU this is what holds the CPU head to account.
           const hr = Array.from(h, (x) => roundTo(dtype, x));
           const scores = Array.from({ length: 512 }, (_, v) => {
             let acc = 0;
@@ -538,8 +538,11 @@ describeDevices((name, dev) => {
             return acc / T + noiseRef(seed, offset, 0, 0, v);
           });
           const order = scores.map((s, v) => [s, v]).sort((x, y) => y[0] - x[0]);
-          expect(new Set([a, b])).toEqual(new Set([order[0][1], order[1][1]]));
-          expect(order[0][0] - order[1][0]).toBeLessThan(1e-4);
+          for (const t of [a, b]) {
+            if (t === order[0][1]) continue;
+            expect(t).toBe(order[1][1]);
+            expect(order[0][0] - order[1][0]).toBeLessThan(1e-4);
+          }
         }
         expect(steps).toBe(40);
         if (name === 'cpu') expect(flips).toBe(0);

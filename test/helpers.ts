@@ -240,6 +240,23 @@ export function addInto(acc: Float64Array, x: ArrayLike<number>): Float64Array {
   return acc;
 }
 
+/**
+ * Adds one draw of token t to counts; throws on a token outside [0, counts.length), which a typed
+ * array's `counts[t] += 1` would drop silently and a goodness-of-fit would then never see.
+ */
+export function countToken(counts: Float64Array, t: number): void {
+  if (!Number.isInteger(t) || t < 0 || t >= counts.length) {
+    throw new Error(`token ${t} outside [0, ${counts.length})`);
+  }
+  counts[t] += 1;
+}
+
+/** countToken for each token of a draw. */
+export function countTokens(counts: Float64Array, tokens: ArrayLike<number>): Float64Array {
+  for (let i = 0; i < tokens.length; i++) countToken(counts, tokens[i]);
+  return counts;
+}
+
 /** Draws n tokens from probs in JS (float64 inverse cdf with mulberry32): the negative controls. */
 export function jsSample(probs: ArrayLike<number>, n: number, seed: number): Float64Array {
   const r = rng(seed);
@@ -501,7 +518,7 @@ export async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, 
     const res = await sampleFused(p.H, p.W, { ...rowOptions(p.B, spec, c), ...extra });
     fallbackRows += res.fallbackRows ?? 0;
     const one = new Float64Array(p.V);
-    for (const t of res.tokens) one[t] += 1;
+    countTokens(one, res.tokens);
     addInto(counts, one);
   }
   return { counts, fallbackRows };

@@ -9,6 +9,7 @@
 
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
+  countTokens,
   csrRows,
   describeDevices,
   dominantLogits,
@@ -788,7 +789,7 @@ describeDevices((name, dev) => {
       for (let i = 0; i < calls; i++) {
         const options = rowOptions(rows, f, i);
         const got = await sampleSharded(shards, { ...options, vocabSize: V3 });
-        for (const t of got.tokens) counts[t] += 1;
+        countTokens(counts, got.tokens);
       }
       const fit = goodnessOfFit(counts, kept.probs);
       if (!fit.ok) throw new Error(fit.summary);
