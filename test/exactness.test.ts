@@ -113,6 +113,17 @@ describe('statistics: negative and positive controls', () => {
     expect(gof.df).toBe(2);
     expect(gof.stat).toBeCloseTo(0, 10);
   });
+
+  test('a near point mass: the tail pool (< 5 expected) is held to its Poisson law, not merged away', () => {
+    // 131072 draws, 2 expected off the top token: merged into the one cell, df would be 0.
+    const p = new Float64Array(100).fill(2 / 131072 / 99);
+    p[0] = 1 - 2 / 131072;
+    const off = (k: number) => Float64Array.from({ length: 100 }, (_, v) => (v === 0 ? 131072 - k : v <= k ? 1 : 0));
+    expect(goodnessOfFit(off(33000), p).ok).toBe(false);
+    expect(goodnessOfFit(off(12), p).ok).toBe(false); // P(X >= 12 | 2) = 1.1e-6
+    expect(goodnessOfFit(off(2), p).ok).toBe(true);
+    expect(goodnessOfFit(off(6), p).ok).toBe(true); // P(X >= 6 | 2) = 0.017
+  });
 });
 
 describeDevices((devName, dev) => {

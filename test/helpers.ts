@@ -157,10 +157,22 @@ export interface GoodnessOfFit {
   summary: string;
 }
 
+/** Two-sided tail of a Poisson(mean) count at o: twice the smaller of P(X <= o) and P(X >= o), at most 1. */
+export function poissonTwoSided(o: number, mean: number): number {
+  let pmf = Math.exp(-mean);
+  let below = 0; // P(X < o)
+  for (let k = 0; k < o; k++) {
+    below += pmf;
+    pmf *= mean / (k + 1);
+  }
+  const atMost = below + pmf;
+  return Math.min(1, 2 * Math.min(atMost, Math.max(0, 1 - below)));
+}
+
 /**
  * Chi-square goodness of fit of `observed` counts against `probs` (need not be normalized),
  * pooling every cell with an expected count < 5 into one cell (merged with the smallest cell if
- * the pool itself stays < 5). Plus a targeted test of the large cells: a bias of the top tokens is
+ * the pool itself stays < 5, or, when only one cell is left to join, tested by its Poisson tail). Plus a targeted test of the large cells: a bias of the top tokens is
  * diluted in an omnibus statistic with many degrees of freedom, so each cell with expected ≥ 25
  * also gets a z test, Bonferroni-corrected to the same ALPHA. Any sample on a probability-0 token
  * fails outright.
@@ -187,8 +199,12 @@ export function goodnessOfFit(observed: ArrayLike<number>, probs: ArrayLike<numb
       poolE += e;
     } else cells.push({ o, e, p, idx: i });
   }
+  // A pool of < 5 expected with one cell to join: merged, the two would leave no degree of freedom
+  // and pass whatever was drawn, so the pool's count is held to its Poisson law instead.
+  let poolPValue: number | undefined;
   if (poolE > 0) {
     if (poolE >= 5 || cells.length === 0) cells.push({ o: poolO, e: poolE, p: poolE / n, idx: -1 });
+    else if (cells.length === 1) poolPValue = poissonTwoSided(poolO, poolE);
     else {
       cells.sort((a, b) => a.e - b.e);
       cells[0] = { o: cells[0].o + poolO, e: cells[0].e + poolE, p: (cells[0].e + poolE) / n, idx: -1 };
@@ -196,13 +212,14 @@ export function goodnessOfFit(observed: ArrayLike<number>, probs: ArrayLike<numb
   }
   let stat = 0;
   for (const c of cells) stat += ((c.o - c.e) * (c.o - c.e)) / c.e;
-  const df = cells.length - 1;
-  const pValue = df >= 1 ? chiSquareSurvival(stat, df) : 1;
+  const df = poolPValue !== undefined ? 1 : cells.length - 1;
+  const pValue = poolPValue ?? (df >= 1 ? chiSquareSurvival(stat, df) : 1);
   let zMax = 0;
   let worstCell = -1;
   let zCells = 0;
   for (const c of cells) {
-    if (c.e < 25 || c.idx < 0 || c.p >= 1) continue;
+    // (with a Poisson-tested pool the one cell's deviation is the pool's, judged there)
+    if (c.e < 25 || c.idx < 0 || c.p >= 1 || poolPValue !== undefined) continue;
     zCells++;
     const z = Math.abs(c.o - c.e) / Math.sqrt(c.e * (1 - c.p));
     if (z > zMax) {
