@@ -278,18 +278,25 @@ describe('sampler arguments', () => {
     }
   });
 
-  test('a u64 tensor of per-row seeds equals the same BigUint64Array', async () => {
+  test('u64 tensors of per-row seeds and offsets equal the same BigUint64Arrays', async () => {
     const arr = new BigUint64Array([5n, 6n, 2n ** 63n]);
     const t = cpu.tensor(arr, [3], 'u64');
+    const offsets = new BigUint64Array([9n, 2n ** 40n + 3n, 0n]);
+    const ot = cpu.tensor(offsets, [3], 'u64');
     try {
       const a = await sampleFused(p.H, p.W, { seed: arr, numSamples: 16 });
       const b = await sampleFused(p.H, p.W, { seed: t, numSamples: 16 });
       expect(Array.from(b.tokens)).toEqual(Array.from(a.tokens));
+      const c = await sampleFused(p.H, p.W, { seed: arr, offset: offsets, numSamples: 16 });
+      const d = await sampleFused(p.H, p.W, { seed: arr, offset: ot, numSamples: 16 });
+      expect(Array.from(d.tokens)).toEqual(Array.from(c.tokens));
+      expect(Array.from(c.tokens)).not.toEqual(Array.from(a.tokens)); // the offsets are read at all
       const t2 = cpu.tensor(new BigUint64Array(2), [2], 'u64');
       await expectFailure(() => sampleFused(p.H, p.W, { seed: t2 }), /seed/);
       t2.dispose();
     } finally {
       t.dispose();
+      ot.dispose();
     }
   });
 

@@ -9,6 +9,7 @@
 import type { Device, SampleOptions } from '../lib/index';
 import {
   countTokens,
+  safeTopP,
   MAX_S,
   ALPHA,
   FLOAT_DTYPES,
@@ -225,6 +226,32 @@ describeDevices((devName, dev) => {
           const probs = keptDistribution(p.logits[0], { temperature: 0.7 }).probs;
           const failures = await distributionFailures(sampler, p, { seed: 9n, temperature: 0.7 }, scaled(65536, MAX_S), () => probs, [[0, 1, 2]]);
           expect(failures).toEqual([]);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
+    // B = 1, the batch an interactive request runs at: 65536 samples × 4 offsets (262 K draws; the
+    // top token keeps p ~0.55, a 1 % bias is 5.6 sd), plain and with three filters.
+    for (const V of [111, 1000]) {
+      test(`fused, B=1, V=${V}, bf16: plain at T 0.6 and top-k 20 + top-p 0.9 + min-p 0.05, 262 K draws each`, async () => {
+        const p = plantLogits(dev(), 'bf16', [zipfLogits(V, 1.1, 5)], { D: 8 });
+        try {
+          const filtered = { temperature: 0.6, topK: 20, minP: 0.05 };
+          const specs = [
+            { temperature: 0.6 },
+            { ...filtered, topP: safeTopP(p.logits[0], filtered, 0.9) },
+          ];
+          for (const spec of specs) {
+            const counts = new Float64Array(V);
+            for (let offset = 0; offset < 4; offset++) {
+              const res = await draw('fused', p.H, p.W, { ...spec, seed: 5n, offset: BigInt(offset), numSamples: MAX_S });
+              countTokens(counts, res.tokens);
+            }
+            const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+            expect({ spec, fit: gof.ok ? 'ok' : gof.summary }).toEqual({ spec, fit: 'ok' });
+          }
         } finally {
           p.dispose();
         }

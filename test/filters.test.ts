@@ -3,7 +3,7 @@
 // non-finite logits. Each distribution is checked by chi-square (reject at p < ALPHA = 1e-4)
 // against the float64 model of SEMANTICS §2 in helpers.keptDistribution.
 
-import type { SampleOptions, SampleResult } from '../lib/index';
+import { sampleFused, type SampleOptions, type SampleResult } from '../lib/index';
 import {
   MAX_S,
   ALPHA,
@@ -14,6 +14,8 @@ import {
   type SamplerName,
   addInto,
   agreement,
+  countToken,
+  countTokens,
   describeDevices,
   dominantLogits,
   draw,
@@ -105,6 +107,35 @@ describeDevices((devName, dev) => {
           }
         });
       }
+    }
+
+    // softcap and a mask alone at both V, B = 1, 65536 samples × 4 offsets (262 K draws; the top
+    // token keeps p 0.49–0.84, a 1 % bias is 5.0–11.6 sd), each with its negative control: the
+    // uncapped or unmasked distribution is rejected.
+    for (const V of [111, 1000]) {
+      test(`fused: softcap 5 alone and a mask alone, V=${V}, B=1, f32: 262 K draws each against float64`, async () => {
+        const r = zipfLogits(V, V === 111 ? 1 : 0.8, 3).map((x) => x * 3);
+        const p = plantLogits(dev(), 'f32', [r], { D: 8 });
+        const allowed = (v: number) => v % 7 !== 3 && v !== p.logits[0].indexOf(Math.max(...p.logits[0]));
+        const mask = makeMask(1, V, (_b, v) => allowed(v));
+        try {
+          const cases: [string, SampleOptions, FilterSpec, FilterSpec][] = [
+            ['softcap', { softcap: 5, temperature: 0.7 }, { softcap: 5, temperature: 0.7 }, { temperature: 0.7 }],
+            ['mask', { allowedTokens: mask, temperature: 0.7 }, { allowed, temperature: 0.7 }, { temperature: 0.7 }],
+          ];
+          for (const [name, options, spec, control] of cases) {
+            const counts = new Float64Array(V);
+            for (let offset = 0; offset < 4; offset++) {
+              countTokens(counts, (await sampleFused(p.H, p.W, { ...options, seed: 14n, offset: BigInt(offset), numSamples: MAX_S })).tokens);
+            }
+            const gof = goodnessOfFit(counts, keptDistribution(p.logits[0], spec).probs);
+            expect({ name, fit: gof.ok ? 'ok' : gof.summary }).toEqual({ name, fit: 'ok' });
+            expect({ name, control: goodnessOfFit(counts, keptDistribution(p.logits[0], control).probs).ok }).toEqual({ name, control: false });
+          }
+        } finally {
+          p.dispose();
+        }
+      });
     }
 
     for (const sampler of SAMPLERS) {
@@ -525,6 +556,51 @@ describeDevices((devName, dev) => {
       });
     }
 
+    // Logprobs change the path (the CPU computes the row's mass; CUDA sends such rows through the
+    // extra pass), so the draws with them on get their own chi-square: 3 rows × 65536 samples × 4
+    // offsets, 262 K draws a row whose top token (p 0.61–0.67) a 1 % bias moves by ~6.5 sd.
+    for (const V of [111, 1000]) {
+      test(`fused: filters with logprobs and topLogprobs 5, V=${V}, B=3: chi-square against float64, logprobs within 1e-4`, async () => {
+        const base = zipfLogits(V, 1.1, 77);
+        const p = plantLogits(dev(), 'bf16', [base, base, base], { D: 8 });
+        try {
+          const rows: RowSpec[] = [
+            { temperature: 0.6, topK: 20, topP: safeTopP(p.logits[0], { temperature: 0.6, topK: 20 }, 0.95) },
+            { temperature: 0.7, minP: 0.1 },
+            { temperature: 0.6, topP: safeTopP(p.logits[2], { temperature: 0.6 }, 0.8) },
+          ];
+          const kept = rows.map((r, b) => keptDistribution(p.logits[b], r));
+          const S = 65536;
+          const counts = rows.map(() => new Float64Array(V));
+          for (let offset = 0; offset < 4; offset++) {
+            const opts = { ...optionsFor(rows, V), seed: 29n, offset: BigInt(offset), numSamples: S };
+            const res = await sampleFused(p.H, p.W, { ...opts, logprobs: true, topLogprobs: 5 });
+            let worst = 0;
+            for (let b = 0; b < 3; b++) {
+              for (let j = 0; j < S; j++) {
+                const t = res.tokens[b * S + j];
+                countToken(counts[b], t);
+                worst = Math.max(worst, Math.abs(res.logprobs![b * S + j] - kept[b].logprob[t]));
+              }
+              const top = Array.from({ length: 5 }, (_, i) => (i < kept[b].order.length ? kept[b].order[i] : -1));
+              expect({ b, top: Array.from(res.topTokens!.slice(b * 5, b * 5 + 5)) }).toEqual({ b, top });
+            }
+            expect(worst).toBeLessThan(1e-4);
+            if (offset === 0) {
+              const plain = await sampleFused(p.H, p.W, opts);
+              expect(agreement(plain.tokens, res.tokens)).toBe(1);
+            }
+          }
+          for (let b = 0; b < 3; b++) {
+            const gof = goodnessOfFit(counts[b], kept[b].probs);
+            expect({ b, fit: gof.ok ? 'ok' : gof.summary }).toEqual({ b, fit: 'ok' });
+          }
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
     test('logprobs are consistent with the drawn frequencies (Σ over tokens of exp(logprob) = 1 on the kept set)', async () => {
       const V = 111;
       const a = zipfLogits(V, 1, 12);
@@ -537,6 +613,11 @@ describeDevices((devName, dev) => {
         let total = 0;
         for (const v of lp.values()) total += Math.exp(v);
         expect(Math.abs(total - 1)).toBeLessThan(1e-4);
+        // The frequencies themselves against the logprobs' distribution.
+        const fromLogprobs = new Float64Array(V);
+        for (const [t, l] of lp) fromLogprobs[t] = Math.exp(l);
+        const gof = goodnessOfFit(countTokens(new Float64Array(V), res.tokens), fromLogprobs);
+        expect(gof.ok ? 'ok' : gof.summary).toBe('ok');
       } finally {
         p.dispose();
       }

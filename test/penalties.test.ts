@@ -540,6 +540,60 @@ describeDevices((devName, dev) => {
       }
     }
 
+    // The power test of the order and of min-p alone: rows whose top token keeps p 0.60–0.64, 65536
+    // samples × 4 offsets a row (262 K draws: a 1 % bias on the top token is 6.3–6.8 sd).
+    for (const V of [111, 1000]) {
+      test(`V ${V}, B 3, fused: min-p + top-p in vLLM's order and min-p alone, 262 K draws a row against float64`, async () => {
+        const steep = zipfLogits(V, 1.2, 72);
+        const f = [
+          { temperature: 0.8, topP: 0.8, minP: 0.02 },
+          { temperature: 0.7, minP: 0.1 },
+          { temperature: 0.6, topP: 0.9, minP: 0.05 },
+        ];
+        const p = plantLogits(dev(), 'f32', [steep, steep, zipfLogits(V, 1.0, 72)], { D: 8 });
+        try {
+          const want = f.map((x, b) => vllmKept(p.logits[b], x));
+          // Far from a mass boundary: no partial sum of the min-p set within 1e-3 of top-p's share.
+          for (let b = 0; b < 3; b++) {
+            if (f[b].topP === undefined) continue;
+            const kept = vllmKept(p.logits[b], { ...f[b], topP: undefined });
+            const order = Array.from(kept.keys()).filter((v) => kept[v] > 0).sort((x, y) => kept[y] - kept[x]);
+            let cum = 0;
+            for (const v of order) {
+              cum += kept[v];
+              expect({ b, near: Math.abs(cum - f[b].topP!) < 1e-3 }).toEqual({ b, near: false });
+            }
+          }
+          const counts = f.map(() => new Float64Array(V));
+          for (let offset = 0; offset < 4; offset++) {
+            const res = await sampleFused(p.H, p.W, {
+              seed: 83n,
+              offset: BigInt(offset),
+              numSamples: MAX_S,
+              filterOrder: 'vllm',
+              temperature: Float32Array.from(f, (x) => x.temperature),
+              topP: Float32Array.from(f, (x) => x.topP ?? 1),
+              minP: Float32Array.from(f, (x) => x.minP),
+            });
+            rowCounts(res.tokens, 3, MAX_S, V).forEach((c, b) => addInto(counts[b], c));
+          }
+          let controls = 0;
+          for (let b = 0; b < 3; b++) {
+            const fit = goodnessOfFit(counts[b], want[b]);
+            expect({ b, fit: fit.ok ? 'ok' : fit.summary }).toEqual({ b, fit: 'ok' });
+            const hfProbs = keptDistribution(p.logits[b], f[b]).probs;
+            if (tvDistance(want[b], hfProbs) > 0.05) {
+              expect(goodnessOfFit(counts[b], hfProbs).ok).toBe(false);
+              controls++;
+            }
+          }
+          expect(controls).toBeGreaterThan(0);
+        } finally {
+          p.dispose();
+        }
+      });
+    }
+
     // One sample per row: on compute capability 9.0 the one-pass decision (a zipf row whose min-p set
     // lies in the gathered prefix) and the extra pass (a flat row whose min-p set reaches past it).
     test('one sample per row, 2048 rows x 32 offsets (V 1000, bf16): chi-square against float64', async () => {
