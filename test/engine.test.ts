@@ -6,6 +6,7 @@
 
 import { open, sampleFused, type Device, type Sampler, type SampleOptions, type Tensor } from '../lib/index';
 import {
+  addInto,
   cudaStatus,
   describeDevices,
   failure,
@@ -13,6 +14,7 @@ import {
   keptDistribution,
   plantLogits,
   rowCounts,
+  safeTopP,
   zipfLogits,
   flatLogits,
 } from './helpers';
@@ -169,6 +171,39 @@ describeDevices((name, dev) => {
     const fit = goodnessOfFit(counts, kept.probs);
     expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
     sampler.dispose();
+    p.dispose();
+  });
+
+  // The three filters together at V 1000 (bf16): 99 rows × 128 samples × 32 advancing steps =
+  // 405 K draws; the top token keeps p ~0.65, so a 1 % bias is ~8.6 sd.
+  test('advancing draws follow float64 after top-k 20, top-p 0.95 and min-p 0.05 at V 1000', async () => {
+    const d = dev();
+    const V = 1000;
+    const B = 99;
+    const S = 128;
+    const l = zipfLogits(V, 1.1, 77);
+    const p = plantLogits(d, 'bf16', Array.from({ length: B }, () => l), { D: 8 });
+    const spec = { temperature: 0.6, topK: 20, minP: 0.05 };
+    const topP = safeTopP(p.logits[0], spec, 0.95);
+    const sampler = d.createSampler({ maxBatch: B, vocab: V, hidden: 8, dtype: 'bf16', numSamples: S, filters: ['topK', 'topP', 'minP'] });
+    sampler.setRows(0, {
+      seed: BigUint64Array.from({ length: B }, (_, b) => BigInt(7000 + b)),
+      temperature: new Float32Array(B).fill(spec.temperature),
+      topK: new Int32Array(B).fill(spec.topK),
+      topP: new Float32Array(B).fill(topP),
+      minP: new Float32Array(B).fill(spec.minP),
+    });
+    const out = d.empty([B * S], 'i32');
+    const counts = new Float64Array(V);
+    for (let step = 0; step < 32; step++) {
+      sampler.enqueue({ H: p.H, W: p.W, out, advanceOffset: true });
+      await d.synchronize();
+      for (const row of rowCounts((await out.toArray()) as Int32Array, B, S, V)) addInto(counts, row);
+    }
+    const fit = goodnessOfFit(counts, keptDistribution(p.logits[0], { ...spec, topP }).probs);
+    expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
+    sampler.dispose();
+    out.dispose();
     p.dispose();
   });
 

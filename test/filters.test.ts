@@ -346,6 +346,38 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // Beyond the candidate cap (1024), the draws themselves: a top-k at or above V with a mask (the
+    // winners path), a top-k of 1100 (the extra pass) and a mask alone, with logprobs, V 1500, B 3:
+    // 65536 samples × 2 offsets a row (131 K draws; the top token keeps p 0.79, a 1 % bias is 7 sd).
+    test('fused: top-k 2000 and 1100 and a mask alone past the candidate cap (V 1500, logprobs): 131 K draws a row', async () => {
+      const V = 1500;
+      const base = zipfLogits(V, 1.1, 5);
+      const p = plantLogits(dev(), 'f32', [base, base, base], { D: 8 });
+      try {
+        const mask = (v: number) => v % 7 !== 3;
+        const rows: RowSpec[] = [
+          { topK: 2000, temperature: 0.5, mask },
+          { topK: 1100, temperature: 0.5, mask },
+          { temperature: 0.5, mask },
+        ];
+        const kept = rows.map((r, b) => keptDistribution(p.logits[b], { ...r, topK: r.topK && r.topK < V ? r.topK : undefined, allowed: mask }));
+        const counts = rows.map(() => new Float64Array(V));
+        let fallbackRows = 0;
+        for (let offset = 0; offset < 2; offset++) {
+          const res = await sampleFused(p.H, p.W, { ...optionsFor(rows, V), seed: 19n, offset: BigInt(offset), numSamples: MAX_S, logprobs: true });
+          fallbackRows += res.fallbackRows ?? 0;
+          rowCounts(res.tokens, 3, MAX_S, V).forEach((c, b) => addInto(counts[b], c));
+        }
+        expect(fallbackRows).toBeGreaterThan(0); // the top-k 1100 row took the extra pass
+        for (let b = 0; b < 3; b++) {
+          const gof = goodnessOfFit(counts[b], kept[b].probs);
+          expect({ b, fit: gof.ok ? 'ok' : gof.summary }).toEqual({ b, fit: 'ok' });
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
     /** The fused call reports no fallback row and draws reference(gumbel)'s tokens (and top tokens). */
     async function expectDecidedWithoutFallback(p: Planted, options: SampleOptions, prefix = ''): Promise<void> {
       const f = await draw('fused', p.H, p.W, options);

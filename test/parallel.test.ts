@@ -9,7 +9,10 @@
 
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
+  MAX_S,
+  countToken,
   countTokens,
+  safeTopP,
   csrRows,
   describeDevices,
   dominantLogits,
@@ -794,6 +797,55 @@ describeDevices((name, dev) => {
       const fit = goodnessOfFit(counts, kept.probs);
       if (!fit.ok) throw new Error(fit.summary);
       small.dispose();
+    });
+
+    // Filters with logprobs over shards: 3 rows (the Qwen3 default, min-p 0.1, top-k 7), numSamples
+    // 65536 × 4 offsets (262 K draws a row; the top token keeps p 0.55–0.61, a 1 % bias is 5.7–6.5
+    // sd), logprobs within 1e-4 of float64.
+    test('chi-square: 262 K draws a row, V = 1000, TP 3, filters with logprobs, against float64', async () => {
+      const V3 = 1000;
+      const row = zipfLogits(V3, 1.1, 77);
+      const small = plantedHead(dev(), [row, row, row], 'bf16');
+      try {
+        const qwen = { temperature: 0.6, topK: 20 };
+        const specs: FilterSpec[] = [
+          { ...qwen, topP: safeTopP(small.logits[0], qwen, 0.95) },
+          { temperature: 0.7, minP: 0.1 },
+          { temperature: 0.7, topK: 7 },
+        ];
+        const kept = specs.map((f, b) => keptDistribution(small.logits[b], f));
+        const shards = shardBounds(V3, 3, 18).map(([offset, size]) => ({ H: small.H, W: small.shard(offset, size), vocabOffset: offset }));
+        const counts = specs.map(() => new Float64Array(V3));
+        const S = MAX_S;
+        for (let offset = 0; offset < 4; offset++) {
+          const got = await sampleSharded(shards, {
+            seed: 91n,
+            offset: BigInt(offset),
+            numSamples: S,
+            logprobs: true,
+            vocabSize: V3,
+            temperature: Float32Array.from(specs, (f) => f.temperature ?? 1),
+            topK: Int32Array.from(specs, (f) => f.topK ?? 0),
+            topP: Float32Array.from(specs, (f) => f.topP ?? 1),
+            minP: Float32Array.from(specs, (f) => f.minP ?? 0),
+          });
+          let worst = 0;
+          for (let b = 0; b < 3; b++) {
+            for (let j = 0; j < S; j++) {
+              const t = got.tokens[b * S + j];
+              countToken(counts[b], t);
+              worst = Math.max(worst, Math.abs(got.logprobs![b * S + j] - kept[b].logprob[t]));
+            }
+          }
+          expect(worst).toBeLessThan(1e-4);
+        }
+        for (let b = 0; b < 3; b++) {
+          const fit = goodnessOfFit(counts[b], kept[b].probs);
+          expect({ b, fit: fit.ok ? 'ok' : fit.summary }).toEqual({ b, fit: 'ok' });
+        }
+      } finally {
+        small.dispose();
+      }
     });
   });
 

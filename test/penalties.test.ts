@@ -120,6 +120,38 @@ describeDevices((devName, dev) => {
     }
   }
 
+  // Each list alone with the power to see a 1 % bias: steep rows (Zipf 1.5, T 0.6) whose top token
+  // keeps p 0.37–0.88 after its row's list, 65536 samples × 4 offsets (262 K draws a row: a 1 % bias
+  // is 4.0–14 sd), each rejecting the law without its list.
+  for (const V of [111, 1000]) {
+    test(`V ${V}, fused: each list alone, 262 K draws a row against float64`, async () => {
+      const steep = zipfLogits(V, 1.5, 31);
+      const t = topTokens(steep, 8);
+      const p = plantLogits(dev(), 'f32', [steep, steep, steep], { D: 8 });
+      try {
+        const calls: Listed[][] = [
+          [{ bias: [[t[0], -0.7], [t[2], 0.8]] }, { banned: [t[1], t[3]] }, { penalized: [[t[0], 1, false], [t[1], 0, true]], repetition: 1.3 }],
+          [{ penalized: [[t[1], 2, false]], frequency: 0.3 }, { penalized: [[t[2], 1, true]], presence: 0.6 }, { penalized: [[t[1], 1, false], [t[3], 0, true]], frequency: 0.2, presence: 0.4 }],
+        ];
+        for (const rows of calls) {
+          const counts = rows.map(() => new Float64Array(V));
+          for (let offset = 0; offset < 4; offset++) {
+            const res = await sampleFused(p.H, p.W, { ...listedOptions(rows), temperature: 0.6, seed: 43n, offset: BigInt(offset), numSamples: MAX_S });
+            rowCounts(res.tokens, 3, MAX_S, V).forEach((c, b) => addInto(counts[b], c));
+          }
+          for (let b = 0; b < 3; b++) {
+            const want = keptDistribution(adjusted(p.logits[b], rows[b]), { temperature: 0.6 }).probs;
+            const fit = goodnessOfFit(counts[b], want);
+            expect({ list: rows[b], fit: fit.ok ? 'ok' : fit.summary }).toEqual({ list: rows[b], fit: 'ok' });
+            expect({ list: rows[b], control: goodnessOfFit(counts[b], keptDistribution(p.logits[b], { temperature: 0.6 }).probs).ok }).toEqual({ list: rows[b], control: false });
+          }
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+  }
+
   test('fused draws the Gumbel reference\'s tokens with every list given', async () => {
     const V = 1000;
     const logits = [zipfLogits(V, 1, 51), zipfLogits(V, 1, 52), flatLogits(V, 53, 2)];
