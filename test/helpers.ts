@@ -172,7 +172,8 @@ export function poissonTwoSided(o: number, mean: number): number {
 /**
  * Chi-square goodness of fit of `observed` counts against `probs` (need not be normalized),
  * pooling every cell with an expected count < 5 into one cell (merged with the smallest cell if
- * the pool itself stays < 5, or, when only one cell is left to join, tested by its Poisson tail). Plus a targeted test of the large cells: a bias of the top tokens is
+ * the pool itself stays < 5, or, when only one cell is left to join, tested by its Poisson tail).
+ * Plus a targeted test of the large cells: a bias of the top tokens is
  * diluted in an omnibus statistic with many degrees of freedom, so each cell with expected ≥ 25
  * also gets a z test, Bonferroni-corrected to the same ALPHA. Any sample on a probability-0 token
  * fails outright.
