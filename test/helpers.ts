@@ -275,6 +275,37 @@ export function countTokens(counts: Float64Array, tokens: ArrayLike<number>): Fl
   return counts;
 }
 
+/**
+ * Adds a call's [B, S] draws to per-row counts (B = counts.length; a token outside [0, V) throws)
+ * and returns, where `kept` is given, the largest |logprob − kept[b].logprob[token]| among them.
+ */
+export function addRowDraws(
+  counts: Float64Array[],
+  res: { tokens: ArrayLike<number>; logprobs?: ArrayLike<number> },
+  S: number,
+  kept?: Kept[],
+): number {
+  if (res.tokens.length !== counts.length * S) throw new Error(`tokens.length ${res.tokens.length} != ${counts.length} * ${S}`);
+  let worst = 0;
+  counts.forEach((c, b) => {
+    for (let i = b * S; i < (b + 1) * S; i++) {
+      countToken(c, res.tokens[i]);
+      if (kept) worst = Math.max(worst, Math.abs(res.logprobs![i] - kept[b].logprob[res.tokens[i]]));
+    }
+  });
+  return worst;
+}
+
+/** Each row's goodness of fit to its own probabilities: `row b: summary` for each row that fails. */
+export function rowFitFailures(counts: Float64Array[], probs: ArrayLike<number>[]): string[] {
+  const failures: string[] = [];
+  counts.forEach((c, b) => {
+    const gof = goodnessOfFit(c, probs[b]);
+    if (!gof.ok) failures.push(`row ${b}: ${gof.summary}`);
+  });
+  return failures;
+}
+
 /** Draws n tokens from probs in JS (float64 inverse cdf with mulberry32): the negative controls. */
 export function jsSample(probs: ArrayLike<number>, n: number, seed: number): Float64Array {
   const r = rng(seed);

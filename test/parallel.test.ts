@@ -10,8 +10,10 @@
 import { mergePartials, open, sampleFused, sampleSharded, type Device, type MergeResult, type PartialState, type SampleOptions, type Tensor } from '../lib/index';
 import {
   MAX_S,
-  countToken,
+  addRowDraws,
   countTokens,
+  mixedRowOptions,
+  rowFitFailures,
   safeTopP,
   csrRows,
   describeDevices,
@@ -816,33 +818,11 @@ describeDevices((name, dev) => {
         const kept = specs.map((f, b) => keptDistribution(small.logits[b], f));
         const shards = shardBounds(V3, 3, 18).map(([offset, size]) => ({ H: small.H, W: small.shard(offset, size), vocabOffset: offset }));
         const counts = specs.map(() => new Float64Array(V3));
-        const S = MAX_S;
         for (let offset = 0; offset < 4; offset++) {
-          const got = await sampleSharded(shards, {
-            seed: 91n,
-            offset: BigInt(offset),
-            numSamples: S,
-            logprobs: true,
-            vocabSize: V3,
-            temperature: Float32Array.from(specs, (f) => f.temperature ?? 1),
-            topK: Int32Array.from(specs, (f) => f.topK ?? 0),
-            topP: Float32Array.from(specs, (f) => f.topP ?? 1),
-            minP: Float32Array.from(specs, (f) => f.minP ?? 0),
-          });
-          let worst = 0;
-          for (let b = 0; b < 3; b++) {
-            for (let j = 0; j < S; j++) {
-              const t = got.tokens[b * S + j];
-              countToken(counts[b], t);
-              worst = Math.max(worst, Math.abs(got.logprobs![b * S + j] - kept[b].logprob[t]));
-            }
-          }
-          expect(worst).toBeLessThan(1e-4);
+          const options = { ...mixedRowOptions(specs, 3, offset, 91), numSamples: MAX_S, logprobs: true, vocabSize: V3 };
+          expect(addRowDraws(counts, await sampleSharded(shards, options), MAX_S, kept)).toBeLessThan(1e-4);
         }
-        for (let b = 0; b < 3; b++) {
-          const fit = goodnessOfFit(counts[b], kept[b].probs);
-          expect({ b, fit: fit.ok ? 'ok' : fit.summary }).toEqual({ b, fit: 'ok' });
-        }
+        expect(rowFitFailures(counts, kept.map((k) => k.probs))).toEqual([]);
       } finally {
         small.dispose();
       }

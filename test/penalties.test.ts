@@ -11,6 +11,9 @@ import {
   countTokens,
   MAX_S,
   addInto,
+  addRowDraws,
+  mixedRowOptions,
+  rowFitFailures,
   agreement,
   describeDevices,
   dominantLogits,
@@ -137,12 +140,11 @@ describeDevices((devName, dev) => {
           const counts = rows.map(() => new Float64Array(V));
           for (let offset = 0; offset < 4; offset++) {
             const res = await sampleFused(p.H, p.W, { ...listedOptions(rows), temperature: 0.6, seed: 43n, offset: BigInt(offset), numSamples: MAX_S });
-            rowCounts(res.tokens, 3, MAX_S, V).forEach((c, b) => addInto(counts[b], c));
+            addRowDraws(counts, res, MAX_S);
           }
+          const want = rows.map((row, b) => keptDistribution(adjusted(p.logits[b], row), { temperature: 0.6 }).probs);
+          expect({ rows, failures: rowFitFailures(counts, want) }).toEqual({ rows, failures: [] });
           for (let b = 0; b < 3; b++) {
-            const want = keptDistribution(adjusted(p.logits[b], rows[b]), { temperature: 0.6 }).probs;
-            const fit = goodnessOfFit(counts[b], want);
-            expect({ list: rows[b], fit: fit.ok ? 'ok' : fit.summary }).toEqual({ list: rows[b], fit: 'ok' });
             expect({ list: rows[b], control: goodnessOfFit(counts[b], keptDistribution(p.logits[b], { temperature: 0.6 }).probs).ok }).toEqual({ list: rows[b], control: false });
           }
         }
@@ -598,21 +600,12 @@ describeDevices((devName, dev) => {
           }
           const counts = f.map(() => new Float64Array(V));
           for (let offset = 0; offset < 4; offset++) {
-            const res = await sampleFused(p.H, p.W, {
-              seed: 83n,
-              offset: BigInt(offset),
-              numSamples: MAX_S,
-              filterOrder: 'vllm',
-              temperature: Float32Array.from(f, (x) => x.temperature),
-              topP: Float32Array.from(f, (x) => x.topP ?? 1),
-              minP: Float32Array.from(f, (x) => x.minP),
-            });
-            rowCounts(res.tokens, 3, MAX_S, V).forEach((c, b) => addInto(counts[b], c));
+            const options = { ...mixedRowOptions(f, 3, offset, 83), numSamples: MAX_S, filterOrder: 'vllm' as const };
+            addRowDraws(counts, await sampleFused(p.H, p.W, options), MAX_S);
           }
+          expect(rowFitFailures(counts, want)).toEqual([]);
           let controls = 0;
           for (let b = 0; b < 3; b++) {
-            const fit = goodnessOfFit(counts[b], want[b]);
-            expect({ b, fit: fit.ok ? 'ok' : fit.summary }).toEqual({ b, fit: 'ok' });
             const hfProbs = keptDistribution(p.logits[b], f[b]).probs;
             if (tvDistance(want[b], hfProbs) > 0.05) {
               expect(goodnessOfFit(counts[b], hfProbs).ok).toBe(false);
