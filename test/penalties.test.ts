@@ -451,8 +451,13 @@ describeDevices((devName, dev) => {
   });
 });
 
-// vLLM's filter order: min-p first, then top-k, then top-p over the min-p survivors' mass.
-function vllmKept(logits: ArrayLike<number>, f: { temperature: number; topK?: number; topP?: number; minP?: number }): Float64Array {
+// vLLM's filter order: min-p first, then top-k, then top-p over the min-p survivors' mass. The
+// margin is top-p's distance from the kept set's prefix masses on either side of its cut (Infinity
+// without top-p), as keptDistribution's.
+function vllmKept(
+  logits: ArrayLike<number>,
+  f: { temperature: number; topK?: number; topP?: number; minP?: number },
+): { probs: Float64Array; topPMargin: number } {
   const V = logits.length;
   const order = Array.from({ length: V }, (_, v) => v)
     .filter((v) => Number.isFinite(logits[v]))
@@ -462,20 +467,25 @@ function vllmKept(logits: ArrayLike<number>, f: { temperature: number; topK?: nu
   let kept = order;
   if (f.minP) kept = kept.filter((v, i) => i === 0 || w(v) >= f.minP!);
   if (f.topK) kept = kept.slice(0, f.topK);
+  let topPMargin = Infinity;
   if (f.topP !== undefined && f.topP < 1) {
     const total = kept.reduce((a, v) => a + w(v), 0);
     let cumulative = 0;
     let n = 0;
     while (n < kept.length) {
-      cumulative += w(kept[n++]);
-      if (cumulative >= f.topP * total) break;
+      const before = cumulative;
+      cumulative += w(kept[n++]) / total;
+      if (cumulative >= f.topP) {
+        topPMargin = Math.min(f.topP - before, cumulative - f.topP);
+        break;
+      }
     }
     kept = kept.slice(0, n);
   }
   const probs = new Float64Array(V);
   const z = kept.reduce((a, v) => a + w(v), 0);
   for (const v of kept) probs[v] = w(v) / z;
-  return probs;
+  return { probs, topPMargin };
 }
 
 /** Total variation distance of two distributions. */
@@ -509,7 +519,7 @@ test("vLLM's order is Hugging Face's with top-k min(k, |min-p set|): 3000 random
     const survivors = Array.from(logits).filter((l) => Math.exp((l - m) / f.temperature) >= f.minP).length;
     const k = f.topK > 0 ? Math.min(f.topK, survivors) : survivors;
     const hf = keptDistribution(logits, { temperature: f.temperature, topK: k, topP: f.topP, minP: f.minP });
-    const want = vllmKept(logits, { ...f, topK: f.topK || undefined });
+    const want = vllmKept(logits, { ...f, topK: f.topK || undefined }).probs;
     if (hf.topPMargin < 1e-9 || hf.minPMargin < 1e-9) {
       boundary++;
       continue;
@@ -552,7 +562,7 @@ describeDevices((devName, dev) => {
             const counts = rowCounts((await draw(sampler, p.H, p.W, o)).tokens, 3, MAX_S, V);
             let controls = 0;
             for (let b = 0; b < 3; b++) {
-              const want = vllmKept(p.logits[b], f[b]);
+              const want = vllmKept(p.logits[b], f[b]).probs;
               const fit = goodnessOfFit(counts[b], want);
               expect(`row ${b}: ${fit.summary}`).toBe(fit.ok ? `row ${b}: ${fit.summary}` : 'a good fit');
               // The negative control, where the orders keep sets that differ by more than 5 %.
@@ -586,18 +596,10 @@ describeDevices((devName, dev) => {
         ];
         const p = plantLogits(dev(), 'f32', [steep, steep, zipfLogits(V, 1.0, 72)], { D: 8 });
         try {
-          const want = f.map((x, b) => vllmKept(p.logits[b], x));
-          // Far from a mass boundary: no partial sum of the min-p set within 1e-3 of top-p's share.
-          for (let b = 0; b < 3; b++) {
-            if (f[b].topP === undefined) continue;
-            const kept = vllmKept(p.logits[b], { ...f[b], topP: undefined });
-            const order = Array.from(kept.keys()).filter((v) => kept[v] > 0).sort((x, y) => kept[y] - kept[x]);
-            let cum = 0;
-            for (const v of order) {
-              cum += kept[v];
-              expect({ b, near: Math.abs(cum - f[b].topP!) < 1e-3 }).toEqual({ b, near: false });
-            }
-          }
+          const kept = f.map((x, b) => vllmKept(p.logits[b], x));
+          const want = kept.map((k) => k.probs);
+          // Far from a mass boundary: top-p's cut 1e-3 or more from the min-p set's prefix masses.
+          kept.forEach((k, b) => expect({ b, near: k.topPMargin < 1e-3 }).toEqual({ b, near: false }));
           const counts = f.map(() => new Float64Array(V));
           for (let offset = 0; offset < 4; offset++) {
             const options = { ...mixedRowOptions(f, 3, offset, 83), numSamples: MAX_S, filterOrder: 'vllm' as const };
@@ -639,7 +641,7 @@ describeDevices((devName, dev) => {
             countTokens(one, (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens);
             addInto(counts, one);
           }
-          const want = vllmKept(p.logits[0], spec);
+          const want = vllmKept(p.logits[0], spec).probs;
           const fit = goodnessOfFit(counts, want);
           expect(`${JSON.stringify(spec)}: ${fit.summary}`).toBe(fit.ok ? `${JSON.stringify(spec)}: ${fit.summary}` : 'a good fit');
           const hfProbs = keptDistribution(p.logits[0], spec).probs;
@@ -665,7 +667,7 @@ describeDevices((devName, dev) => {
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
       try {
         const { counts, fallbackRows } = await pooledCounts(p, spec, calls, { filterOrder: 'vllm' });
-        const want = vllmKept(p.logits[0], spec);
+        const want = vllmKept(p.logits[0], spec).probs;
         expect(want.filter((x) => x > 0).length).toBe(4);  // top-p 0.9 of the min-p set's mass
         const fit = goodnessOfFit(counts, want);
         expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
@@ -700,7 +702,7 @@ describeDevices((devName, dev) => {
       const base = flatLogits(V, 91, 4);
       const p = plantLogits(dev(), 'bf16', Array.from({ length: B }, () => base), { D: 8 });
       try {
-        const want = vllmKept(p.logits[0], spec);
+        const want = vllmKept(p.logits[0], spec).probs;
         const survivors = p.logits[0].filter((l) => Math.exp(l - Math.max(...p.logits[0])) >= spec.minP).length;
         expect(survivors).toBeGreaterThan(2048);
         const { counts } = await pooledCounts(p, spec, calls, { filterOrder: 'vllm' });
