@@ -8,6 +8,7 @@
 #include <malloc.h>
 #endif
 
+#include "../cpu/cpu_sampler.h"
 #include "../cuda/include/noise.h"
 #include "cuda_api.h"
 #include "napi_util.h"
@@ -47,6 +48,11 @@ Napi::Value GpuStatus(const Napi::CallbackInfo& info) {
 Napi::Value CpuThreads(const Napi::CallbackInfo& info) {
   const unsigned n = std::thread::hardware_concurrency();
   return Napi::Number::New(info.Env(), n == 0 ? 1 : n);
+}
+
+// cpuIsa(): the CPU backend's vector ISA, "avx512", "avx2" or "baseline" (cpu::kernel_isa()).
+Napi::Value CpuIsa(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), cpu::kernel_isa());
 }
 
 // memoryStats(): the native buffers alive and the external memory reported to V8 (storage.h);
@@ -116,6 +122,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("memoryStats", Napi::Function::New<MemoryStats>(env, "memoryStats"));
   exports.Set("hostStepStats", Napi::Function::New<HostStepStatsJs>(env, "hostStepStats"));
   exports.Set("cpuThreads", Napi::Function::New<CpuThreads>(env, "cpuThreads"));
+  exports.Set("cpuIsa", Napi::Function::New<CpuIsa>(env, "cpuIsa"));
   exports.Set("philox", Napi::Function::New<Philox>(env, "philox"));
   exports.Set("gumbel", Napi::Function::New<Gumbel>(env, "gumbel"));
   exports.Set("maxBatch", Napi::Number::New(env, static_cast<double>(kMaxBatch)));

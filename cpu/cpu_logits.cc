@@ -484,5 +484,14 @@ void record_tokens(const RecordTargets& t, const int32_t* drawn, int64_t batch, 
   }
 }
 
+const char* kernel_isa() {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::kAvx512: return "avx512";
+    case detail::CpuIsa::kAvx2: return "avx2";
+    case detail::CpuIsa::kBaseline: break;
+  }
+  return "baseline";
+}
+
 }  // namespace cpu
 }  // namespace flashsample

@@ -18,6 +18,10 @@ namespace cpu {
 // allocates [batch, vocab].
 std::string sample_fused(const SampleParams& p, int num_threads);
 
+// The vector ISA the product and exp kernels run: "avx512", "avx2" or "baseline" (the widest the
+// CPU has, capped by FLASHSAMPLE_CPU_ISA), so that a test of a capped path can see it in force.
+const char* kernel_isa();
+
 // Reference: materializes the logits [batch, vocab] (the fused path's fp32 dot product, so on the
 // CPU both see bit-identical logits), applies the filters per row in float64, samples by `method`.
 // With kGumbel it draws exactly the fused path's tokens.

@@ -193,6 +193,7 @@ export interface NativeAddon {
   hostStepStats(): NativeHostStepStats[];
   gpuStatus(): NativeGpuStatus;
   cpuThreads(): number;
+  cpuIsa(): 'avx512' | 'avx2' | 'baseline';
   philox(c0: number, c1: number, c2: number, c3: number, k0: number, k1: number): number[];
   gumbel(bits: number): number;
   maxBatch: number;

@@ -9,6 +9,7 @@
 'use strict';
 const crypto = require('crypto');
 const { open, sampleFused, sampleReference } = require('../dist/lib/index.js');
+const { native } = require('../dist/lib/native.js');
 const { uniforms } = require('./child-inputs.js');
 
 /** Fixed values in [-0.5, 0.5) · scale. */
@@ -48,7 +49,7 @@ async function main() {
       bias.dispose();
     }
   }
-  return { hash: hash.digest('hex'), cases };
+  return { hash: hash.digest('hex'), cases, isa: native.cpuIsa() };
 }
 
 main().then(
