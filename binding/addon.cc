@@ -9,6 +9,7 @@
 #endif
 
 #include "../cpu/cpu_sampler.h"
+#include "../cuda/escape_hatches.h"
 #include "../cuda/include/noise.h"
 #include "cuda_api.h"
 #include "napi_util.h"
@@ -24,7 +25,8 @@ void register_nccl(Napi::Env env, Napi::Object exports);
 
 namespace {
 
-// gpuStatus(): {compiledWithCuda, usable, reason, devices: [{name, sm, multiprocessors, memory}]}
+// gpuStatus(): {compiledWithCuda, usable, reason, devices: [{name, sm, multiprocessors, memory}],
+// escapeHatches: {noWgmma, noTensorMaps}} (the dispatch's own readers, cuda/escape_hatches.h)
 Napi::Value GpuStatus(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const GpuInfo& gpu = gpu_info();
@@ -42,6 +44,10 @@ Napi::Value GpuStatus(const Napi::CallbackInfo& info) {
     devices.Set(static_cast<uint32_t>(i), d);
   }
   status.Set("devices", devices);
+  Napi::Object hatches = Napi::Object::New(env);
+  hatches.Set("noWgmma", cuda::no_wgmma_hatch());
+  hatches.Set("noTensorMaps", cuda::no_tensor_maps_hatch());
+  status.Set("escapeHatches", hatches);
   return status;
 }
 

@@ -26,9 +26,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <cstdlib>
 
 #include "check_params.h"
+#include "escape_hatches.h"
 #include "kernels/mma_sync.cuh"
 #include "kernels/simt.cuh"
 #include "kernels/ws_pingpong.cuh"
@@ -51,11 +51,7 @@ inline bool tensor_core_path_ok(const SampleParams& p) {
 // 90a cubin), unless FLASHSAMPLE_NO_WGMMA is set (then every batch takes the mma.sync kernels,
 // for comparisons and as an escape hatch). Cached per device.
 inline bool wgmma_usable() {
-  static const bool disabled = [] {
-    const char* e = std::getenv("FLASHSAMPLE_NO_WGMMA");
-    return e != nullptr && e[0] != '\0' && e[0] != '0';
-  }();
-  return !disabled && compute_capability() == 90;
+  return !no_wgmma_hatch() && compute_capability() == 90;
 }
 
 // B > 64: 96-column chunks when they pad fewer columns than 128-column ones (64 < B <= 96,

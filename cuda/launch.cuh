@@ -8,12 +8,12 @@
 #include <stdint.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <type_traits>
 #include <utility>
 
+#include "escape_hatches.h"
 #include "kernels/wgmma_common.cuh"
 
 namespace flashsample {
@@ -201,12 +201,8 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
 // tiles.
 template <class Cfg>
 bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promotion, WsTensorMaps* maps) {
-  static const bool disabled = [] {
-    const char* e = std::getenv("FLASHSAMPLE_NO_TENSOR_MAPS");
-    return e != nullptr && e[0] != '\0' && e[0] != '0';
-  }();
   const TensorMapEncodeTiled encode = tensor_map_encoder();
-  if (disabled || encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
+  if (no_tensor_maps_hatch() || encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
       a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
     return false;
   const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

@@ -100,6 +100,8 @@ export interface NativeGpuStatus {
   usable: boolean;
   reason: string;
   devices: { name: string; sm: number; multiprocessors: number; memory: number }[];
+  /** The CUDA dispatch's escape hatches in force (FLASHSAMPLE_NO_WGMMA, FLASHSAMPLE_NO_TENSOR_MAPS). */
+  escapeHatches: { noWgmma: boolean; noTensorMaps: boolean };
 }
 
 /** Diagnostics (binding/storage.h): native buffers alive, and bytes reported to V8 as external memory. */

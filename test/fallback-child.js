@@ -2,9 +2,11 @@
 // hatches (FLASHSAMPLE_NO_WGMMA, FLASHSAMPLE_NO_TENSOR_MAPS), read once per process, are in force
 // for every call (test/cuda-fallbacks.test.ts). Each case is a head of V × D bf16 from fixed seeds,
 // B rows with per-row seeds and temperatures (every seventh row greedy), numSamples S and optional
-// filters; prints one JSON line: [{name, tokens, differing, worstLogprob}] or {error}.
+// filters; prints one JSON line: {cases: [{name, tokens, differing, worstLogprob}], escapeHatches}
+// (the hatches the dispatch reads, cuda/escape_hatches.h) or {error}.
 'use strict';
 const { open, sampleFused, sampleReference } = require('../dist/lib/index.js');
+const { native } = require('../dist/lib/native.js');
 const { uniforms } = require('./child-inputs.js');
 
 const CASES = [
@@ -45,7 +47,7 @@ async function main() {
     H.dispose();
   }
   W.dispose();
-  process.stdout.write(JSON.stringify(results) + '\n');
+  process.stdout.write(JSON.stringify({ cases: results, escapeHatches: native.gpuStatus().escapeHatches }) + '\n');
 }
 
 main().catch((e) => {
