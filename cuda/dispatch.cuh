@@ -26,7 +26,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-
 #include "check_params.h"
 #include "escape_hatches.h"
 #include "kernels/mma_sync.cuh"

@@ -202,8 +202,8 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
 template <class Cfg>
 bool encode_ws_maps(const GemmArgs& a, bool f16, CUtensorMapL2promotion w_promotion, WsTensorMaps* maps) {
   const TensorMapEncodeTiled encode = tensor_map_encoder();
-  if (no_tensor_maps_hatch() || encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 || a.vocab >= (int64_t(1) << 31) ||
-      a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
+  if (no_tensor_maps_hatch() || encode == nullptr || a.vocab <= 0 || a.batch <= 0 || a.dim <= 0 ||
+      a.vocab >= (int64_t(1) << 31) || a.batch >= (int64_t(1) << 31) || a.dim % 8 != 0)
     return false;
   const CUtensorMapDataType type = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(a.dim) * 2;
