@@ -30,9 +30,9 @@ function cpuFlagList(): string[] | undefined {
     return undefined;
   }
 }
+const flags = cpuFlagList();
 
 function cpuFlags(): string {
-  const flags = cpuFlagList();
   if (flags === undefined) return 'flags unknown';
   return ['avx512f', 'avx2'].filter((f) => flags.includes(f)).join(', ') || 'neither AVX2 nor AVX-512';
 }
@@ -40,7 +40,6 @@ function cpuFlags(): string {
 // The ISA a cap leaves in force: the widest the CPU has at or below it. The x86 kernels are built
 // by GCC on x86-64 only (cpu/cpu_internal.h); elsewhere every path is the baseline.
 function expectedIsa(cap: string | undefined): string | undefined {
-  const flags = cpuFlagList();
   if (flags === undefined) return undefined;
   if (process.arch !== 'x64' || cap === 'baseline') return 'baseline';
   if (cap === undefined && flags.includes('avx512f')) return 'avx512';

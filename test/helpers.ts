@@ -566,9 +566,7 @@ export async function pooledCounts(p: Planted, spec: FilterSpec, calls: number, 
   for (let c = 0; c < calls; c++) {
     const res = await sampleFused(p.H, p.W, { ...rowOptions(p.B, spec, c), ...extra });
     fallbackRows += res.fallbackRows ?? 0;
-    const one = new Float64Array(p.V);
-    countTokens(one, res.tokens);
-    addInto(counts, one);
+    countTokens(counts, res.tokens);
   }
   return { counts, fallbackRows };
 }

@@ -10,7 +10,6 @@ import { buildSpec } from '../lib/options';
 import {
   countTokens,
   MAX_S,
-  addInto,
   addRowDraws,
   mixedRowOptions,
   rowFitFailures,
@@ -217,9 +216,7 @@ describeDevices((devName, dev) => {
           const lists = listedOptions(repeatRows([row], B));
           const counts = new Float64Array(V);
           for (let c = 0; c < calls; c++) {
-            const one = new Float64Array(V);
-            countTokens(one, (await sampleFused(p.H, p.W, { ...lists, ...rowOptions(B, spec, c) })).tokens);
-            addInto(counts, one);
+            countTokens(counts, (await sampleFused(p.H, p.W, { ...lists, ...rowOptions(B, spec, c) })).tokens);
           }
           const fit = goodnessOfFit(counts, keptDistribution(adjusted(p.logits[0], row), spec).probs);
           expect(`${JSON.stringify(spec)}: ${fit.summary}`).toBe(fit.ok ? `${JSON.stringify(spec)}: ${fit.summary}` : 'a good fit');
@@ -253,9 +250,7 @@ describeDevices((devName, dev) => {
           const extra: SampleOptions = { ...listedOptions(repeatRows([row], B)), softcap: cap, allowedTokens: makeMask(B, V, (_b, v) => allowed(v)) };
           const counts = new Float64Array(V);
           for (let c = 0; c < scaled(Math.ceil(MAX_S / B)); c++) {
-            const one = new Float64Array(V);
-            countTokens(one, (await sampleFused(p.H, p.W, { ...extra, ...rowOptions(B, { temperature: 0.8 }, c) })).tokens);
-            addInto(counts, one);
+            countTokens(counts, (await sampleFused(p.H, p.W, { ...extra, ...rowOptions(B, { temperature: 0.8 }, c) })).tokens);
           }
           const capped = Float64Array.from(p.logits[0], (l) => applySoftcap(l, cap));
           const want = keptDistribution(adjusted(capped, row), { temperature: 0.8, allowed }).probs;
@@ -637,9 +632,7 @@ describeDevices((devName, dev) => {
         try {
           const counts = new Float64Array(V);
           for (let c = 0; c < calls; c++) {
-            const one = new Float64Array(V);
-            countTokens(one, (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens);
-            addInto(counts, one);
+            countTokens(counts, (await sampleFused(p.H, p.W, { ...rowOptions(B, spec, c), filterOrder: 'vllm' })).tokens);
           }
           const want = vllmKept(p.logits[0], spec).probs;
           const fit = goodnessOfFit(counts, want);
