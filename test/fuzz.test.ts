@@ -1,10 +1,12 @@
 // Property-based tests (issue 6, "Reliability"): random shapes (B 1..8, V 1..300, D 1..24), dtypes
-// and option combinations, on every available device. For every generated case:
+// and option combinations (issue 20's lists, penalties, filter order and raw logprobs among them),
+// on every available device. For every generated case:
 //   - sampleFused and sampleReference({method: 'gumbel'}) both resolve (finite inputs and at least
 //     one allowed token per row: there is always a token to draw);
-//   - every token is in [0, V) and allowed by allowedTokens; greedy rows repeat one token;
+//   - every token is in [0, V), allowed by allowedTokens and not banned; greedy rows repeat one token;
 //   - logprobs (and topLogprobs) are finite and <= 0, topLogprobs in non-increasing order without
-//     repeats, padded with -1 / -Infinity; greedy rows have logprob 0;
+//     repeats, padded with -1 / -Infinity; greedy rows have logprob 0 (processed logprobs; raw ones
+//     are the softcapped logits' softmax, mask and bans included);
 //   - over the whole run, fused and reference agree token for token on >= 99.9% of the tokens
 //     (SEMANTICS §3: they draw with the same noise; only perturbed scores tied within fp32
 //     rounding of the logits may differ; on the CPU they are expected to be identical).
@@ -52,6 +54,13 @@ interface FuzzCase {
   allowed: Choice<'off' | 'sparse' | 'dense' | 'tensor'>;
   logprobs: boolean;
   topLogprobs: number;
+  logprobsMode: Choice<'default' | 'processed' | 'raw'>;
+  filterOrder: Choice<'default' | 'hf' | 'vllm'>;
+  logitBias: boolean;
+  banned: boolean;
+  penalties: Choice<'off' | 'scalar' | 'perRow'>;
+  /** the three lists as host arrays or as tensors on the device (checked there) */
+  listForm: Choice<'host' | 'tensor'>;
 }
 
 const caseArb: fc.Arbitrary<FuzzCase> = fc.record({
@@ -74,6 +83,12 @@ const caseArb: fc.Arbitrary<FuzzCase> = fc.record({
   allowed: fc.constantFrom('off', 'sparse', 'dense', 'tensor'),
   logprobs: fc.boolean(),
   topLogprobs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 12 })),
+  logprobsMode: fc.constantFrom('default', 'processed', 'raw'),
+  filterOrder: fc.constantFrom('default', 'hf', 'vllm'),
+  logitBias: fc.boolean(),
+  banned: fc.boolean(),
+  penalties: fc.constantFrom('off', 'scalar', 'perRow'),
+  listForm: fc.constantFrom('host', 'tensor'),
 });
 
 interface Built {
@@ -83,6 +98,8 @@ interface Built {
   options: SampleOptions;
   /** allowed(b, v) */
   allowed: (b: number, v: number) => boolean;
+  /** banned(b, v) */
+  banned: (b: number, v: number) => boolean;
   /** greedy rows (temperature 0) */
   greedy: boolean[];
   dispose(): void;
@@ -166,6 +183,8 @@ function build(dev: Device, c: FuzzCase): Built {
   if (c.softcap === 'on') options.softcap = Math.fround(0.5 + ro() * 30);
 
   let allowed = (_b: number, _v: number) => true;
+  // A token of each row that the mask allows and no ban removes: every row has one to draw.
+  const keep = new Int32Array(B).fill(-1);
   if (c.allowed !== 'off') {
     const words = Math.ceil(V / 32);
     const mask = new Uint32Array(B * words);
@@ -174,6 +193,7 @@ function build(dev: Device, c: FuzzCase): Built {
       for (let v = 0; v < V; v++) if (ro() < density) mask[b * words + (v >>> 5)] |= 1 << (v & 31);
       const must = Math.floor(ro() * V); // at least one allowed token per row
       mask[b * words + (must >>> 5)] |= 1 << (must & 31);
+      keep[b] = must;
     }
     if (c.allowed === 'tensor') {
       const t = dev.tensor(new Int32Array(mask.buffer), [mask.length], 'i32');
@@ -186,12 +206,72 @@ function build(dev: Device, c: FuzzCase): Built {
   }
   if (c.logprobs) options.logprobs = true;
   if (c.topLogprobs > 0) options.topLogprobs = c.topLogprobs;
+  if (c.logprobsMode !== 'default') options.logprobsMode = c.logprobsMode;
+  if (c.filterOrder !== 'default') options.filterOrder = c.filterOrder;
+
+  // Up to `most` distinct ids a row (CSR), never the row's kept token when `spare` says so.
+  const csr = (most: number, spare: boolean) => {
+    const offsets = new Int32Array(B + 1);
+    const ids: number[] = [];
+    for (let b = 0; b < B; b++) {
+      if (spare && keep[b] < 0) keep[b] = Math.floor(ro() * V);
+      const seen = new Set<number>();
+      const n = Math.floor(ro() * (Math.min(most, V) + 1));
+      for (let i = 0; i < n; i++) {
+        const t = Math.floor(ro() * V);
+        if (seen.has(t) || (spare && t === keep[b])) continue;
+        seen.add(t);
+        ids.push(t);
+      }
+      offsets[b + 1] = ids.length;
+    }
+    return { offsets, ids: Int32Array.from(ids) };
+  };
+  const i32 = (a: Int32Array) => {
+    const t = dev.tensor(a, [a.length], 'i32');
+    extra.push(t);
+    return t;
+  };
+  const f32 = (a: Float32Array) => {
+    const t = dev.tensor(a, [a.length], 'f32');
+    extra.push(t);
+    return t;
+  };
+  const asTensors = c.listForm === 'tensor';
+  if (c.logitBias) {
+    const { offsets, ids } = csr(12, false);
+    const values = Float32Array.from(ids, () => gauss() * 2 * Math.max(1, c.scale));
+    options.logitBias = asTensors
+      ? { rowOffsets: i32(offsets), tokenIds: i32(ids), values: f32(values) }
+      : { rowOffsets: offsets, tokenIds: ids, values };
+  }
+  let bannedSet: Set<number>[] | null = null;
+  if (c.banned) {
+    const { offsets, ids } = csr(Math.max(1, V >> 2), true);
+    bannedSet = Array.from({ length: B }, (_, b) => new Set(ids.subarray(offsets[b], offsets[b + 1])));
+    options.bannedTokens = asTensors ? { rowOffsets: i32(offsets), tokenIds: i32(ids) } : { rowOffsets: offsets, tokenIds: ids };
+  }
+  if (c.penalties !== 'off') {
+    const { offsets, ids } = csr(16, false);
+    const counts = Int32Array.from(ids, () => (ro() < 0.3 ? 0 : 1 + Math.floor(ro() * 5)));
+    const inPrompt = Uint8Array.from(ids, () => (ro() < 0.5 ? 1 : 0));
+    options.penaltyTokens = asTensors
+      ? { rowOffsets: i32(offsets), tokenIds: i32(ids), outputCounts: i32(counts), inPrompt: i32(Int32Array.from(inPrompt)) }
+      : { rowOffsets: offsets, tokenIds: ids, outputCounts: counts, inPrompt };
+    const value = (lo: number, hi: number) => Math.fround(lo + ro() * (hi - lo));
+    const perRow = (lo: number, hi: number) => Float32Array.from({ length: B }, () => value(lo, hi));
+    const pick = (lo: number, hi: number) => (c.penalties === 'scalar' ? value(lo, hi) : perRow(lo, hi));
+    if (ro() < 0.7) options.repetitionPenalty = pick(0.5, 2);
+    if (ro() < 0.7) options.frequencyPenalty = pick(-1, 2);
+    if (ro() < 0.7) options.presencePenalty = pick(-1, 2);
+  }
   return {
     H,
     W,
     extra,
     options,
     allowed,
+    banned: (b, v) => bannedSet !== null && bannedSet[b].has(v),
     greedy,
     dispose() {
       H.dispose();
@@ -213,15 +293,21 @@ function isTyped<K extends keyof TypedKinds>(x: unknown, kind: K): x is TypedKin
   return Object.prototype.toString.call(x) === `[object ${kind}]`;
 }
 
+/** An option's value for a failure's message: arrays as their elements, the lists field by field,
+ *  tensors as their description (their contents are reproduced from the case's seeds). */
+function describeValue(v: unknown): unknown {
+  if (typeof v === 'bigint') return `${v}n`;
+  if (ArrayBuffer.isView(v)) return Array.from(v as unknown as ArrayLike<unknown>, String).join(',');
+  if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, describeValue(x)]));
+  }
+  if (typeof v === 'object') return String(v);
+  return v;
+}
+
 function describeCase(c: FuzzCase, o: SampleOptions): string {
   const opt: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(o)) {
-    if (v === undefined) continue;
-    if (typeof v === 'bigint') opt[k] = `${v}n`;
-    else if (ArrayBuffer.isView(v)) opt[k] = Array.from(v as unknown as ArrayLike<unknown>, String).join(',');
-    else if (typeof v === 'object') opt[k] = String(v);
-    else opt[k] = v;
-  }
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) opt[k] = describeValue(v);
   return JSON.stringify({ case: c, options: opt });
 }
 
@@ -237,15 +323,19 @@ function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): 
       const t = r.tokens[b * S + j];
       if (!(t >= 0 && t < V)) fail(`row ${b} sample ${j}: token ${t} outside [0, ${V})`);
       if (!built.allowed(b, t)) fail(`row ${b} sample ${j}: token ${t} is masked out by allowedTokens`);
+      if (built.banned(b, t)) fail(`row ${b} sample ${j}: token ${t} is banned by bannedTokens`);
       if (built.greedy[b] && t !== r.tokens[b * S]) fail(`row ${b}: greedy row drew ${r.tokens[b * S]} and ${t}`);
     }
   }
+  // Raw logprobs are of the softcapped logits before the mask, the lists and the filters: a greedy
+  // row's token has its softmax share, and a row's top tokens may be ones it could not draw.
+  const raw = c.logprobsMode === 'raw';
   if (c.logprobs) {
     if (!isTyped(r.logprobs, 'Float32Array') || r.logprobs.length !== B * S) fail(`logprobs: length ${r.logprobs?.length}`);
     for (let i = 0; i < B * S; i++) {
       const lp = r.logprobs[i];
       if (!Number.isFinite(lp) || lp > 0) fail(`logprobs[${i}] = ${lp}: expected finite and <= 0`);
-      if (built.greedy[Math.floor(i / S)] && lp !== 0) fail(`logprobs[${i}] = ${lp} on a greedy row: expected 0`);
+      if (!raw && built.greedy[Math.floor(i / S)] && lp !== 0) fail(`logprobs[${i}] = ${lp} on a greedy row: expected 0`);
     }
   } else if (r.logprobs !== undefined) fail('logprobs returned without logprobs: true');
   const n = c.topLogprobs;
@@ -265,7 +355,8 @@ function checkResult(name: string, r: SampleResult, c: FuzzCase, built: Built): 
         }
         if (ended) fail(`row ${b} top ${i}: token ${t} after a -1`);
         if (!(t >= 0 && t < V)) fail(`row ${b} top ${i}: token ${t} outside [0, ${V})`);
-        if (!built.allowed(b, t)) fail(`row ${b} top ${i}: token ${t} is masked out`);
+        if (!raw && !built.allowed(b, t)) fail(`row ${b} top ${i}: token ${t} is masked out`);
+        if (!raw && built.banned(b, t)) fail(`row ${b} top ${i}: token ${t} is banned`);
         if (!Number.isFinite(lp) || lp > 0) fail(`row ${b} top ${i}: logprob ${lp}, expected finite and <= 0`);
         if (i > 0 && r.topTokens[b * n + i - 1] >= 0) {
           const prev = r.topLogprobs[b * n + i - 1];
