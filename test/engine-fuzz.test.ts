@@ -13,7 +13,7 @@
 
 import fc from 'fast-check';
 import { type Device, sampleFused, type SampleOptions, type Tensor } from '../lib/index';
-import { FLOAT_DTYPES, type FDType, describeDevices, makeTensor, normal, rng } from './helpers';
+import { FLOAT_DTYPES, type FDType, checkCasesOn, csrRows, describeDevices, makeTensor, normal, randomIdRows, rng } from './helpers';
 
 const SEED = Number(process.env.FLASHSAMPLE_ENGINE_FUZZ_SEED ?? '20261207');
 const RUNS = Number(process.env.FLASHSAMPLE_ENGINE_FUZZ_RUNS ?? '150');
@@ -73,16 +73,8 @@ const caseArb: fc.Arbitrary<EngineCase> = fc.record({
   steps: fc.integer({ min: 1, max: 3 }),
 });
 
-/** Per-row CSR of distinct ids, as the samplers take the lists. */
-interface Csr {
-  rowOffsets: Int32Array;
-  tokenIds: Int32Array;
-}
-function csr(rows: number[][]): Csr {
-  const rowOffsets = new Int32Array(rows.length + 1);
-  rows.forEach((r, b) => (rowOffsets[b + 1] = rowOffsets[b] + r.length));
-  return { rowOffsets, tokenIds: Int32Array.from(rows.flat()) };
-}
+/** The samplers' CSR form of per-row id lists. */
+const csr = (rows: number[][]) => csrRows(rows.length, (b) => rows[b]);
 
 /** A row's penalty table as the host keeps it: token -> [output count, in the prompt], slot order. */
 type HostTable = Map<number, [number, boolean]>;
@@ -149,17 +141,7 @@ async function runCase(d: Device, c: EngineCase): Promise<void> {
       mask = own(d.tensor(new Int32Array(m.buffer), [m.length], 'i32'));
     }
     const bias = c.bias ? own(makeTensor(d, dtype, Float32Array.from({ length: V }, () => normal(ro) * c.scale), [V])) : undefined;
-    // Up to `most` distinct ids a row, never the row's kept token when `spare`.
-    const ids = (most: number, spare: boolean) =>
-      Array.from({ length: B }, (_, b) => {
-        const seen = new Set<number>();
-        const count = Math.floor(ro() * (Math.min(most, V) + 1));
-        for (let i = 0; i < count; i++) {
-          const t = Math.floor(ro() * V);
-          if (!(spare && t === keep[b])) seen.add(t);
-        }
-        return [...seen];
-      });
+    const ids = (most: number, spare: boolean) => randomIdRows(ro, B, V, most, spare ? keep : undefined);
 
     // The penalty tables start at most full; a token a full table cannot take is drawn, not counted
     // (status 3).
@@ -257,15 +239,6 @@ async function runCase(d: Device, c: EngineCase): Promise<void> {
 
 describeDevices((name, dev) => {
   test(`${RUNS} random engine configurations: enqueue draws, reports and records what sampleFused does`, async () => {
-    await fc.assert(
-      fc.asyncProperty(caseArb, async (c) => {
-        try {
-          await runCase(dev(), c);
-        } catch (e) {
-          throw new Error(`${name}: ${(e as Error).message}\ncase: ${JSON.stringify(c)}`);
-        }
-      }),
-      { seed: SEED, numRuns: RUNS, endOnFailure: true },
-    );
+    await checkCasesOn(name, caseArb, (c) => runCase(dev(), c), SEED, RUNS);
   });
 });

@@ -6,6 +6,7 @@
 // Nothing here calls into the library except the builders and `deviceCases` / `describeDevices`.
 
 import { spawn, spawnSync } from 'child_process';
+import fc from 'fast-check';
 import * as path from 'path';
 import {
   open,
@@ -911,6 +912,36 @@ export function csrRows(B: number, f: (b: number) => number[]): { rowOffsets: In
     rowOffsets[b + 1] = ids.length;
   }
   return { rowOffsets, tokenIds: Int32Array.from(ids) };
+}
+
+/** B rows of up to `most` distinct random token ids in [0, V) each; never row b's keep[b] when
+ *  `keep` is given (a token the row must still be able to draw). */
+export function randomIdRows(r: () => number, B: number, V: number, most: number, keep?: number[]): number[][] {
+  return Array.from({ length: B }, (_, b) => {
+    const seen = new Set<number>();
+    for (let i = Math.floor(r() * (Math.min(most, V) + 1)); i > 0; i--) {
+      const t = Math.floor(r() * V);
+      if (keep === undefined || t !== keep[b]) seen.add(t);
+    }
+    return [...seen];
+  });
+}
+
+/** A fuzz suite's property on one device: fast-check over `cases` from a fixed seed, a failure
+ *  naming the device and the case. */
+export async function checkCasesOn<T>(
+  device: string, cases: fc.Arbitrary<T>, run: (c: T) => Promise<void>, seed: number, numRuns: number,
+): Promise<void> {
+  await fc.assert(
+    fc.asyncProperty(cases, async (c) => {
+      try {
+        await run(c);
+      } catch (e) {
+        throw new Error(`${device}: ${(e as Error).message}\ncase: ${JSON.stringify(c)}`);
+      }
+    }),
+    { seed, numRuns, endOnFailure: true },
+  );
 }
 
 export function deviceCases(): DeviceCase[] {

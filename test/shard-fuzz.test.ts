@@ -12,7 +12,7 @@
 
 import fc from 'fast-check';
 import { type Device, sampleFused, sampleSharded, type SampleOptions, type Tensor } from '../lib/index';
-import { describeDevices, makeTensor, normal, plantLogits, rng } from './helpers';
+import { checkCasesOn, csrRows, describeDevices, makeTensor, normal, plantLogits, randomIdRows, rng } from './helpers';
 
 const SEED = Number(process.env.FLASHSAMPLE_SHARD_FUZZ_SEED ?? '20261207');
 const RUNS = Number(process.env.FLASHSAMPLE_SHARD_FUZZ_RUNS ?? '120');
@@ -123,20 +123,8 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
     }
     const biasValues = Float32Array.from({ length: V }, () => (ro() < 0.3 ? Math.fround(normal(ro) * 2) : 0));
     const softcap = c.softcap ? Math.fround(1 + ro() * 20) : 0;
-    const ids = (most: number, spare: boolean) =>
-      Array.from({ length: B }, (_, b) => {
-        const seen = new Set<number>();
-        for (let i = Math.floor(ro() * (most + 1)); i > 0; i--) {
-          const t = Math.floor(ro() * V);
-          if (!(spare && t === keep[b])) seen.add(t);
-        }
-        return [...seen];
-      });
-    const csr = (rows: number[][]) => {
-      const rowOffsets = new Int32Array(B + 1);
-      rows.forEach((r, b) => (rowOffsets[b + 1] = rowOffsets[b] + r.length));
-      return { rowOffsets, tokenIds: Int32Array.from(rows.flat()) };
-    };
+    const ids = (most: number, spare: boolean) => randomIdRows(ro, B, V, most, spare ? keep : undefined);
+    const csr = (rows: number[][]) => csrRows(B, (b) => rows[b]);
     const lists: SampleOptions = {};
     if (c.lists) {
       const bias = ids(6, false);
@@ -199,16 +187,7 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
 
 describeDevices((name, dev) => {
   test(`${RUNS} random heads cut into 2 to 4 shards: sampleSharded draws and reports the unsharded call`, async () => {
-    await fc.assert(
-      fc.asyncProperty(caseArb, async (c) => {
-        try {
-          await runCase(dev(), c);
-        } catch (e) {
-          throw new Error(`${name}: ${(e as Error).message}\ncase: ${JSON.stringify(c)}`);
-        }
-      }),
-      { seed: SEED, numRuns: RUNS, endOnFailure: true },
-    );
+    await checkCasesOn(name, caseArb, (c) => runCase(dev(), c), SEED, RUNS);
   });
 
   test('the run sent rows through the rows pass', () => {
