@@ -4,7 +4,7 @@
 // seeds, offsets, penalties and minTokens), one to three enqueues with advanceOffset against
 // sampleFused with the same per-row seeds, offsets and lists kept on the host: the same tokens and
 // top tokens, status 0 (3 where a full penalty table could not count the token), the same logprobs
-// (relative 1e-5), and after the steps the offsets advanced and the penalty tables holding what
+// (within 1e-5 · max(1, |logprob|)), and after the steps the offsets advanced and the penalty tables holding what
 // the host recorded. The fixed cases of
 // test/engine.test.ts and test/engine-lists.test.ts pin each feature; this one crosses them.
 //
@@ -13,7 +13,10 @@
 
 import fc from 'fast-check';
 import { type Device, sampleFused, type SampleOptions, type Tensor } from '../lib/index';
-import { FLOAT_DTYPES, type FDType, checkCasesOn, csrRows, describeDevices, makeTensor, normal, randomIdRows, rng } from './helpers';
+import {
+  FLOAT_DTYPES, type FDType, type HostTable, checkCasesOn, csrRows, describeDevices, expectClose, makeMask, makeTensor, normal,
+  randomIdRows, readTables, rng,
+} from './helpers';
 
 const SEED = Number(process.env.FLASHSAMPLE_ENGINE_FUZZ_SEED ?? '20261207');
 const RUNS = Number(process.env.FLASHSAMPLE_ENGINE_FUZZ_RUNS ?? '150');
@@ -76,9 +79,6 @@ const caseArb: fc.Arbitrary<EngineCase> = fc.record({
 /** The samplers' CSR form of per-row id lists. */
 const csr = (rows: number[][]) => csrRows(rows.length, (b) => rows[b]);
 
-/** A row's penalty table as the host keeps it: token -> [output count, in the prompt], slot order. */
-type HostTable = Map<number, [number, boolean]>;
-
 async function runCase(d: Device, c: EngineCase): Promise<void> {
   const { B, V, D, dtype } = c;
   const rd = rng(c.dataSeed);
@@ -129,15 +129,10 @@ async function runCase(d: Device, c: EngineCase): Promise<void> {
 
     // A token of each row that the mask allows and no ban removes: every row has one to draw.
     const keep = Array.from({ length: B }, () => Math.floor(ro() * V));
-    const words = Math.ceil(V / 32);
     let mask: Tensor | undefined;
     if (c.mask) {
-      const m = new Uint32Array(B * words);
       const density = ro() < 0.5 ? 0.05 : 0.7;
-      for (let b = 0; b < B; b++) {
-        for (let v = 0; v < V; v++) if (ro() < density) m[b * words + (v >>> 5)] |= 1 << (v & 31);
-        m[b * words + (keep[b] >>> 5)] |= 1 << (keep[b] & 31);
-      }
+      const m = makeMask(B, V, (b, v) => v === keep[b] || ro() < density);
       mask = own(d.tensor(new Int32Array(m.buffer), [m.length], 'i32'));
     }
     const bias = c.bias ? own(makeTensor(d, dtype, Float32Array.from({ length: V }, () => normal(ro) * c.scale), [V])) : undefined;
@@ -192,14 +187,10 @@ async function runCase(d: Device, c: EngineCase): Promise<void> {
       const counts = record && c.penaltyCapacity > 0;
       const full = tables.map((t, b) => counts && !t.has(got[b]) && t.size === c.penaltyCapacity);
       expect({ step, status: Array.from((await status.toArray()) as Int32Array) }).toEqual({ step, status: full.map((f) => (f ? 3 : 0)) });
-      const close = (a: Float32Array, b: Float32Array) =>
-        a.forEach((x, i) => {
-          if (x !== b[i] && !(Math.abs(x - b[i]) <= 1e-5 * (1 + Math.abs(b[i])))) throw new Error(`step ${step}: [${i}] ${x} against sampleFused's ${b[i]}`);
-        });
-      if (lp) close((await lp.toArray()) as Float32Array, want.logprobs!);
+      if (lp) expectClose((await lp.toArray()) as Float32Array, want.logprobs, 1e-5);
       if (tt) {
         expect(Array.from((await tt.toArray()) as Int32Array)).toEqual(Array.from(want.topTokens!));
-        close((await tl!.toArray()) as Float32Array, want.topLogprobs!);
+        expectClose((await tl!.toArray()) as Float32Array, want.topLogprobs, 1e-5);
       }
       if (counts) {
         tables.forEach((t, b) => {
@@ -216,16 +207,7 @@ async function runCase(d: Device, c: EngineCase): Promise<void> {
     expect(Array.from(after.offset.subarray(0, B))).toEqual(Array.from(offset0, (o) => o + BigInt(c.steps)));
     expect(Array.from(after.offset.subarray(B))).toEqual(new Array(c.spareRows).fill(0n));
     if (c.penaltyCapacity > 0) {
-      const cap = c.penaltyCapacity;
-      const table = after.penaltyTable!;
-      const held = Array.from({ length: B }, (_, b) => {
-        const t: HostTable = new Map();
-        for (let i = b * cap; i < (b + 1) * cap; i++) {
-          if (table.tokenIds[i] >= 0) t.set(table.tokenIds[i], [table.outputCounts[i], table.inPrompt[i] === 1]);
-        }
-        return t;
-      });
-      expect(held).toEqual(tables);
+      expect(readTables(after.penaltyTable!, B, c.penaltyCapacity)).toEqual(tables);
       expect(after.unrecordedTokens).toBe(unrecorded);
     }
     if (c.bannedCapacity > 0) {

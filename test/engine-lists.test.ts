@@ -17,14 +17,13 @@ import {
   keptDistribution,
   listedOptions,
   plantLogits,
+  readTables,
   rowCounts,
   topTokens,
   zipfLogits,
+  type HostTable,
   type Listed,
 } from './helpers';
-
-/** A row's tokens as the host keeps them: token -> [count in the output, in the prompt], in slot order. */
-type HostTable = Map<number, [number, boolean]>;
 
 interface PenaltyRow {
   temperature: number;
@@ -118,17 +117,6 @@ function record(tables: HostTable[], tokens: ArrayLike<number>): void {
     if (v < 0) return;
     const e = t.get(v);
     t.set(v, [(e?.[0] ?? 0) + 1, e?.[1] ?? false]);
-  });
-}
-
-/** The device table of rows [0, B) as host tables (free slots left out, slot order kept). */
-function readTables(table: { tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array }, B: number, cap: number): HostTable[] {
-  return Array.from({ length: B }, (_, b) => {
-    const t: HostTable = new Map();
-    for (let i = b * cap; i < (b + 1) * cap; i++) {
-      if (table.tokenIds[i] >= 0) t.set(table.tokenIds[i], [table.outputCounts[i], table.inPrompt[i] === 1]);
-    }
-    return t;
   });
 }
 

@@ -25,7 +25,7 @@ import {
   type SampleResult,
   type Tensor,
 } from '../lib/index';
-import { FLOAT_DTYPES, type FDType, cudaStatus, makeTensor, maskAllows, normal, rng } from './helpers';
+import { FLOAT_DTYPES, type FDType, csrRows, cudaStatus, makeTensor, maskAllows, normal, randomIdRows, rng } from './helpers';
 
 const FUZZ_SEED = Number(process.env.FLASHSAMPLE_FUZZ_SEED ?? '20250606');
 const CPU_RUNS = Number(process.env.FLASHSAMPLE_FUZZ_CPU_RUNS ?? '500');
@@ -211,21 +211,10 @@ function build(dev: Device, c: FuzzCase): Built {
 
   // Up to `most` distinct ids a row (CSR), never the row's kept token when `spare` says so.
   const csr = (most: number, spare: boolean) => {
-    const offsets = new Int32Array(B + 1);
-    const ids: number[] = [];
-    for (let b = 0; b < B; b++) {
-      if (spare && keep[b] < 0) keep[b] = Math.floor(ro() * V);
-      const seen = new Set<number>();
-      const n = Math.floor(ro() * (Math.min(most, V) + 1));
-      for (let i = 0; i < n; i++) {
-        const t = Math.floor(ro() * V);
-        if (seen.has(t) || (spare && t === keep[b])) continue;
-        seen.add(t);
-        ids.push(t);
-      }
-      offsets[b + 1] = ids.length;
-    }
-    return { offsets, ids: Int32Array.from(ids) };
+    if (spare) for (let b = 0; b < B; b++) if (keep[b] < 0) keep[b] = Math.floor(ro() * V);
+    const rows = randomIdRows(ro, B, V, most, spare ? keep : undefined);
+    const { rowOffsets, tokenIds } = csrRows(B, (b) => rows[b]);
+    return { offsets: rowOffsets, ids: tokenIds };
   };
   const i32 = (a: Int32Array) => {
     const t = dev.tensor(a, [a.length], 'i32');

@@ -916,7 +916,7 @@ export function csrRows(B: number, f: (b: number) => number[]): { rowOffsets: In
 
 /** B rows of up to `most` distinct random token ids in [0, V) each; never row b's keep[b] when
  *  `keep` is given (a token the row must still be able to draw). */
-export function randomIdRows(r: () => number, B: number, V: number, most: number, keep?: number[]): number[][] {
+export function randomIdRows(r: () => number, B: number, V: number, most: number, keep?: ArrayLike<number>): number[][] {
   return Array.from({ length: B }, (_, b) => {
     const seen = new Set<number>();
     for (let i = Math.floor(r() * (Math.min(most, V) + 1)); i > 0; i--) {
@@ -924,6 +924,44 @@ export function randomIdRows(r: () => number, B: number, V: number, most: number
       if (keep === undefined || t !== keep[b]) seen.add(t);
     }
     return [...seen];
+  });
+}
+
+/** A shard's allowedTokens: bit (v - offset) of its own words, per row, from the [B, V] mask. */
+export function shardMask(mask: Uint32Array, B: number, V: number, offset: number, size: number): Uint32Array {
+  const words = Math.ceil(size / 32);
+  const m = new Uint32Array(B * words);
+  for (let b = 0; b < B; b++) {
+    for (let v = 0; v < size; v++) {
+      const g = offset + v;
+      if ((mask[b * Math.ceil(V / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
+    }
+  }
+  return m;
+}
+
+/** a and b defined, of one length, each value equal or within tol · max(1, |b|). */
+export function expectClose(a: Float32Array | undefined, b: Float32Array | undefined, tol: number): void {
+  expect(a).toBeDefined();
+  expect(b).toBeDefined();
+  expect(a!.length).toBe(b!.length);
+  for (let i = 0; i < a!.length; i++) {
+    if (a![i] === b![i]) continue;  // both -Infinity where fewer are kept
+    expect(Math.abs(a![i] - b![i])).toBeLessThanOrEqual(tol * Math.max(1, Math.abs(b![i])));
+  }
+}
+
+/** A row's tokens as the host keeps them: token -> [count in the output, in the prompt], in slot order. */
+export type HostTable = Map<number, [number, boolean]>;
+
+/** The device table of rows [0, B) as host tables (free slots left out, slot order kept). */
+export function readTables(table: { tokenIds: Int32Array; outputCounts: Int32Array; inPrompt: Uint8Array }, B: number, cap: number): HostTable[] {
+  return Array.from({ length: B }, (_, b) => {
+    const t: HostTable = new Map();
+    for (let i = b * cap; i < (b + 1) * cap; i++) {
+      if (table.tokenIds[i] >= 0) t.set(table.tokenIds[i], [table.outputCounts[i], table.inPrompt[i] === 1]);
+    }
+    return t;
   });
 }
 

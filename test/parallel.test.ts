@@ -23,6 +23,7 @@ import {
   gaussianLogits,
   goodnessOfFit,
   keptDistribution,
+  expectClose,
   makeMask,
   makeTensor,
   plantLogits,
@@ -30,6 +31,7 @@ import {
   rowCounts,
   rowOptions,
   scaled,
+  shardMask,
   zipfLogits,
   type FilterSpec,
   type Planted,
@@ -50,19 +52,6 @@ function shardBounds(V: number, tp: number, seed: number, oneRowLast = false): [
   const out: [number, number][] = [];
   for (let i = 0; i + 1 < edges.length; i++) out.push([edges[i], edges[i + 1] - edges[i]]);
   return out;
-}
-
-/** A shard's allowedTokens: bit (v - offset) of its own words, per row, from the [B, V] mask. */
-function shardMask(mask: Uint32Array, B: number, V: number, offset: number, size: number): Uint32Array {
-  const words = Math.ceil(size / 32);
-  const m = new Uint32Array(B * words);
-  for (let b = 0; b < B; b++) {
-    for (let v = 0; v < size; v++) {
-      const g = offset + v;
-      if ((mask[b * Math.ceil(V / 32) + (g >>> 5)] >>> (g & 31)) & 1) m[b * words + (v >>> 5)] |= 1 << (v & 31);
-    }
-  }
-  return m;
 }
 
 interface Head extends Planted {
@@ -124,16 +113,6 @@ async function shardAndMerge(
   const order = partials.map((_, i) => i).sort((a, b) => ((a * 7919) % 13) - ((b * 7919) % 13));
   const result = await mergePartials(order.map((i) => partials[i]), options);
   return { result, partials };
-}
-
-function expectClose(a: Float32Array | undefined, b: Float32Array | undefined, tol: number): void {
-  expect(a).toBeDefined();
-  expect(b).toBeDefined();
-  expect(a!.length).toBe(b!.length);
-  for (let i = 0; i < a!.length; i++) {
-    if (a![i] === b![i]) continue;  // both -Infinity where fewer are kept
-    expect(Math.abs(a![i] - b![i])).toBeLessThanOrEqual(tol * Math.max(1, Math.abs(b![i])));
-  }
 }
 
 /** Every row decided, the unsharded call's tokens and top tokens, logprobs within 1e-5. */

@@ -12,7 +12,9 @@
 
 import fc from 'fast-check';
 import { type Device, sampleFused, sampleSharded, type SampleOptions, type Tensor } from '../lib/index';
-import { checkCasesOn, csrRows, describeDevices, makeTensor, normal, plantLogits, randomIdRows, rng } from './helpers';
+import {
+  checkCasesOn, csrRows, describeDevices, expectClose, makeMask, makeTensor, normal, plantLogits, randomIdRows, rng, shardMask,
+} from './helpers';
 
 const SEED = Number(process.env.FLASHSAMPLE_SHARD_FUZZ_SEED ?? '20261207');
 const RUNS = Number(process.env.FLASHSAMPLE_SHARD_FUZZ_RUNS ?? '120');
@@ -68,15 +70,6 @@ const caseArb: fc.Arbitrary<ShardCase> = fc.record({
   candidates: fc.constantFrom('default', 'few'),
 });
 
-function close(what: string, a: Float32Array | undefined, b: Float32Array | undefined): void {
-  if (!a || !b || a.length !== b.length) throw new Error(`${what}: ${a?.length} values against ${b?.length}`);
-  a.forEach((x, i) => {
-    if (x !== b[i] && !(Math.abs(x - b[i]) <= 1e-5 * Math.max(1, Math.abs(b[i])))) {
-      throw new Error(`${what}[${i}]: ${x} against the unsharded ${b[i]}`);
-    }
-  });
-}
-
 /** Rows the merged calls sent through the rows pass, over the run. */
 let rowsPassed = 0;
 
@@ -113,14 +106,7 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
 
     // A token of each row that the mask allows and no ban removes: every row has one to draw.
     const keep = Array.from({ length: B }, () => Math.floor(ro() * V));
-    const words = Math.ceil(V / 32);
-    const mask = new Uint32Array(B * words);
-    if (c.mask) {
-      for (let b = 0; b < B; b++) {
-        for (let v = 0; v < V; v++) if (ro() < 0.6) mask[b * words + (v >>> 5)] |= 1 << (v & 31);
-        mask[b * words + (keep[b] >>> 5)] |= 1 << (keep[b] & 31);
-      }
-    }
+    const mask = c.mask ? makeMask(B, V, (b, v) => v === keep[b] || ro() < 0.6) : undefined;
     const biasValues = Float32Array.from({ length: V }, () => (ro() < 0.3 ? Math.fround(normal(ro) * 2) : 0));
     const softcap = c.softcap ? Math.fround(1 + ro() * 20) : 0;
     const ids = (most: number, spare: boolean) => randomIdRows(ro, B, V, most, spare ? keep : undefined);
@@ -143,7 +129,7 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
     }
 
     const whole: SampleOptions = { ...o, ...lists };
-    if (c.mask) whole.allowedTokens = mask;
+    if (mask) whole.allowedTokens = mask;
     if (c.bias) whole.bias = owned[owned.push(makeTensor(d, c.dtype, biasValues, [V])) - 1];
     if (softcap > 0) whole.softcap = softcap;
     const want = await sampleFused(head.H, head.W, whole);
@@ -153,17 +139,7 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
       const W = makeTensor(d, c.dtype, head.w.subarray(offset * head.D, (offset + size) * head.D), [size, head.D]);
       owned.push(W);
       const options: SampleOptions = {};
-      if (c.mask) {
-        const sw = Math.ceil(size / 32);
-        const m = new Uint32Array(B * sw);
-        for (let b = 0; b < B; b++) {
-          for (let v = 0; v < size; v++) {
-            const g = offset + v;
-            if ((mask[b * words + (g >>> 5)] >>> (g & 31)) & 1) m[b * sw + (v >>> 5)] |= 1 << (v & 31);
-          }
-        }
-        options.allowedTokens = m;
-      }
+      if (mask) options.allowedTokens = shardMask(mask, B, V, offset, size);
       if (c.bias) options.bias = owned[owned.push(makeTensor(d, c.dtype, biasValues.subarray(offset, offset + size), [size])) - 1];
       if (softcap > 0) options.softcap = softcap;
       return { H: head.H, W, vocabOffset: offset, options };
@@ -174,10 +150,10 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
     expect(got.undecidedRows.length).toBe(0);
     rowsPassed += got.rowsPassRows.length;
     expect(Array.from(got.tokens)).toEqual(Array.from(want.tokens));
-    if (want.logprobs) close('logprobs', got.logprobs, want.logprobs);
+    if (want.logprobs) expectClose(got.logprobs, want.logprobs, 1e-5);
     if (want.topTokens) {
       expect(Array.from(got.topTokens!)).toEqual(Array.from(want.topTokens));
-      close('topLogprobs', got.topLogprobs, want.topLogprobs);
+      expectClose(got.topLogprobs, want.topLogprobs, 1e-5);
     }
   } finally {
     head.dispose();
