@@ -509,6 +509,13 @@ function rowValuesBytes(rows: number, pitch: number, raw = false): number {
   return 32 + rows * pitch * (raw ? 8 : 4);
 }
 
+/** Floats a row in the rows pass's segments: the largest shard up to a multiple of 4 (at most the
+ *  vocabulary, the native bound), so that each rank's segment, 32 + rows × pitch × 4 bytes, starts
+ *  where its header's 8-byte fields can be read (an odd pitch put the next header 4 bytes off). */
+export function rowValuesPitch(largestShard: number, vocabSize: number): number {
+  return Math.min(Math.ceil(largestShard / 4) * 4, vocabSize);
+}
+
 /** The rows pass's shard call: the candidate values of `rows` (the merge's undecided rows) of the
  *  shard's vocabulary into a segment of `pitch` floats a row, instead of a partial state. */
 function buildRowValuesSpec(s: TPShard, options: ShardOptions, rows: Int32Array, pitch: number) {
@@ -625,7 +632,7 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   // every rank decides them whole; enqueued at once as the round is.
   const rowIds = first.value[0].undecidedRows;
   if (rowIds.length === 0) return first.value;
-  const pitch = first.largest;
+  const pitch = rowValuesPitch(first.largest, options.vocabSize);
   const bytes = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options));
   const built: ReturnType<typeof buildRowValuesSpec>[] = [];
   const recvs: Tensor[] = [];
@@ -670,7 +677,6 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
     if (s === null || typeof s !== 'object') throw typeError(`shards[${i}]`, 'a shard {H, W, vocabOffset}', s);
   });
   const rowOptions = rowOptionsOf(options);
-  const largest = Math.max(...shards.map((s) => (s.W instanceof Tensor ? s.W.shape[0] : 0)));
   const round = async (candidates: number | undefined) => {
     const partials: PartialState[] = [];
     try {
@@ -693,10 +699,12 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   // buffer on the first shard's device, where the rows are decided whole.
   const rowIds = first.undecidedRows;
   if (rowIds.length === 0) return first;
-  const words = rowValuesBytes(rowIds.length, largest, optionsReportRaw(options)) / 4;
+  const largest = Math.max(...shards.map((s) => (s.W as Tensor).shape[0]));
+  const pitch = rowValuesPitch(largest, options.vocabSize);
+  const words = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options)) / 4;
   const gathered = new Int32Array(shards.length * words);
   for (let i = 0; i < shards.length; i++) {
-    const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, largest);
+    const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, pitch);
     try {
       await native.sample(b.spec);
       gathered.set((await b.values.toRawArray()) as Int32Array, i * words);
@@ -708,7 +716,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   const device = (shards[0].W as Tensor).device;
   const values = device.tensor(gathered, [gathered.length], 'i32');
   try {
-    return await decideRows(device, first, rowIds, rowOptions, options.vocabSize, values, shards.length, largest);
+    return await decideRows(device, first, rowIds, rowOptions, options.vocabSize, values, shards.length, pitch);
   } finally {
     values.dispose();
   }

@@ -166,6 +166,18 @@ describeDevices((name, dev) => {
     await checkCasesOn(name, caseArb, (c) => runCase(dev(), c), SEED, RUNS);
   });
 
+  // CUDA's counterexample of 2026-12-07: a last shard of 131 rows made an odd pitch, and the second
+  // rank's segment header sat 4 bytes off its 8-byte fields (cudaErrorMisalignedAddress).
+  test('a last shard of odd size through the rows pass', async () => {
+    const before = rowsPassed;
+    await runCase(dev(), {
+      B: 2, V: 263, shards: 2, dtype: 'f32', scale: 3, dataSeed: 1439436905, optSeed: 2147483632, temperature: 'default',
+      perRowSeeds: true, numSamples: 2, topK: true, topP: false, minP: true, filterOrder: 'hf', logprobs: true, topLogprobs: 0,
+      raw: false, mask: false, bias: true, softcap: false, lists: true, candidates: 'few',
+    });
+    expect(rowsPassed).toBeGreaterThan(before);
+  });
+
   test('the run sent rows through the rows pass', () => {
     expect(rowsPassed).toBeGreaterThan(0);
     rowsPassed = 0;
