@@ -325,7 +325,7 @@ export class Sampler {
       maxShardVocab: tp.maxShardVocab, rank: config.tp!.comm.rank, ranks: config.tp!.comm.size,
     });
     this.#native = new native.NativeSampler({
-      ...(tp === undefined ? {} : { tp: { ...tp, maxShardVocab: rowValuesPitch(tp.maxShardVocab, tp.vocabSize) } }),
+      ...(tp === undefined ? {} : { tp: { ...tp, maxShardVocab: rowValuesPitch(tp.maxShardVocab, tp.vocabSize, config.tp!.comm.size, this.vocab) } }),
       device: device.kind === 'cuda' ? 1 : 0,
       ordinal: device.ordinal,
       maxBatch: this.maxBatch,

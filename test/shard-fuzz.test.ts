@@ -12,6 +12,7 @@
 
 import fc from 'fast-check';
 import { type Device, sampleFused, sampleSharded, type SampleOptions, type Tensor } from '../lib/index';
+import { rowValuesPitch } from '../lib/parallel';
 import {
   checkCasesOn, csrRows, describeDevices, expectClose, makeMask, makeTensor, normal, plantLogits, randomIdRows, rng, shardMask,
 } from './helpers';
@@ -160,6 +161,33 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
     for (const t of owned) t.dispose();
   }
 }
+
+// The rows pass's segments lie back to back, each a 32-byte header with 8-byte fields and then rows
+// × pitch floats: an odd pitch misaligns every header after the first on a GPU (x86 never notices,
+// so this checks the layout's arithmetic on every machine). Every rank must also get the same
+// pitch, at least its own shard and at most the vocabulary (the engine's native bound).
+test('the rows pass pitch keeps segments 8-byte aligned for any cut and any stated maxShardVocab', () => {
+  fc.assert(fc.property(
+    fc.integer({ min: 5, max: 5000 }), fc.integer({ min: 2, max: 8 }), fc.integer({ min: 0, max: 0x7fffffff }),
+    (V, ranks, seed) => {
+      const r = rng(seed);
+      const slots = Math.floor((V - 1) / 4);
+      const cuts = new Set<number>();
+      while (cuts.size < Math.min(ranks - 1, slots)) cuts.add(4 * (1 + Math.floor(r() * slots)));
+      const edges = [0, ...[...cuts].sort((a, b) => a - b), V];
+      const sizes = edges.slice(1).map((e, i) => e - edges[i]);
+      const n = sizes.length;
+      const largest = Math.max(...sizes);
+      const stated = largest + Math.floor(r() * (V - largest + 1)); // an engine's maxShardVocab
+      for (const pitch of [rowValuesPitch(largest, V, n), ...sizes.map((s) => rowValuesPitch(stated, V, n, s))]) {
+        expect(pitch % 4).toBe(0);
+        expect(pitch).toBeGreaterThanOrEqual(largest);
+        expect(pitch).toBeLessThanOrEqual(V);
+      }
+      expect(new Set(sizes.map((s) => rowValuesPitch(stated, V, n, s))).size).toBe(1);
+    },
+  ), { seed: SEED, numRuns: 2000 });
+});
 
 describeDevices((name, dev) => {
   test(`${RUNS} random heads cut into 2 to 4 shards: sampleSharded draws and reports the unsharded call`, async () => {
