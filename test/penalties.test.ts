@@ -701,10 +701,12 @@ describeDevices((devName, dev) => {
         const { counts } = await pooledCounts(p, spec, calls, { filterOrder: 'vllm' });
         const fit = goodnessOfFit(counts, want);
         expect(fit.summary).toBe(fit.ok ? fit.summary : 'a good fit');
-        // The negative control: Hugging Face's order keeps ~100 tokens more (1.9 % of the mass).
+        // The negative control: Hugging Face's order keeps ~100 tokens more (1.9 % of the mass),
+        // which 32 calls' samples reject; the sanitizer runs' quarter of them (FS_TEST_SCALE 0.25)
+        // cannot tell it from noise, so it is asserted at the full count only.
         const hfProbs = keptDistribution(p.logits[0], spec).probs;
         expect(tvDistance(want, hfProbs)).toBeGreaterThan(0.015);
-        expect(goodnessOfFit(counts, hfProbs).ok).toBe(false);
+        if (calls >= 32) expect(goodnessOfFit(counts, hfProbs).ok).toBe(false);
       } finally {
         p.dispose();
       }
