@@ -71,6 +71,15 @@ const caseArb: fc.Arbitrary<ShardCase> = fc.record({
   candidates: fc.constantFrom('default', 'few'),
 });
 
+/** The shards' edges [0, cuts…, V]: up to `shards` − 1 cuts at distinct multiples of 4 inside
+ *  (0, V), at most ⌊(V − 1) / 4⌋ of them. */
+function shardEdges(r: () => number, V: number, shards: number): number[] {
+  const slots = Math.floor((V - 1) / 4);
+  const cuts = new Set<number>();
+  while (cuts.size < Math.min(shards - 1, slots)) cuts.add(4 * (1 + Math.floor(r() * slots)));
+  return [0, ...[...cuts].sort((a, b) => a - b), V];
+}
+
 /** Rows the merged calls sent through the rows pass, over the run. */
 let rowsPassed = 0;
 
@@ -82,11 +91,7 @@ async function runCase(d: Device, c: ShardCase): Promise<void> {
   const head = plantLogits(d, c.dtype, logits, { junkSeed: c.dataSeed });
   const owned: Tensor[] = [];
   try {
-    // cuts at distinct multiples of 4 inside (0, V): at most ⌊(V − 1) / 4⌋ of them
-    const slots = Math.floor((V - 1) / 4);
-    const cuts = new Set<number>();
-    while (cuts.size < Math.min(c.shards - 1, slots)) cuts.add(4 * (1 + Math.floor(ro() * slots)));
-    const edges = [0, ...[...cuts].sort((a, b) => a - b), V];
+    const edges = shardEdges(ro, V, c.shards);
 
     const u64 = () => (BigInt(Math.floor(ro() * 2 ** 32)) << 32n) | BigInt(Math.floor(ro() * 2 ** 32));
     const o: SampleOptions = {
@@ -171,10 +176,7 @@ test('the rows pass pitch keeps segments 8-byte aligned for any cut and any stat
     fc.integer({ min: 5, max: 5000 }), fc.integer({ min: 2, max: 8 }), fc.integer({ min: 0, max: 0x7fffffff }),
     (V, ranks, seed) => {
       const r = rng(seed);
-      const slots = Math.floor((V - 1) / 4);
-      const cuts = new Set<number>();
-      while (cuts.size < Math.min(ranks - 1, slots)) cuts.add(4 * (1 + Math.floor(r() * slots)));
-      const edges = [0, ...[...cuts].sort((a, b) => a - b), V];
+      const edges = shardEdges(r, V, ranks);
       const sizes = edges.slice(1).map((e, i) => e - edges[i]);
       const n = sizes.length;
       const largest = Math.max(...sizes);
