@@ -502,22 +502,12 @@ function rowOptionsOf(options: SampleOptions): SampleOptions {
   return Object.fromEntries(ROW_KEYS.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
 }
 
-/** Bytes of one shard's segment in the rows pass (include/partial.h, RowValuesHeader): a 32-byte
- *  header, then `rows` rows of `pitch` float32 candidate values (and with `raw`, logprobsMode 'raw',
- *  as many rows of raw logits). */
+/** Bytes of one shard's segment in the rows pass (include/partial.h, RowValuesHeader, row_values_bytes):
+ *  a 32-byte header, then `rows` rows of `pitch` float32 candidate values (and with `raw`,
+ *  logprobsMode 'raw', as many rows of raw logits), rounded up to 16 bytes so that the next
+ *  segment's header stays aligned whatever the pitch. */
 function rowValuesBytes(rows: number, pitch: number, raw = false): number {
-  return 32 + rows * pitch * (raw ? 8 : 4);
-}
-
-/** Floats a row in the rows pass's segments, for shards of at most `most` tokens (at least
- *  `least`: this rank's own): padded to a multiple of 4, so that each rank's segment, 32 + rows ×
- *  pitch × 4 bytes, starts where its header's 8-byte fields can be read (an odd pitch put the next
- *  header 4 bytes off). Two or more shards at offsets that are multiples of 4 hold at most
- *  4⌊(vocabSize − 1) / 4⌋ tokens each, so the padding stays within the vocabulary (the native bound
- *  on the engine's maxShardVocab); one shard is one segment and needs none. */
-export function rowValuesPitch(most: number, vocabSize: number, ranks: number, least = most): number {
-  const cap = ranks > 1 ? 4 * Math.floor((vocabSize - 1) / 4) : vocabSize;
-  return Math.min(Math.ceil(most / 4) * 4, Math.max(cap, least));
+  return Math.ceil((32 + rows * pitch * (raw ? 8 : 4)) / 16) * 16;
 }
 
 /** The rows pass's shard call: the candidate values of `rows` (the merge's undecided rows) of the
@@ -636,7 +626,7 @@ async function runTP(comms: Communicator[], shards: TPShard[], options: TPOption
   // every rank decides them whole; enqueued at once as the round is.
   const rowIds = first.value[0].undecidedRows;
   if (rowIds.length === 0) return first.value;
-  const pitch = rowValuesPitch(first.largest, options.vocabSize, size);
+  const pitch = first.largest;
   const bytes = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options));
   const built: ReturnType<typeof buildRowValuesSpec>[] = [];
   const recvs: Tensor[] = [];
@@ -704,7 +694,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   const rowIds = first.undecidedRows;
   if (rowIds.length === 0) return first;
   const largest = Math.max(...shards.map((s) => (s.W as Tensor).shape[0]));
-  const pitch = rowValuesPitch(largest, options.vocabSize, shards.length);
+  const pitch = largest;
   const words = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options)) / 4;
   const gathered = new Int32Array(shards.length * words);
   for (let i = 0; i < shards.length; i++) {

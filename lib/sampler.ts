@@ -6,9 +6,7 @@ import { dtypeCode, FloatDType, FLOAT_DTYPES } from './dtype';
 import { checkKnownKeys, isTyped, raw, rangeError, typeError } from './errors';
 import { native, NativeGraphHandle, NativeSamplerConfig, NativeSamplerHandle } from './native';
 import { Communicator } from './nccl';
-import {
-  checkInteger, checkShardRange, FILTER_CANDIDATES, Hash64, MAX_PARTIAL_CANDIDATES, rowValuesPitch,
-} from './parallel';
+import { checkInteger, checkShardRange, FILTER_CANDIDATES, Hash64, MAX_PARTIAL_CANDIDATES } from './parallel';
 import {
   checkBannedTokens, checkFilterOrder, checkLogitBias, checkLogprobsMode, checkPenaltyTokens, checkSoftcap, checkStream, checkTensor, checkTopLogprobs,
 } from './options';
@@ -325,7 +323,7 @@ export class Sampler {
       maxShardVocab: tp.maxShardVocab, rank: config.tp!.comm.rank, ranks: config.tp!.comm.size,
     });
     this.#native = new native.NativeSampler({
-      ...(tp === undefined ? {} : { tp: { ...tp, maxShardVocab: rowValuesPitch(tp.maxShardVocab, tp.vocabSize, config.tp!.comm.size, this.vocab) } }),
+      ...(tp === undefined ? {} : { tp }),
       device: device.kind === 'cuda' ? 1 : 0,
       ordinal: device.ordinal,
       maxBatch: this.maxBatch,

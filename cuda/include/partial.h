@@ -107,21 +107,29 @@ struct RowValuesHeader {
   int64_t pitch;
 };
 static_assert(sizeof(RowValuesHeader) == 32, "the segment header is 32 bytes");
+// Segments lie back to back; each is rounded up to 16 bytes so that the next one's header (8-byte
+// fields) stays aligned whatever the pitch (an odd pitch put it 4 bytes off: a misaligned load on
+// a GPU).
+constexpr size_t kRowValuesAlign = 16;
 FS_HD size_t row_values_bytes(int64_t rows, int64_t pitch, bool raw = false) {
-  return sizeof(RowValuesHeader) + static_cast<size_t>(rows) * static_cast<size_t>(pitch) * (raw ? 8u : 4u);
+  const size_t bytes = sizeof(RowValuesHeader) + static_cast<size_t>(rows) * static_cast<size_t>(pitch) * (raw ? 8u : 4u);
+  return (bytes + kRowValuesAlign - 1) / kRowValuesAlign * kRowValuesAlign;
 }
 FS_HD const RowValuesHeader* row_values_segment(const void* values, int64_t rows, int64_t pitch, int32_t r,
                                                 bool raw = false) {
   return reinterpret_cast<const RowValuesHeader*>(static_cast<const char*>(values) +
                                                   r * row_values_bytes(rows, pitch, raw));
 }
-// Whether the decide call's segments are one round's: every header intact and sized as the call,
-// and their ranges tile [0, vocab_total) exactly (each at most 64 segments: a quadratic check).
+// Whether the decide call's segments are one round's: every header aligned (checked before it is
+// read: a misaligned one would fault on a GPU), intact and sized as the call, and their ranges tile
+// [0, vocab_total) exactly (each at most 64 segments: a quadratic check).
 FS_HD bool row_values_segments_ok(const void* values, int64_t rows, int64_t pitch, int32_t segments,
                                   int64_t vocab_total, bool raw = false) {
   int64_t covered = 0;
   for (int32_t r = 0; r < segments; ++r) {
-    const RowValuesHeader& h = *row_values_segment(values, rows, pitch, r, raw);
+    const RowValuesHeader* at = row_values_segment(values, rows, pitch, r, raw);
+    if (reinterpret_cast<uintptr_t>(at) % alignof(RowValuesHeader) != 0) return false;
+    const RowValuesHeader& h = *at;
     if (h.magic != (raw ? kRowValuesRawMagic : kRowValuesMagic) || h.rows != rows || h.pitch != pitch || h.vocab_size < 1 ||
         h.vocab_size > pitch || h.vocab_offset < 0 || h.vocab_offset + h.vocab_size > vocab_total)
       return false;
