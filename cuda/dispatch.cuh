@@ -8,7 +8,7 @@
 // | 9.0               | bf16 / f16, 16-B rows    | <= 16        | kSampleOne   | wgmma_split_kernel (ws_split.cuh)     | WsSplitTile16  |
 // | 9.0               |                          | <= 32        | kSampleOne   | wgmma_split_kernel                    | WsSplitTile32  |
 // | 9.0               |                          | <= 64        | kSampleOne   | wgmma_split_kernel                    | WsSplitTile64  |
-// | 9.0               |                          | > 64         | kSampleOne   | wgmma_split_kernel, 96- or 128-column chunks, whichever pads fewer | WsSplitTile96 / 128 |
+// | 9.0               |                          | > 64         | kSampleOne   | wgmma_split_kernel, 96- or 128-column chunks, whichever pads fewer; 64-column ones for small D (small_dim_chunks) | WsSplitTile96 / 128 / 64 |
 // | 9.0               |                          | <= 16/32/64  | other        | wgmma_ws_tma_kernel (ws_pingpong.cuh) | WsTileT<16/32/64> |
 // | 9.0               |                          | > 64         | other        | wgmma_ws_tma_kernel                   | WsTileT<128>   |
 // | 9.0               |                          | as above     | kSampleTransformed | wgmma_split_transformed_kernel (ws_split.cuh) | WsSplitTile16 ... 128 |
@@ -61,6 +61,15 @@ inline bool prefer_96_column_chunks(int64_t batch) {
   return padded96 < padded128;
 }
 
+// One sample a row on heads of small D: 64-column chunks, whose 7 ring stages keep a short K loop
+// fed where one 128-column chunk's 4 leave the MMA warpgroup waiting for data. B 97-128 at
+// D <= 2048 (H100, 2026-12-07, plain B = 128: qwen3-0.6b -5.8 %, gemma3-1b -4.9, llama3.2-1b -2.1,
+// gpt2 -14.1) and every B <= 256 at D <= 768 (gpt2 -1.6 to -5.0 % at 96-256); more than two such
+// chunks cost qwen3-0.6b +4-6 % and gemma3-1b +9-14 % at B = 160-256.
+inline bool small_dim_chunks(int64_t dim, int64_t batch) {
+  return batch <= 256 && (dim <= 768 || (dim <= 2048 && batch > 96 && batch <= 128));
+}
+
 template <class Cfg, bool kF16, Epi kEpi, bool kBalanced = false>
 cudaError_t launch_mma_sync(GemmArgs a, cudaStream_t stream) {
   return launch_persistent<Cfg, kBalanced>(mma_tile_kernel<Cfg, kF16, kEpi>, a, stream);
@@ -99,7 +108,8 @@ cudaError_t launch_tensor_core_gemm(const GemmArgs& a, cudaStream_t stream) {
   if (wgmma_usable()) {
     if (a.batch <= 16) return launch_ws<WsSplitTile16, kF16, kEpi>(a, stream);
     if (a.batch <= 32) return launch_ws<WsSplitTile32, kF16, kEpi>(a, stream);
-    if (a.batch <= 64) return launch_ws<WsSplitTile64, kF16, kEpi>(a, stream);
+    if (a.batch <= 64 || (kEpi == Epi::kSampleOne && small_dim_chunks(a.dim, a.batch)))
+      return launch_ws<WsSplitTile64, kF16, kEpi>(a, stream);
     if (prefer_96_column_chunks(a.batch)) return launch_ws<WsSplitTile96, kF16, kEpi>(a, stream);
     return launch_ws<WsSplitTile128, kF16, kEpi>(a, stream);
   }
