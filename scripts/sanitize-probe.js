@@ -1,7 +1,8 @@
 // One small call per option set, each step printed before it runs: a compute-sanitizer target
 // whose host memory stays bounded (racecheck's grows with the problem: 4.6 GB at B 3 × V 1000,
 // 38 GB at B 64 × V 32000; the one-pass suite's B 2048 × V 128256 cases, likely past a 125 GB
-// machine, ended twice with rc 9 and no summary), and a run that dies names the call it died in. On the GPU machine:
+// machine, ended twice with rc 9 and no summary), and a run that dies names the call it died in.
+// On the GPU machine:
 //   compute-sanitizer --tool racecheck --racecheck-report all node scripts/sanitize-probe.js 64 32000 128
 // Arguments: B, V, D (default 8 1000 64); PROBE_DEVICE=cpu runs it on the CPU backend.
 const { open, sampleFused } = require('../dist/lib/index.js');
@@ -20,8 +21,7 @@ const B = Number(process.argv[2] ?? 8), V = Number(process.argv[3] ?? 1000), D =
   for (const [name, o] of sets) {
     const t0 = Date.now();
     process.stdout.write(`B=${B} V=${V} D=${D} ${name}: `);
-    const r = await sampleFused(H, W, { seed: 7n, offset: 0, ...o });
-    const tokens = await r.tokens.toArray?.() ?? r.tokens;
+    const { tokens } = await sampleFused(H, W, { seed: 7n, offset: 0, ...o });
     console.log(`ok ${Date.now() - t0} ms, token0 ${tokens[0]}`);
   }
 })().catch((e) => { console.log(`error: ${e.message}`); process.exit(3); });
