@@ -671,6 +671,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
     if (s === null || typeof s !== 'object') throw typeError(`shards[${i}]`, 'a shard {H, W, vocabOffset}', s);
   });
   const rowOptions = rowOptionsOf(options);
+  const largest = Math.max(...shards.map((s) => (s.W instanceof Tensor ? s.W.shape[0] : 0)));
   const round = async (candidates: number | undefined) => {
     const partials: PartialState[] = [];
     try {
@@ -693,12 +694,10 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   // buffer on the first shard's device, where the rows are decided whole.
   const rowIds = first.undecidedRows;
   if (rowIds.length === 0) return first;
-  const largest = Math.max(...shards.map((s) => (s.W as Tensor).shape[0]));
-  const pitch = largest;
-  const words = rowValuesBytes(rowIds.length, pitch, optionsReportRaw(options)) / 4;
+  const words = rowValuesBytes(rowIds.length, largest, optionsReportRaw(options)) / 4;
   const gathered = new Int32Array(shards.length * words);
   for (let i = 0; i < shards.length; i++) {
-    const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, pitch);
+    const b = buildRowValuesSpec(shards[i], roundOptions(options, shards[i], undefined), rowIds, largest);
     try {
       await native.sample(b.spec);
       gathered.set((await b.values.toRawArray()) as Int32Array, i * words);
@@ -710,7 +709,7 @@ export async function sampleSharded(shards: TPShard[], options: Omit<TPOptions, 
   const device = (shards[0].W as Tensor).device;
   const values = device.tensor(gathered, [gathered.length], 'i32');
   try {
-    return await decideRows(device, first, rowIds, rowOptions, options.vocabSize, values, shards.length, pitch);
+    return await decideRows(device, first, rowIds, rowOptions, options.vocabSize, values, shards.length, largest);
   } finally {
     values.dispose();
   }
