@@ -1,10 +1,13 @@
 #!/usr/bin/env node
-// Where the Gumbel winner of each flat row of the model-like mode falls against its top-p nucleus,
-// in float64 on the CPU, for the bench's own inputs (first rotation copy) and seed. A flat row's
-// nucleus outgrows the candidates, so the fused path decides it by the winner check when the
-// unfiltered winner lies inside the nucleus, and by the extra pass when it does not (cuda/filters.cu,
-// check_winners): this says which rows of a bench cell take the extra pass, and why (the draw of
-// that seed, not the code). Uses the addon's noise function (lib/noise.ts); no GPU.
+// Where the best Gumbel candidates of each flat row of the model-like mode fall against its top-p
+// nucleus, in float64 on the CPU, for the bench's own inputs (first rotation copy) and seed. A flat
+// row's nucleus outgrows the candidates, so the fused path decides it by the winner check when its
+// unfiltered winner lies inside the nucleus, and by the extra pass when it does not
+// (cuda/filters.cu, check_winners): this says which rows of a bench cell take the extra pass, and
+// why (the draw of that seed, not the code). It also says which of the row's four best candidates
+// the nucleus holds first: the argmax over the nucleus, which a check of four candidates
+// (cuda/harness/check-top-draws.patch, pending its device run) would keep. Uses the addon's noise
+// function (lib/noise.ts); no GPU.
 //
 //   node dist/bench/flat-winners.js --preset llama3-8b --batch 128 --temperature 1,0.6 --top-p 0.9
 //
@@ -14,6 +17,9 @@
 import { BENCH_H_SEED, BENCH_W_SEED, decodeHost, isFlatRow, keptCounts, logitsInputs, rowLogits } from './logits';
 import { findPreset } from './presets';
 import { gumbelFromBits, philox4x32_10 } from '../lib/noise';
+
+// The candidates a four-candidate check weighs (cuda/harness/check-top-draws.patch: kCheckDraws).
+const CHECK_DRAWS = 4;
 
 function fail(msg: string): never {
   process.stderr.write(`flat-winners: ${msg}\n`);
@@ -90,6 +96,7 @@ function main(): void {
   const logits = rowLogits(inputs.w, decodeHost(inputs.h(a.batch, BENCH_H_SEED), 'bf16'), rows, V, D, 'bf16');
   console.log(`${shape.name} B = ${a.batch}, model-like, seed ${a.seed} offset ${a.offset}, top-p ${a.topP}: flat rows ${rows.join(', ')}`);
   let out = 0;
+  let outAll = 0;
   rows.forEach((b, i) => {
     const l = logits[i];
     const g = rowNoise(V, b, a.seed, a.offset);
@@ -99,24 +106,38 @@ function main(): void {
     const cells = a.temperatures.map((T, t) => {
       let z = 0;
       for (let v = 0; v < V; v++) z += Math.exp((l[v] - m) / T);
-      let win = 0;
-      for (let v = 1; v < V; v++) if (l[v] / T + g[v] > l[win] / T + g[win]) win = v;
+      // the row's kCheckDraws best Gumbel candidates, in score order (ties to the smaller index)
+      const score = (v: number) => l[v] / T + g[v];
+      const best: number[] = [];
+      for (let v = 0; v < V; v++) {
+        let at = best.length;
+        while (at > 0 && (score(v) > score(best[at - 1]))) at--;
+        if (at < CHECK_DRAWS) {
+          best.splice(at, 0, v);
+          if (best.length > CHECK_DRAWS) best.pop();
+        }
+      }
+      // the mass before each candidate in the order
+      const before = new Map<number, number>();
       let above = 0;
-      let rank = 0;
       for (const v of order) {
-        if (v === win) break;
+        if (best.includes(v)) before.set(v, above);
+        if (before.size === best.length) break;
         above += Math.exp((l[v] - m) / T);
-        rank++;
       }
       const kept = nuclei[t];
-      const inside = above < a.topP * z;
-      if (!inside) out++;
-      return `T ${T}: nucleus ${kept}, winner ${win} at rank ${rank}, mass above it ${(above / z).toFixed(4)} ${inside ? 'inside' : 'OUTSIDE (extra pass)'}`;
+      const first = best.findIndex((v) => before.get(v)! < a.topP * z);
+      if (first !== 0) out++;
+      if (first < 0) outAll++;
+      const win = best[0];
+      const said = first === 0 ? 'inside' : first > 0 ? `OUTSIDE (extra pass); candidate ${first + 1} (${best[first]}) inside` : `OUTSIDE, and the next ${CHECK_DRAWS - 1}`;
+      return `T ${T}: nucleus ${kept}, winner ${win}, mass before it ${(before.get(win)! / z).toFixed(4)} ${said}`;
     });
     console.log(`  row ${b}: ${cells.join(' | ')}`);
   });
   const n = rows.length * a.temperatures.length;
   console.log(`winners outside the nucleus: ${out} of ${n} (expected ${((1 - a.topP) * n).toFixed(1)}: each lies outside with probability ${+(1 - a.topP).toFixed(4)})`);
+  console.log(`rows whose ${CHECK_DRAWS} best candidates all lie outside (a four-candidate check's extra pass): ${outAll} of ${n} (expected ${(Math.pow(1 - a.topP, CHECK_DRAWS) * n).toFixed(4)})`);
 }
 
 main();

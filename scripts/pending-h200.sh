@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pending device run 1 of bench/TUNING.md ("Pending device runs") in one device call: on an H200,
+# Pending device run 2 of bench/TUNING.md ("Pending device runs") in one device call: on an H200,
 # main's GPU suite, the small-D chunks' A/B (d644a7d, chosen on an H100) and the README's H200
 # tables again. On any other card it runs the suite only (the H100 tables of 2026-12-07 are current).
 # Here, before the call:
