@@ -4,7 +4,7 @@
 # the call:
 #   git checkout -b exp-check-top-draws main && git apply cuda/harness/check-top-draws.patch \
 #     && git commit -qam "Check a flagged top-p row's four best candidates" && git checkout main
-#   (the thirty-first session's checkout holds that branch already: exp-check-top-draws, a9ae546)
+#   (the thirty-first session's checkout holds that branch already: exp-check-top-draws, d8f17e4)
 #   npm install && npx tsc -p tsconfig.json
 #   bash scripts/ab-build.sh m=main c=exp-check-top-draws d=exp-check-top-draws+FS_EXP_CHECK_256
 #   bash ../shared/gpu/pack && rm -rf .gpu/build
