@@ -166,7 +166,8 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
           const pct = Math.round(((t - fused) / fused) * 100);
           text += ` ${pct >= 0 ? '+' : ''}${pct}%`;
         }
-        text += ` (${om.fallbackRows ?? '?'}/${br.batch})`;
+        const calls = om.rotationCalls !== undefined ? `; ${om.fallbackCalls ?? '?'}/${om.rotationCalls} calls` : '';
+        text += ` (${om.fallbackRows ?? '?'}/${br.batch}${calls})`;
         row.push(text);
       }
       if (torchOptions.has(set.label)) {
@@ -184,7 +185,8 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
   if (r.config.optionSets.length > 0) {
     out.push(
       `  fused[...] µs (fb rows): median µs, cost over plain fused, (N/B): N of the B rows needed the extra pass ` +
-        `(fallbackRows of one untimed call on the first rotation copy's inputs)`,
+        `(fallbackRows of one untimed call on the first rotation copy's inputs); on CUDA (N/B; k/C calls): ` +
+        `k of the C rotation copies' untimed calls sent a row to it (the median holds its cost when k > C/2)`,
     );
     if (torchOptions.size > 0) {
       out.push('  torch[...]: PyTorch matmul + the same options (pipelines below); ×torch: torch µs / fused µs');

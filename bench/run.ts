@@ -45,6 +45,13 @@ export interface MethodResult {
    * its result), with the same inputs as the timed calls' first rotation copy.
    */
   fallbackRows?: number;
+  /**
+   * On CUDA: of `rotationCalls` untimed calls, one on each rotation copy's inputs (those the timed
+   * calls cycle through, one seed), how many sent a row to the extra pass. A median over the timed
+   * calls holds the extra pass's cost only when more than half of them do.
+   */
+  fallbackCalls?: number;
+  rotationCalls?: number;
 }
 
 export interface BatchResult {
@@ -502,6 +509,15 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
                 // many rows needed the materializing fallback with these inputs.
                 const res = await sampleFused(inputs[0].H, inputs[0].W, options);
                 r.fallbackRows = res.fallbackRows;
+                if (device.kind === 'cuda') {
+                  // and one on each other copy: which calls pay the extra pass, as the timed ones
+                  let calls = res.fallbackRows > 0 ? 1 : 0;
+                  for (const input of inputs.slice(1)) {
+                    if ((await sampleFused(input.H, input.W, options)).fallbackRows > 0) calls++;
+                  }
+                  r.fallbackCalls = calls;
+                  r.rotationCalls = inputs.length;
+                }
               }
               const times = await timeSampler(job.kind, inputs, options, { warmup, iters });
               r.stats = summarize(times);

@@ -5,8 +5,8 @@ Reads every bench-<letter>-<rep>.txt in DIR (the bench's tables, one per preset)
 option's median µs over the reps, and prints per preset, batch size and option the cost over
 plain fused of every build and its difference from the base build in points: --base LETTER, by
 default `a`, or the first letter when there is no build a. A cell whose call sent rows to the
-extra pass (the bench's "(n/B)", its untimed call) ends in `fbN`, the most over the reps: a
-heuristic that sends more rows there shows as a cost and as a count.
+extra pass (the bench's "(n/B)", its untimed call; a "; k/C calls" after n/B is read past) ends in
+`fbN`, the most over the reps: a heuristic that sends more rows there shows as a cost and as a count.
 
   python3 scripts/ab-pick.py DIR [--paired]
   python3 scripts/ab-pick.py DIR --candidates gij --options listed512,listed4096 --preset llama3-8b \\
@@ -34,7 +34,7 @@ import statistics
 import sys
 
 BASE = "fused"  # the table's own `fused µs` column: the costs' base
-CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \((\d+)/\d+\)$")
+CELL = re.compile(r"^([0-9.]+) [+-][0-9]+% \((\d+)/\d+(?:; \d+/\d+ calls)?\)$")
 
 
 def parse_file(path):

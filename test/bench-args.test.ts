@@ -139,7 +139,7 @@ describe('what bounds a point (boundOf)', () => {
 
 describe('the table of an option run', () => {
   const stats = (us: number) => ({ n: 3, medianUs: us, p10Us: us, p90Us: us, minUs: us, maxUs: us, meanUs: us });
-  const batch = (b: number, fb: number): BatchResult => ({
+  const batch = (b: number, fb: number, fbCalls?: number): BatchResult => ({
     batch: b,
     floorUs: 230,
     floorMemoryUs: 230,
@@ -148,7 +148,11 @@ describe('the table of an option run', () => {
     methods: {
       fused: { stats: stats(250) },
       'fused[plain]': { stats: stats(250), fallbackRows: 0 },
-      'fused[topp0.9]': { stats: stats(500), fallbackRows: fb },
+      'fused[topp0.9]': {
+        stats: stats(500),
+        fallbackRows: fb,
+        ...(fbCalls !== undefined ? { fallbackCalls: fbCalls, rotationCalls: 8 } : {}),
+      },
       'torch[plain]': { stats: stats(400) },
       'torch[topp0.9]': { stats: stats(1000) },
       'torch:matmul': { stats: stats(255) },
@@ -197,7 +201,7 @@ describe('the table of an option run', () => {
     dtype: 'bf16' as const,
     wBytes: 1.05e9,
     copies: 2,
-    batches: [batch(1, 0), batch(64, 3)],
+    batches: [batch(1, 0), batch(64, 3, 5)],
   };
 
   test('fallback rows at every batch of every option column; PyTorch columns with their speedup', () => {
@@ -206,7 +210,9 @@ describe('the table of an option run', () => {
     const rows = text.split('\n').filter((l) => /^\s+(1|64)\s/.test(l));
     expect(rows).toHaveLength(2);
     expect(rows[0]).toMatch(/250\.0 \+0% \(0\/1\)\s+400\.0\s+1\.60×\s+500\.0 \+100% \(0\/1\)\s+1000\.0\s+2\.00×$/);
-    expect(rows[1]).toMatch(/500\.0 \+100% \(3\/64\)\s+1000\.0\s+2\.00×$/);
+    // the rotation copies' calls where the run counted them (CUDA): 5 of 8 sent a row to the extra pass
+    expect(rows[1]).toMatch(/500\.0 \+100% \(3\/64; 5\/8 calls\)\s+1000\.0\s+2\.00×$/);
+    expect(text).toMatch(/\(N\/B; k\/C calls\): k of the C rotation copies' untimed calls/);
     expect(text).toMatch(/topp0.9: matmul \+ sort \+ top-p 0.9/);
   });
 
@@ -223,7 +229,7 @@ describe('the table of an option run', () => {
     for (const r of [report(true, false), report(false, false)]) {
       const text = shapeTable(r, shape);
       expect(text).not.toMatch(/torch\[/);
-      expect(text).toMatch(/500\.0 \+100% \(3\/64\)/);
+      expect(text).toMatch(/500\.0 \+100% \(3\/64; 5\/8 calls\)/);
     }
   });
 });
