@@ -5,11 +5,11 @@
 // unfiltered winner lies inside the nucleus, and by the extra pass when it does not
 // (cuda/filters.cu, check_winners): this says which rows of a bench cell take the extra pass, and
 // why (the draw of that seed, not the code). It also says which of the row's four best candidates
-// the nucleus holds first: the argmax over the nucleus, which a check of four candidates
-// (cuda/harness/check-top-draws.patch, pending its device run) would keep. Uses the addon's noise
-// function (lib/noise.ts); no GPU. The bench's timed calls rotate over H_COPIES inputs with one
-// seed, so a row that takes the extra pass in one copy's call need not in the others': --copies
-// says how many of a cell's calls pay it, which is what its median sees.
+// the nucleus holds first: the argmax over the nucleus, which a check of four candidates keeps
+// (cuda/harness/check-top-draws.patch; run 2026-12-07, not landed: bench/TUNING.md, Tried). Uses
+// the addon's noise function (lib/noise.ts); no GPU. The bench's timed calls rotate over H_COPIES
+// inputs with one seed, so a row that takes the extra pass in one copy's call need not in the
+// others': --copies says how many of a cell's calls pay it, which is what its median sees.
 //
 //   node dist/bench/flat-winners.js --preset llama3-8b --batch 128 --temperature 1,0.6 --top-p 0.9
 //   node dist/bench/flat-winners.js --batch 64 --temperature 0.6 --copies 8
