@@ -2089,6 +2089,9 @@ constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two ph
 // The decision grid's blocks past its rows, that check (check_winners): 128 beat 64 by 0.7-12 and 64
 // beat 32 by 1.5-12 points at model-like B = 64 and 128 (H100, 2026-12-06), Gaussian B 4-64 +-0.8.
 constexpr int kCheckBlocks = 128;
+// A check task's scan keeps this many of its thread's loads in flight: a task's time is its
+// slice's scan, a chain of load latencies when each load waits for the last one's use.
+constexpr int kCheckScanBatch = 8;
 struct WinnerCheck {
   double z;                   // the row's mass (the tile summaries' sum, as the decision's)
   double part[kCheckSlices];  // each slice's mass at or above the winner's logit, the winner left out
@@ -2176,16 +2179,26 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
       const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
       const float slope = rp.inv_temperature * detail::kLog2e;
       RunningBest pk = running_best(__ldcg(&c->best));
-      for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * blockDim.x) {
-        float x[4];
+      constexpr int kQuads = kCheckScanBatch / 4;  // quads a thread loads at once
+      for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * kQuads * blockDim.x) {
+        float x[kQuads][4];
 #pragma unroll
-        for (int o = 0; o < 4; ++o) x[o] = v + o < v1 ? __ldcs(row + v + o) : -INFINITY;
-        const float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-        if (fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) continue;
-        const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(v >> 2));
+        for (int q = 0; q < kQuads; ++q)
 #pragma unroll
-        for (int o = 0; o < 4; ++o)
-          if (x[o] != -INFINITY) offer_sampled(pk, rp, slope, x[o], r.x[o], static_cast<uint32_t>(v + o));
+          for (int o = 0; o < 4; ++o) {
+            const int64_t vq = v + 4 * q * blockDim.x + o;
+            x[q][o] = vq < v1 ? __ldcs(row + vq) : -INFINITY;
+          }
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          const int64_t vq = v + 4 * q * blockDim.x;
+          const float top = fmaxf(fmaxf(x[q][0], x[q][1]), fmaxf(x[q][2], x[q][3]));
+          if (vq >= v1 || fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) continue;
+          const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(vq >> 2));
+#pragma unroll
+          for (int o = 0; o < 4; ++o)
+            if (x[q][o] != -INFINITY) offer_sampled(pk, rp, slope, x[q][o], r.x[o], static_cast<uint32_t>(vq + o));
+        }
       }
       const unsigned long long best = block_reduce<unsigned long long>(pk.best, Max(), 0ull);
       if (threadIdx.x == 0) {
@@ -2208,9 +2221,16 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
     const float m = __ldcg(&c->m);
     const float c2 = detail::exp2_scale(1.0 / static_cast<double>(p.temperature[b]));
     double above = 0.0;
-    for (int64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-      const float x = __ldcs(row + v);
-      if (x >= lw && v != token) above += static_cast<double>(detail::exp2_ftz((x - m) * c2));
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += kCheckScanBatch * blockDim.x) {
+      float x[kCheckScanBatch];
+#pragma unroll
+      for (int u = 0; u < kCheckScanBatch; ++u) {
+        const int64_t vu = v + u * blockDim.x;
+        x[u] = vu < v1 ? __ldcs(row + vu) : -INFINITY;  // (-Inf >= lw never: lw is a drawn value's or +Inf)
+      }
+#pragma unroll
+      for (int u = 0; u < kCheckScanBatch; ++u)
+        if (x[u] >= lw && v + u * blockDim.x != token) above += static_cast<double>(detail::exp2_ftz((x[u] - m) * c2));
     }
     above = block_reduce(above, Sum(), 0.0);
     if (threadIdx.x == 0) {
