@@ -3,6 +3,7 @@
 // exits with code 2).
 
 import { PRESETS, Shape, customShape, findPreset } from './presets';
+import { CENTER_STATS, CenterStat } from './stats';
 
 export type BenchDType = 'bf16' | 'f16' | 'f32';
 export type BenchDevice = 'auto' | 'cpu' | 'cuda' | `cuda:${number}`;
@@ -70,6 +71,8 @@ export interface BenchArgs {
   /** null = the device's default. */
   iters: number | null;
   warmup: number | null;
+  /** What --mode sample's tables report per point: 'median' (default) or 'mean'. */
+  stat: CenterStat;
   json: string | null;
   plot: string | null;
   samplers: BenchSampler[];
@@ -119,6 +122,9 @@ Run
   --device auto|cpu|cuda|cuda:N   (default auto: the GPU when one is usable)
   --iters N                 timed calls per point (default 100 on the GPU, 10 on the CPU)
   --warmup N                untimed calls first (default 10 on the GPU, 2 on the CPU)
+  --stat median|mean        what each table cell reports (default median); mean: a cost that
+                            comes in k of the C inputs the timed calls rotate over counts k / C
+                            of it (give --iters a multiple of C, 8 on most presets)
   --samplers LIST           of fused,reference-gumbel,reference-inverse-cdf (default all three)
   --options LIST            extra fused columns, one per option set, each with its PyTorch
                             counterpart and the rows that needed the extra pass: plain,
@@ -154,7 +160,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad arguments.`;
 const FLAGS_WITH_VALUE = [
   '--preset', '--vocab', '--hidden', '--batch', '--dtype', '--device', '--iters', '--warmup', '--json',
   '--plot', '--samplers', '--options', '--python', '--logits', '--logit-std', '--read-bw', '--matrix-rate',
-  '--mode', '--tp',
+  '--mode', '--tp', '--stat',
 ] as const;
 const FLAGS_WITHOUT_VALUE = ['--no-baselines', '--help', '-h'] as const;
 const ALIASES: Record<string, string> = { '--model': '--preset', '--batches': '--batch', '--sampler': '--samplers' };
@@ -400,6 +406,7 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
     device: 'auto',
     iters: null,
     warmup: null,
+    stat: 'median',
     json: null,
     plot: null,
     samplers: [...ALL_SAMPLERS],
@@ -532,6 +539,14 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
         args.mode = m;
         break;
       }
+      case '--stat': {
+        const st = value.trim().toLowerCase();
+        if (!(CENTER_STATS as readonly string[]).includes(st)) {
+          throw new ArgError(`--stat: expected ${CENTER_STATS.join(' or ')}, got ${show(value)}${suggest(st, CENTER_STATS)}`);
+        }
+        args.stat = st as CenterStat;
+        break;
+      }
       case '--tp':
         args.tpDegrees = splitList('--tp', value).map((x) =>
           parseNumber('--tp', x, 'degrees in [1, 64], e.g. 1,2,4', (n) => Number.isInteger(n) && n >= 1 && n <= 64),
@@ -552,6 +567,9 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
     throw new ArgError(
       `--logit-std: sets the std of --logits gaussian; the ${args.logits} mode has fixed numbers (bench/TUNING.md, "Logits modes")`,
     );
+  }
+  if (args.stat !== 'median' && args.mode !== 'sample') {
+    throw new ArgError(`--stat: applies to --mode sample's tables; --mode ${args.mode} reports medians`);
   }
   if (args.samplers.length === 0 && args.optionSets.length === 0) {
     throw new ArgError('--samplers: nothing to time');

@@ -5,6 +5,7 @@ import { BOUND_SLACK, optionMethodId, torchOptionMethodId } from './run';
 import { DASH, clip, fmtRatio, fmtRate, fmtUs, formatTable, Column } from './table';
 import { Panel, Series, renderPlot } from './plot';
 import { H_COPIES } from './inputs';
+import { CenterStat, centerUs } from './stats';
 
 const SAMPLER_TITLES: Record<string, string> = {
   fused: 'fused µs',
@@ -40,7 +41,7 @@ export function describeRun(r: BenchReport): string {
   lines.push(
     `timing: ${r.config.dtype}, ${r.config.iters} timed calls after ${r.config.warmup} warm-up per point, ` +
       `inputs rotated over copies of W totalling > ${r.config.l2RotationBytes / 1e6} MB and ${H_COPIES} or more H; ` +
-      `median µs (p10–p90)`,
+      `${statOf(r)} µs (p10–p90)`,
   );
   if (r.config.logits === 'model') {
     const m = r.config.modelLogits;
@@ -74,8 +75,13 @@ export function describeRun(r: BenchReport): string {
   return lines.join('\n');
 }
 
-function median(m: MethodResult | undefined): number | null {
-  return m?.stats ? m.stats.medianUs : null;
+/** What the report's cells hold (--stat); a report written before the flag holds medians. */
+function statOf(r: BenchReport): CenterStat {
+  return r.config.stat ?? 'median';
+}
+
+function center(r: BenchReport, m: MethodResult | undefined): number | null {
+  return m?.stats ? centerUs(m.stats, statOf(r)) : null;
 }
 
 /** The table for one shape, with notes (full error messages) under it. */
@@ -97,6 +103,7 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     return `[${i + 1}]`;
   };
   const errCell = (msg: string): string => `${clip(msg, CELL_ERROR_WIDTH)} ${noteFor(msg)}`;
+  const median = (m: MethodResult | undefined): number | null => center(r, m);
   const cell = (m: MethodResult | undefined): string => (m?.error ? errCell(m.error) : fmtUs(median(m)));
 
   const samplers = r.config.samplers;
@@ -184,9 +191,10 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
   if (!cpu && r.baselines.requested && !r.baselines.available) out.push(`  torch columns: ${r.baselines.reason ?? 'unavailable'}`);
   if (r.config.optionSets.length > 0) {
     out.push(
-      `  fused[...] µs (fb rows): median µs, cost over plain fused, (N/B): N of the B rows needed the extra pass ` +
+      `  fused[...] µs (fb rows): ${statOf(r)} µs, cost over plain fused, (N/B): N of the B rows needed the extra pass ` +
         `(fallbackRows of one untimed call on the first rotation copy's inputs); on CUDA (N/B; k/C calls): ` +
-        `k of the C rotation copies' untimed calls sent a row to it (the median holds its cost when k > C/2)`,
+        `k of the C rotation copies' untimed calls sent a row to it (` +
+        (statOf(r) === 'mean' ? 'the mean holds k/C of its cost)' : 'the median holds its cost when k > C/2)'),
     );
     if (torchOptions.size > 0) {
       out.push('  torch[...]: PyTorch matmul + the same options (pipelines below); ×torch: torch µs / fused µs');
@@ -218,7 +226,7 @@ export function plotSvg(r: BenchReport): string {
     ];
     for (const id of ids) {
       const points = s.batches
-        .map((b) => ({ x: b.batch, y: b.methods[id]?.stats?.medianUs ?? NaN }))
+        .map((b) => ({ x: b.batch, y: center(r, b.methods[id]) ?? NaN }))
         .filter((p) => Number.isFinite(p.y));
       if (points.length === 0) continue;
       const label =
@@ -231,7 +239,7 @@ export function plotSvg(r: BenchReport): string {
     if (floor.length > 0) series.push({ label: 'floor', points: floor, style: 'floor' });
     return {
       title: `${s.shape.name} (${s.shape.source}) — ${s.shape.vocab} × ${s.shape.hidden} ${s.dtype}`,
-      subtitle: s.error ? `failed: ${s.error}` : `${r.environment.device}; median of ${r.config.iters} calls`,
+      subtitle: s.error ? `failed: ${s.error}` : `${r.environment.device}; ${statOf(r)} of ${r.config.iters} calls`,
       xLabel: 'batch size B (log)',
       yLabel: 'latency µs (log)',
       series,

@@ -17,7 +17,7 @@ import { DTYPE_BYTES, L2_BYTES, deviceCopies, disposeAll, halfMask, listedLists,
 import { BENCH_H_SEED, BENCH_W_SEED, MODEL_LOGITS, logitsInputs } from './logits';
 import type { Shape } from './presets';
 import type { Progress } from './progress';
-import { Summary, summarize } from './stats';
+import { CenterStat, Summary, centerUs, summarize } from './stats';
 
 /** Documented ceilings (bench/TUNING.md, "The floors"; measured on the H200 2026-11-29), used when not measured. */
 export const DOCUMENTED_READ_BANDWIDTH = 4.48e12; // bytes/s, 16-byte __ldg loads over 4 GB
@@ -97,6 +97,8 @@ export interface BenchReport {
     dtype: BenchDType;
     iters: number;
     warmup: number;
+    /** What the tables report per point (--stat); absent in reports written before it: median. */
+    stat?: CenterStat;
     samplers: SamplerKind[];
     optionSets: OptionSet[];
     /** How H and W were made (bench/logits.ts); the same mode for the PyTorch baselines. */
@@ -407,6 +409,7 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
       dtype,
       iters,
       warmup,
+      stat: args.stat,
       samplers: args.samplers,
       optionSets: args.optionSets,
       logits: args.logits,
@@ -526,7 +529,8 @@ export async function run(plan: RunPlan): Promise<BenchReport> {
             }
             br.methods[job.id] = r;
           }
-          const plain = br.methods.fused?.stats?.medianUs ?? null;
+          const plainStats = br.methods.fused?.stats;
+          const plain = plainStats ? centerUs(plainStats, args.stat) : null;
           br.bound = boundOf(plain, br.floorMemoryUs, br.floorComputeUs, report.launchUs);
         } finally {
           disposeAll(owned);

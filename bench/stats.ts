@@ -11,6 +11,18 @@ export interface Summary {
   meanUs: number;
 }
 
+/**
+ * The statistic a table reports per point (--stat): the median (default; robust to a slow call)
+ * or the mean (what a server pays on average: a cost that comes in k of C rotation inputs counts
+ * k / C of it, where a median shows it only when k > C / 2).
+ */
+export type CenterStat = 'median' | 'mean';
+export const CENTER_STATS: readonly CenterStat[] = ['median', 'mean'];
+
+export function centerUs(s: Summary, stat: CenterStat): number {
+  return stat === 'mean' ? s.meanUs : s.medianUs;
+}
+
 /** Linear-interpolated quantile of sorted data (q in [0, 1]). */
 export function quantileSorted(sorted: ArrayLike<number>, q: number): number {
   const n = sorted.length;

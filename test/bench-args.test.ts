@@ -117,6 +117,24 @@ describe('--logits', () => {
   });
 });
 
+describe('--stat', () => {
+  test('median by default, mean on request', () => {
+    expect(parseArgs([]).stat).toBe('median');
+    expect(parseArgs(['--stat', 'mean']).stat).toBe('mean');
+    expect(parseArgs(['--stat=MEAN']).stat).toBe('mean');
+    expect(parseArgs(['--mode', 'step', '--stat', 'median']).stat).toBe('median');
+  });
+
+  test('bad values, and a mean outside --mode sample, are ArgErrors', () => {
+    expect(argError(() => parseArgs(['--stat', 'maen']))).toBe('--stat: expected median or mean, got "maen" (did you mean mean?)');
+    expect(argError(() => parseArgs(['--stat', 'p90']))).toMatch(/^--stat: expected median or mean, got "p90"/);
+    expect(argError(() => parseArgs(['--stat']))).toBe('--stat: missing value; see --help');
+    expect(argError(() => parseArgs(['--mode', 'tp', '--stat', 'mean']))).toBe(
+      "--stat: applies to --mode sample's tables; --mode tp reports medians",
+    );
+  });
+});
+
 describe('what bounds a point (boundOf)', () => {
   test('within the slack of floor + launch the larger term; beyond it the epilogue', () => {
     // llama3-8b B = 1 on the H200: 241 µs against a 233.5 µs memory floor and ~8 µs of fixed costs
@@ -223,6 +241,22 @@ describe('the table of an option run', () => {
     expect(rows[0]).toMatch(/1\.09×\s+memory\s/);
     expect(rows[1]).toMatch(/1\.09×\s+epilogue 1\.26×\s/);
     expect(shapeTable(report(false, false), shape)).not.toMatch(/bound/);
+  });
+
+  test('--stat mean: every cell and the cost over plain from the means, and the note says so', () => {
+    const skewed = (median: number, mean: number) => ({ ...stats(median), meanUs: mean });
+    const b64 = batch(64, 3, 3);
+    b64.methods.fused = { stats: skewed(250, 260) };
+    b64.methods['fused[topp0.9]'] = { stats: skewed(500, 650), fallbackRows: 3, fallbackCalls: 3, rotationCalls: 8 };
+    const one = { ...shape, batches: [b64] };
+    const r = report(true, false);
+    const row = (text: string) => text.split('\n').filter((l) => /^\s+64\s/.test(l))[0];
+    // the median (default) hides the extra pass that 3 of 8 inputs pay; the mean holds 3/8 of it
+    expect(row(shapeTable(r, one))).toMatch(/^\s+64\s+250\.0\s.*500\.0 \+100% \(3\/64; 3\/8 calls\)$/);
+    const mean = shapeTable({ ...r, config: { ...r.config, stat: 'mean' } }, one);
+    expect(row(mean)).toMatch(/^\s+64\s+260\.0\s.*650\.0 \+150% \(3\/64; 3\/8 calls\)$/);
+    expect(mean).toMatch(/fused\[\.\.\.\] µs \(fb rows\): mean µs, .*\(the mean holds k\/C of its cost\)/);
+    expect(shapeTable(r, one)).toMatch(/\(the median holds its cost when k > C\/2\)/);
   });
 
   test('without PyTorch (or on the CPU) the option columns still print their fallback rows', () => {
