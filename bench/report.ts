@@ -103,8 +103,8 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     return `[${i + 1}]`;
   };
   const errCell = (msg: string): string => `${clip(msg, CELL_ERROR_WIDTH)} ${noteFor(msg)}`;
-  const median = (m: MethodResult | undefined): number | null => center(r, m);
-  const cell = (m: MethodResult | undefined): string => (m?.error ? errCell(m.error) : fmtUs(median(m)));
+  const cellUs = (m: MethodResult | undefined): number | null => center(r, m);
+  const cell = (m: MethodResult | undefined): string => (m?.error ? errCell(m.error) : fmtUs(cellUs(m)));
 
   const samplers = r.config.samplers;
   const hasFused = samplers.includes('fused');
@@ -131,7 +131,7 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
   const rows: string[][] = [];
   for (const br of s.batches) {
     const m = br.methods;
-    const fused = median(m.fused);
+    const fused = cellUs(m.fused);
     const row: string[] = [String(br.batch)];
     for (const k of samplers) {
       row.push(cell(m[k]));
@@ -149,7 +149,7 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     if (hasFused) {
       for (const k of samplers) {
         if (!SPEEDUP_TITLES[k]) continue;
-        const ref = median(m[k]);
+        const ref = cellUs(m[k]);
         row.push(ref !== null && fused ? fmtRatio(ref / fused) : DASH);
       }
       const secs = fused ? fused * 1e-6 : null;
@@ -159,12 +159,12 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
     }
     for (const id of baselineIds) row.push(cell(m[`torch:${id}`]));
     if (hasFused && baselineIds.includes('multinomial')) {
-      const t = median(m['torch:multinomial']);
+      const t = cellUs(m['torch:multinomial']);
       row.push(t !== null && fused ? fmtRatio(t / fused) : DASH);
     }
     for (const set of r.config.optionSets) {
       const om = m[optionMethodId(set)];
-      const t = median(om);
+      const t = cellUs(om);
       if (!om || om.error) {
         row.push(om?.error ? errCell(om.error) : DASH);
       } else {
@@ -180,7 +180,7 @@ export function shapeTable(r: BenchReport, s: ShapeResult): string {
       if (torchOptions.has(set.label)) {
         const tm = m[torchOptionMethodId(set)];
         row.push(cell(tm));
-        const tt = median(tm);
+        const tt = cellUs(tm);
         row.push(tt !== null && t ? fmtRatio(tt / t) : DASH);
       }
     }
