@@ -3,7 +3,8 @@
 # (g) against main (m) by the bench's means, in one device call. Here, before the call:
 #   git checkout -b exp-check-top-draws-batch main && git apply cuda/harness/check-top-draws.patch \
 #     && git commit -qam "Check four candidates with batched weighs" && git checkout main
-#   (the thirty-third session's checkout holds that branch at 77900fe)
+#   (the thirty-third session's checkout holds that branch at 77900fe, and ab/m (main ee8bd58, whose
+#   device code main still has) and ab/g built, .gpu packed and dist with --stat: the call can run as is)
 #   npm install && npx tsc -p tsconfig.json
 #   bash scripts/ab-build.sh m=main g=exp-check-top-draws-batch
 #   bash ../shared/gpu/pack && rm -rf .gpu/build
