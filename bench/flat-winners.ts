@@ -1,12 +1,11 @@
 #!/usr/bin/env node
 // Where the best Gumbel candidates of each flat row of the model-like mode fall against its top-p
 // nucleus, in float64 on the CPU, for the bench's own inputs (its rotation copies) and seed. A flat
-// row's nucleus outgrows the candidates, so the fused path decides it by the winner check when its
-// unfiltered winner lies inside the nucleus, and by the extra pass when it does not
-// (cuda/filters.cu, check_winners): this says which rows of a bench cell take the extra pass, and
-// why (the draw of that seed, not the code). It also says which of the row's four best candidates
-// the nucleus holds first: the argmax over the nucleus, which a check of four candidates keeps
-// (cuda/harness/check-top-draws.patch; run 2026-12-07, not landed: bench/TUNING.md, Tried). Uses
+// row's nucleus outgrows the candidates, so the fused path decides it by the winner check
+// (cuda/filters.cu, check_winners): the first of the row's four best Gumbel candidates that the
+// nucleus holds is the argmax over the nucleus, and a row whose four all lie past the cut takes
+// the extra pass. This says, for each flat row of a bench cell, which candidate the nucleus holds
+// first, so which rows take the extra pass, and why (the draw of that seed, not the code). Uses
 // the addon's noise function (lib/noise.ts); no GPU. The bench's timed calls rotate over H_COPIES
 // inputs with one seed, so a row that takes the extra pass in one copy's call need not in the
 // others': --copies says how many of a cell's calls pay it, which is what its median sees.
@@ -23,7 +22,7 @@ import { BENCH_H_SEED, BENCH_W_SEED, decodeHost, isFlatRow, keptCounts, logitsIn
 import { findPreset } from './presets';
 import { gumbelFromBits, philox4x32_10 } from '../lib/noise';
 
-// The candidates a four-candidate check weighs (cuda/harness/check-top-draws.patch: kCheckDraws).
+// The candidates the winner check weighs (cuda/filters.cu: kCheckDraws).
 const CHECK_DRAWS = 4;
 
 function fail(msg: string): never {
@@ -106,8 +105,8 @@ function main(): void {
   console.log(`${shape.name} B = ${a.batch}, model-like, seed ${a.seed} offset ${a.offset}, top-p ${a.topP}: flat rows ${rows.join(', ')}`);
   let out = 0;
   let outAll = 0;
-  // per temperature: the calls with a winner outside its nucleus (main's check: the extra pass), and
-  // with all four candidates outside (the four-candidate check's)
+  // per temperature: the calls with a winner outside its nucleus, and with all four candidates
+  // outside (the check's extra pass)
   const callsOut = a.temperatures.map(() => 0);
   const callsOutAll = a.temperatures.map(() => 0);
   for (let copy = 0; copy < a.copies; copy++) {
@@ -154,7 +153,7 @@ function main(): void {
           rowOutAll[t] = true;
         }
         const win = best[0];
-        const said = first === 0 ? 'inside' : first > 0 ? `OUTSIDE (extra pass); candidate ${first + 1} (${best[first]}) inside` : `OUTSIDE, and the next ${CHECK_DRAWS - 1}`;
+        const said = first === 0 ? 'inside' : first > 0 ? `OUTSIDE; candidate ${first + 1} (${best[first]}) inside, the check keeps it` : `OUTSIDE, and the next ${CHECK_DRAWS - 1} (extra pass)`;
         return `T ${T}: nucleus ${kept}, winner ${win}, mass before it ${(before.get(win)! / z).toFixed(4)} ${said}`;
       });
       console.log(`  row ${b}: ${cells.join(' | ')}`);
@@ -166,10 +165,10 @@ function main(): void {
   }
   const n = rows.length * a.temperatures.length * a.copies;
   console.log(`winners outside the nucleus: ${out} of ${n} (expected ${((1 - a.topP) * n).toFixed(1)}: each lies outside with probability ${+(1 - a.topP).toFixed(4)})`);
-  console.log(`rows whose ${CHECK_DRAWS} best candidates all lie outside (a four-candidate check's extra pass): ${outAll} of ${n} (expected ${(Math.pow(1 - a.topP, CHECK_DRAWS) * n).toFixed(4)})`);
+  console.log(`rows whose ${CHECK_DRAWS} best candidates all lie outside (the check's extra pass): ${outAll} of ${n} (expected ${(Math.pow(1 - a.topP, CHECK_DRAWS) * n).toFixed(4)})`);
   if (a.copies > 1)
     a.temperatures.forEach((T, t) =>
-      console.log(`T ${T}: calls with an extra pass ${callsOut[t]} of ${a.copies} (the winner check), ${callsOutAll[t]} of ${a.copies} (four candidates)`),
+      console.log(`T ${T}: calls with a winner outside ${callsOut[t]} of ${a.copies}, with an extra pass (all ${CHECK_DRAWS} outside) ${callsOutAll[t]} of ${a.copies}`),
     );
 }
 

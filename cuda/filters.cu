@@ -2077,27 +2077,36 @@ __global__ void __launch_bounds__(kListedThreads)
 
 // A top-p row its candidates cannot decide that checks its winner (detail::row_checks_winner), with
 // every tile stored, is checked by the decision grid's last kCheckBlocks blocks instead of going
-// straight to the extra pass: they draw its unfiltered Gumbel winner over the stored values and keep
-// it when the nucleus holds it (the argmax over a kept set that holds the winner is the winner).
-// Calls above this batch leave every flagged row to the extra pass: at B = 256 a call holds ~12
-// flat rows (model-like logits), whose winners lie past the cut in most calls (~10 % a row).
+// straight to the extra pass: they draw the row's kCheckDraws best Gumbel candidates over the stored
+// values, in score order, and keep the first that the nucleus holds when every one before it lies
+// past the cut: the argmax over the nucleus is the nucleus's first candidate in score order, and the
+// candidates before it are the only values that score higher. A flat row's unfiltered winner lies in
+// the nucleus with probability ~p (~0.9): with four candidates the row goes to the extra pass about
+// once in 10^4 (or when a candidate lies within the margin of the cut).
+// Calls above this batch leave every flagged row to the extra pass.
 // Calls below the min batch run no check: its blocks wait on every row, ~2 µs at B = 1 (qwen3-0.6b,
 // H100), more than the extra passes it spares there (~5 % of rows flat, ~20 µs a pass).
 constexpr int64_t kCheckWinnersMinBatch = 4;
 constexpr int64_t kCheckWinnersMaxBatch = 128;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
+constexpr int kCheckDraws = 4;    // the row's best candidates the check weighs, in score order
 // The decision grid's blocks past its rows, that check (check_winners): 128 beat 64 by 0.7-12 and 64
 // beat 32 by 1.5-12 points at model-like B = 64 and 128 (H100, 2026-12-06), Gaussian B 4-64 +-0.8.
 constexpr int kCheckBlocks = 128;
 // A check task's scan keeps this many of its thread's loads in flight: a task's time is its
 // slice's scan, a chain of load latencies when each load waits for the last one's use.
 constexpr int kCheckScanBatch = 8;
+static_assert(kCheckSlices * kCheckDraws % 32 == 0 && kThreads / 32 * kCheckDraws % 32 == 0, "whole pools a lane");
 struct WinnerCheck {
-  double z;                   // the row's mass (the tile summaries' sum, as the decision's)
-  double part[kCheckSlices];  // each slice's mass at or above the winner's logit, the winner left out
-  unsigned long long best;    // the packed winner: the epilogue's +Inf-quad winner, raised by the draws
-  float m;                    // the row's max
-  uint32_t drawn, weighed;    // the row's slices drawn and weighed
+  double z;  // the row's mass (the tile summaries' sum, as the decision's)
+  // per slice and candidate: the mass above the candidate's logit, and at it with the candidate
+  // left out (ties, which the order breaks by index: the mass before the candidate lies between
+  // the first and the sum)
+  double above[kCheckSlices][kCheckDraws];
+  double ties[kCheckSlices][kCheckDraws];
+  unsigned long long draws[kCheckSlices][kCheckDraws];  // each slice's best packed candidates, descending
+  float m;                  // the row's max
+  uint32_t drawn, weighed;  // the row's slices drawn and weighed
 };
 struct CheckCounters {
   uint32_t decided;  // the decision's rows done (all B: no row is listed after)
@@ -2107,13 +2116,12 @@ struct CheckCounters {
 };
 
 // One decision block's row, listed for the check with its record (thread 0, block-uniform call).
-__device__ __forceinline__ void list_for_check(const SampleParams& p, int64_t b, unsigned long long win, float m,
-                                               double z, int32_t* fallback, WinnerCheck* check, CheckCounters* counts) {
+__device__ __forceinline__ void list_for_check(const SampleParams& p, int64_t b, float m, double z, int32_t* fallback,
+                                               WinnerCheck* check, CheckCounters* counts) {
   if (threadIdx.x != 0) return;
   WinnerCheck& r = check[b];
   r.z = z;
   r.m = m;
-  r.best = win;
   r.drawn = 0u;
   r.weighed = 0u;
   fallback[b] = 2;  // stored: the extra pass reads its tiles back, if the check hands it on
@@ -2143,22 +2151,42 @@ __device__ __forceinline__ int64_t listed_row(const CheckCounters* counts, uint3
   }
 }
 
+// Packed candidate c into a descending list of kCheckDraws (0: empty; packed values are distinct).
+__device__ __forceinline__ void insert_draw(unsigned long long (&top)[kCheckDraws], unsigned long long c) {
+#pragma unroll
+  for (int i = 0; i < kCheckDraws; ++i) {
+    const unsigned long long t = top[i];
+    top[i] = c > t ? c : t;
+    c = c > t ? t : c;
+  }
+}
+
 // The check blocks: the listed rows' tasks, each block taking the next from one counter, a row's
 // as soon as it is listed (its checks overlap the other rows' decisions): the row's kCheckSlices
-// draws (the winner over a slice of the stored values, pruned as the epilogue prunes, merged by
-// atomicMax), then its weighs (the slice's mass at or above the winner's logit but the winner:
-// fp32 exp2 terms summed in float64, ~1e-6 relative like the tile summaries behind z). Nothing
-// can hang however few blocks are resident (MPS, green contexts, kernels beside it): the rows'
-// blocks come first in the grid and wait on nothing, a task waits only for its row's listing,
-// and a weigh for its row's draws, earlier tasks that running blocks took and finish without
-// waiting. The row's last weigh adds the slices in order (deterministic) and keeps the winner
-// when that mass, which bounds the mass before the winner in the order from above, is below p z
-// with a margin of 1e-4 (rows near the cut go to the extra pass).
+// draws (a slice's kCheckDraws best candidates over its stored values, pruned as the epilogue
+// prunes against the slice's kCheckDraws-th), then its weighs (the row's best kCheckDraws of the
+// slices', and each one's mass above and at its logit over the slice: fp32 exp2 terms summed in
+// float64, ~1e-6 relative like the tile summaries behind z). Nothing can hang however few blocks
+// are resident (MPS, green contexts, kernels beside it): the rows' blocks come first in the grid
+// and wait on nothing, a task waits only for its row's listing, and a weigh for its row's draws,
+// earlier tasks that running blocks took and finish without waiting. The row's last weigh adds the
+// slices in order (deterministic) and, candidate by candidate in score order, keeps the first whose
+// mass before it is below p z, while each before it has at least p z before it, both with a margin
+// of 1e-4 (a candidate near the cut sends the row to the extra pass).
 __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f, int32_t* fallback,
                               WinnerCheck* check, CheckCounters* counts) {
   __shared__ uint32_t s_task;
   __shared__ int64_t s_row;
-  __shared__ unsigned long long s_best;
+  __shared__ unsigned long long s_warp[kThreads / 32 * kCheckDraws];  // each warp's best, then their pool
+  __shared__ unsigned long long s_draws[kCheckDraws];
+  __shared__ float s_logit[kCheckDraws];
+  __shared__ double s_sums[kThreads / 32][2 * kCheckDraws];
+  // the threads' lists as warp_top_keys's pools: warp w's in keys [w 32 kCheckDraws, (w + 1) ...),
+  // lane l's at l + 32 i (the decision's shared memory, which the check blocks do not use)
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  unsigned long long* const pool = reinterpret_cast<unsigned long long*>(dyn_smem);
+  static_assert(kThreads * kCheckDraws * sizeof(unsigned long long) <= sizeof(PrefixShared), "the pools fit");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t V = p.vocab, per = (V + 4 * kCheckSlices - 1) / (4 * kCheckSlices) * 4;  // multiples of 4
   while (true) {
     if (threadIdx.x == 0) {
@@ -2176,10 +2204,13 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
     const float* row = f.row_logits + b * V;
     const int64_t v0 = slice * per, v1 = v0 + per < V ? v0 + per : V;
     if (!weigh) {
+      unsigned long long top[kCheckDraws];
+#pragma unroll
+      for (int i = 0; i < kCheckDraws; ++i) top[i] = 0ull;
       const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
       const float slope = rp.inv_temperature * detail::kLog2e;
-      RunningBest pk = running_best(__ldcg(&c->best));
-      constexpr int kQuads = kCheckScanBatch / 4;  // quads a thread loads at once
+      float thr = -INFINITY, intercept = detail::noise_bits_limit_intercept(thr);  // the list's last score
+      constexpr int kQuads = 1;  // quads a thread loads at once (two spill the four candidates' lists)
       for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * kQuads * blockDim.x) {
         float x[kQuads][4];
 #pragma unroll
@@ -2192,62 +2223,135 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
 #pragma unroll
         for (int q = 0; q < kQuads; ++q) {
           const int64_t vq = v + 4 * q * blockDim.x;
-          const float top = fmaxf(fmaxf(x[q][0], x[q][1]), fmaxf(x[q][2], x[q][3]));
-          if (vq >= v1 || fmaf(top, rp.inv_temperature, detail::kGumbelUpper) < pk.thr) continue;
+          const float hi = fmaxf(fmaxf(x[q][0], x[q][1]), fmaxf(x[q][2], x[q][3]));
+          if (vq >= v1 || fmaf(hi, rp.inv_temperature, detail::kGumbelUpper) < thr) continue;
           const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(vq >> 2));
 #pragma unroll
-          for (int o = 0; o < 4; ++o)
-            if (x[q][o] != -INFINITY) offer_sampled(pk, rp, slope, x[q][o], r.x[o], static_cast<uint32_t>(vq + o));
+          for (int o = 0; o < 4; ++o) {
+            if (x[q][o] == -INFINITY || !detail::noise_bits_can_reach(r.x[o], x[q][o], slope, intercept)) continue;
+            const Candidate cand = make_candidate(x[q][o], rp.inv_temperature, false, gumbel_from_bits(r.x[o]),
+                                                  static_cast<uint32_t>(vq + o));
+            insert_draw(top, detail::pack_candidate(cand.score, cand.key));
+            if (top[kCheckDraws - 1] != 0ull) {
+              thr = detail::packed_score(top[kCheckDraws - 1]);
+              intercept = detail::noise_bits_limit_intercept(thr);
+            }
+          }
         }
       }
-      const unsigned long long best = block_reduce<unsigned long long>(pk.best, Max(), 0ull);
-      if (threadIdx.x == 0) {
-        atomicMax(&c->best, best);
-        __threadfence();
-        atomicAdd(&c->drawn, 1u);
+      unsigned long long* const mine = pool + warp * 32 * kCheckDraws;
+#pragma unroll
+      for (int i = 0; i < kCheckDraws; ++i) mine[lane + 32 * i] = top[i];
+      __syncwarp();
+      warp_top_keys(mine, kCheckDraws, kCheckDraws, s_warp + warp * kCheckDraws, kCheckDraws);
+      __syncthreads();
+      if (warp == 0) {
+        warp_top_keys(s_warp, kThreads / 32 * kCheckDraws / 32, kCheckDraws, c->draws[slice], kCheckDraws);
+        if (lane == 0) {
+          __threadfence();
+          atomicAdd(&c->drawn, 1u);
+        }
       }
+      __syncthreads();  // s_warp and the pools are rewritten by the next task
       continue;
     }
-    if (threadIdx.x == 0) {
+    // the row's best kCheckDraws over the slices' lists, once every slice is drawn
+    if (warp == 0) {
+      // (each lane's own acquire orders its loads of the lists after every slice's release)
       while (load_acquire(&c->drawn) < static_cast<uint32_t>(kCheckSlices)) __nanosleep(64);
-      s_best = __ldcg(&c->best);
+      for (int i = lane; i < kCheckSlices * kCheckDraws; i += 32) pool[i] = __ldcg(&c->draws[0][0] + i);
+      __syncwarp();
+      warp_top_keys(pool, kCheckSlices * kCheckDraws / 32, kCheckDraws, s_draws, kCheckDraws);
+      __syncwarp();
+      if (lane < kCheckDraws) {
+        const int32_t token = s_draws[lane] != 0ull ? detail::packed_token(s_draws[lane]) : -1;
+        s_logit[lane] = token >= 0 && token < V ? __ldcg(row + token) : INFINITY;
+      }
     }
     __syncthreads();
-    const unsigned long long best = s_best;
-    __syncthreads();  // s_best is rewritten by the next task
-    const int32_t token = best != 0ull ? detail::packed_token(best) : -1;
-    const bool valid = token >= 0 && token < V;
-    const float lw = valid ? __ldcg(row + token) : INFINITY;
+    float lw[kCheckDraws];
+    int32_t tok[kCheckDraws];
+    float lowest = INFINITY;
+#pragma unroll
+    for (int i = 0; i < kCheckDraws; ++i) {
+      lw[i] = s_logit[i];
+      tok[i] = s_draws[i] != 0ull ? detail::packed_token(s_draws[i]) : -1;
+      lowest = fminf(lowest, lw[i]);
+    }
     const float m = __ldcg(&c->m);
     const float c2 = detail::exp2_scale(1.0 / static_cast<double>(p.temperature[b]));
-    double above = 0.0;
+    double above[kCheckDraws], ties[kCheckDraws];
+#pragma unroll
+    for (int i = 0; i < kCheckDraws; ++i) above[i] = ties[i] = 0.0;
     for (int64_t v = v0 + threadIdx.x; v < v1; v += kCheckScanBatch * blockDim.x) {
-      float x[kCheckScanBatch];
+      float xs[kCheckScanBatch];
 #pragma unroll
       for (int u = 0; u < kCheckScanBatch; ++u) {
         const int64_t vu = v + u * blockDim.x;
-        x[u] = vu < v1 ? __ldcs(row + vu) : -INFINITY;  // (-Inf >= lw never: lw is a drawn value's or +Inf)
+        xs[u] = vu < v1 ? __ldcs(row + vu) : -INFINITY;  // (-Inf >= lowest never: drawn values' or +Inf)
       }
 #pragma unroll
-      for (int u = 0; u < kCheckScanBatch; ++u)
-        if (x[u] >= lw && v + u * blockDim.x != token) above += static_cast<double>(detail::exp2_ftz((x[u] - m) * c2));
-    }
-    above = block_reduce(above, Sum(), 0.0);
-    if (threadIdx.x == 0) {
-      c->part[slice] = above;
-      __threadfence();
-      if (atomicAdd(&c->weighed, 1u) == kCheckSlices - 1) {  // the row's last slice
-        __threadfence();
-        double total = 0.0;
-        for (int k = 0; k < kCheckSlices; ++k) total += __ldcg(&c->part[k]);
-        if (valid && total < static_cast<double>(p.top_p[b]) * __ldcg(&c->z) * (1.0 - 1e-4)) {
-          p.tokens[b] = token;
-          if (p.row_status) p.row_status[b] = kRowOk;
-          fallback[b] = 0;
-          atomicSub(p.fallback_rows, 1);
+      for (int u = 0; u < kCheckScanBatch; ++u) {
+        const float x = xs[u];
+        if (!(x >= lowest)) continue;
+        const int64_t vu = v + u * blockDim.x;
+        const double e = static_cast<double>(detail::exp2_ftz((x - m) * c2));
+#pragma unroll
+        for (int i = 0; i < kCheckDraws; ++i) {
+          if (x > lw[i]) above[i] += e;
+          else if (x == lw[i] && vu != tok[i]) ties[i] += e;
         }
       }
     }
+    // the block's sums in a fixed order: a xor tree per warp, then the warps in order
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < kCheckDraws; ++i) {
+        above[i] += __shfl_xor_sync(0xffffffffu, above[i], o);
+        ties[i] += __shfl_xor_sync(0xffffffffu, ties[i], o);
+      }
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kCheckDraws; ++i) {
+        s_sums[warp][i] = above[i];
+        s_sums[warp][kCheckDraws + i] = ties[i];
+      }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < kCheckDraws; ++i) {
+        double a = 0.0, t = 0.0;
+        for (int w = 0; w < kThreads / 32; ++w) {
+          a += s_sums[w][i];
+          t += s_sums[w][kCheckDraws + i];
+        }
+        c->above[slice][i] = a;
+        c->ties[slice][i] = t;
+      }
+      __threadfence();
+      if (atomicAdd(&c->weighed, 1u) == kCheckSlices - 1) {  // the row's last slice
+        __threadfence();
+        const double target = static_cast<double>(p.top_p[b]) * __ldcg(&c->z);
+        for (int i = 0; i < kCheckDraws; ++i) {
+          if (tok[i] < 0 || tok[i] >= V) break;
+          double a = 0.0, t = 0.0;
+          for (int k = 0; k < kCheckSlices; ++k) {
+            a += __ldcg(&c->above[k][i]);
+            t += __ldcg(&c->ties[k][i]);
+          }
+          if (a + t < target * (1.0 - 1e-4)) {  // in the nucleus: the row's token
+            p.tokens[b] = tok[i];
+            if (p.row_status) p.row_status[b] = kRowOk;
+            fallback[b] = 0;
+            atomicSub(p.fallback_rows, 1);
+            break;
+          }
+          if (!(a >= target * (1.0 + 1e-4))) break;  // near the cut: the extra pass decides
+        }
+      }
+    }
+    __syncthreads();  // s_draws, s_logit and s_sums are rewritten by the next task
   }
 }
 
@@ -2455,7 +2559,7 @@ __device__ __forceinline__ void decide_one_pass_row(const SampleParams& p, const
     bool stored = true;
     for (int64_t t = threadIdx.x; t < f.num_vtiles; t += blockDim.x) stored &= f.stored_tiles[b * f.num_vtiles + t] != 0;
     if (__syncthreads_and(stored))
-      list_for_check(p, b, winners[b], m, z, fallback, check, counts);
+      list_for_check(p, b, m, z, fallback, check, counts);
     else
       flag();
   };
