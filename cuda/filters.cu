@@ -2083,11 +2083,12 @@ __global__ void __launch_bounds__(kListedThreads)
 // candidates before it are the only values that score higher. A flat row's unfiltered winner lies in
 // the nucleus with probability ~p (~0.9): with four candidates the row goes to the extra pass about
 // once in 10^4 (or when a candidate lies within the margin of the cut).
-// Calls above this batch leave every flagged row to the extra pass.
+// Calls above this batch leave every flagged row to the extra pass. Up to 256 rows: model-like B =
+// 160 / 256 -7 / -3.5 points (H100, 2026-12-07); B = 256 with no flat row +3.5 (a third wave).
 // Calls below the min batch run no check: its blocks wait on every row, ~2 µs at B = 1 (qwen3-0.6b,
 // H100), more than the extra passes it spares there (~5 % of rows flat, ~20 µs a pass).
 constexpr int64_t kCheckWinnersMinBatch = 4;
-constexpr int64_t kCheckWinnersMaxBatch = 128;
+constexpr int64_t kCheckWinnersMaxBatch = 256;
 constexpr int kCheckSlices = 16;  // a checked row's tasks in each of the two phases
 constexpr int kCheckDraws = 4;    // the row's best candidates the check weighs, in score order
 // The decision grid's blocks past its rows, that check (check_winners): 128 beat 64 by 0.7-12 and 64
