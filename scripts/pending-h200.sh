@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pending device run 2 of bench/TUNING.md ("Pending device runs") in one device call: on an H200,
-# main's GPU suite, the small-D chunks' A/B (d644a7d, chosen on an H100) and the README's H200
+# main's GPU suite, the small-D chunks' A/B (d644a7d, chosen on an H100) and RESULTS.md's H200
 # tables again. On any other card it runs the suite only (the H100 tables of 2026-12-07 are current).
 # Here, before the call:
 #   npm install && npx tsc -p tsconfig.json
@@ -50,7 +50,7 @@ AB_ONLY=mp REPS=3 BENCH_LIMIT=60 OUT=$out/ab timeout $((l < 120 ? l - 20 : 100))
   --preset qwen3-0.6b,gpt2,gemma3-1b,llama3.2-1b --batch 96,112,128,160,256 --iters 20 --warmup 3 \
   --samplers fused --no-baselines > "$out/ab-small-d.txt" 2>&1
 echo "ab-small-d: rc=$? at $((SECONDS - t0)) s" >> "$S"
-# 3. the README's H200 tables on main
+# 3. RESULTS.md's H200 tables on main
 step model 120 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
   --warmup 3 --logits model --options plain,logprobs,llama3,qwen3,gemma3,topk50,minp0.05 --samplers fused
 step gaussian 90 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
