@@ -2211,32 +2211,23 @@ __device__ void check_winners(const SampleParams& p, const detail::FilterArgs& f
       const detail::RowParams rp = detail::load_row_params(p.temperature, p.seed, p.offset, p.per_row_seed, b);
       const float slope = rp.inv_temperature * detail::kLog2e;
       float thr = -INFINITY, intercept = detail::noise_bits_limit_intercept(thr);  // the list's last score
-      constexpr int kQuads = 1;  // quads a thread loads at once (two spill the four candidates' lists)
-      for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * kQuads * blockDim.x) {
-        float x[kQuads][4];
+      // one quad a thread at a time: two in flight spill the four candidates' lists
+      for (int64_t v = v0 + 4 * threadIdx.x; v < v1; v += 4 * blockDim.x) {
+        float x[4];
 #pragma unroll
-        for (int q = 0; q < kQuads; ++q)
+        for (int o = 0; o < 4; ++o) x[o] = v + o < v1 ? __ldcs(row + v + o) : -INFINITY;
+        const float hi = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+        if (fmaf(hi, rp.inv_temperature, detail::kGumbelUpper) < thr) continue;
+        const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(v >> 2));
 #pragma unroll
-          for (int o = 0; o < 4; ++o) {
-            const int64_t vq = v + 4 * q * blockDim.x + o;
-            x[q][o] = vq < v1 ? __ldcs(row + vq) : -INFINITY;
-          }
-#pragma unroll
-        for (int q = 0; q < kQuads; ++q) {
-          const int64_t vq = v + 4 * q * blockDim.x;
-          const float hi = fmaxf(fmaxf(x[q][0], x[q][1]), fmaxf(x[q][2], x[q][3]));
-          if (vq >= v1 || fmaf(hi, rp.inv_temperature, detail::kGumbelUpper) < thr) continue;
-          const Philox4 r = noise_block(rp.seed, rp.offset, rp.stream, 0u, static_cast<uint32_t>(vq >> 2));
-#pragma unroll
-          for (int o = 0; o < 4; ++o) {
-            if (x[q][o] == -INFINITY || !detail::noise_bits_can_reach(r.x[o], x[q][o], slope, intercept)) continue;
-            const Candidate cand = make_candidate(x[q][o], rp.inv_temperature, false, gumbel_from_bits(r.x[o]),
-                                                  static_cast<uint32_t>(vq + o));
-            insert_draw(top, detail::pack_candidate(cand.score, cand.key));
-            if (top[kCheckDraws - 1] != 0ull) {
-              thr = detail::packed_score(top[kCheckDraws - 1]);
-              intercept = detail::noise_bits_limit_intercept(thr);
-            }
+        for (int o = 0; o < 4; ++o) {
+          if (x[o] == -INFINITY || !detail::noise_bits_can_reach(r.x[o], x[o], slope, intercept)) continue;
+          const Candidate cand = make_candidate(x[o], rp.inv_temperature, false, gumbel_from_bits(r.x[o]),
+                                                static_cast<uint32_t>(v + o));
+          insert_draw(top, detail::pack_candidate(cand.score, cand.key));
+          if (top[kCheckDraws - 1] != 0ull) {
+            thr = detail::packed_score(top[kCheckDraws - 1]);
+            intercept = detail::noise_bits_limit_intercept(thr);
           }
         }
       }
