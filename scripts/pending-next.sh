@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
-# Pending device runs 2 and 4 of bench/TUNING.md in one device call, adapting to its card and time:
-# 1. main (m) against the check helpers (h, cuda/harness/check-helpers.patch) by the bench's means:
-#    Gaussian llama3-8b B = 64 / 128 / 256 and model-like B = 64 / 128 / 160 / 256;
-# 2. the GPU suite of whichever scripts/ab-pick.py names (h, else m): on an H200, main's owed
-#    H200 suite when m;
-# 3. on an H200, time left: RESULTS.md's tables on that build (model-like with PyTorch, Gaussian,
+# Pending device run 2 of bench/TUNING.md in one device call, adapting to its card and time:
+# 1. main's GPU suite (m): on an H200, the suite main still owes there;
+# 2. on an H200, time left: RESULTS.md's tables on that build (model-like with PyTorch, Gaussian,
 #    small heads), then the small-D chunks' A/B (m against p = d644a7d~1).
+# On a card that is not an H200 it runs the suite only.
 # Here, before the call:
-#   git checkout -b exp-check-helpers main && git apply cuda/harness/check-helpers.patch \
-#     && git commit -qam "Let the rows' blocks take free check tasks" && git checkout main
 #   npm install && npx tsc -p tsconfig.json
-#   bash scripts/ab-build.sh m=main h=exp-check-helpers p=d644a7d~1
+#   bash scripts/ab-build.sh m=main p=d644a7d~1
 #   bash ../shared/gpu/pack && rm -rf .gpu/build
 # then with the device tool (carry [".gpu", "dist", "ab"], timeout DEADLINE + 30; ask for nvidia-h200):
 #   DEADLINE=540 bash .gpu/on-gpu bash scripts/pending-next.sh
@@ -21,19 +17,9 @@ root=$PWD; D=${DEADLINE:-540}; t0=$SECONDS
 left() { echo $((D - (SECONDS - t0))); }
 top=${OUT:-pending-next-out}; o=$top/r; mkdir -p "$o"; S=$top/summary.txt
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "card: $card; $(for x in m h p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
+echo "card: $card; $(for x in m p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
 finish() { echo "total $((SECONDS - t0)) s" >> "$S"; cat "$S"; cp "$S" "$o/"; tar cJf "$top/r.tar.xz" -C "$top" r && rm -rf "$o"; }
-AB_ONLY=mh REPS=3 BENCH_LIMIT=60 OUT=$o/abg timeout 90 bash scripts/ab-addons.sh --preset llama3-8b --batch 64,128,256 \
-  --iters 16 --warmup 3 --stat mean --options plain,topp0.9,llama3 --samplers fused --no-baselines > "$o/ab-gauss.txt" 2>&1
-echo "ab-gauss (means) rc=$? $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/abg" --paired --base m >> "$S" 2>&1
-AB_ONLY=mh REPS=3 BENCH_LIMIT=60 OUT=$o/abm timeout 100 bash scripts/ab-addons.sh --preset llama3-8b --logits model \
-  --batch 64,128,160,256 --iters 16 --warmup 3 --stat mean --options plain,llama3,topp0.9 --samplers fused \
-  --no-baselines > "$o/ab-model.txt" 2>&1
-echo "ab-model (means) rc=$? $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/abm" --paired --base m >> "$S" 2>&1
-pick=$(python3 scripts/ab-pick.py "$o/abg" --candidates h --base m --options llama3,topp0.9 --preset llama3-8b \
-  --batch 256 --gain 1.0 --fb-slack 3 2>&1 | tail -1)
-echo "pick (Gaussian B = 256): $pick" >> "$S"
-w=m; [ "$pick" = h ] && w=h
+w=m  # the build whose suite and tables run
 SUITE_LIMIT=200 OUT=$o/suites timeout 210 bash scripts/ab-suite.sh $w > "$o/suites.txt" 2>&1
 { tail -1 "$o/suites.txt"; grep '✕' "$o/suites.txt" | head -10; echo "suite of $w at $((SECONDS - t0)) s"; } >> "$S"
 if [[ $card != *H200* ]]; then echo "not an H200: no tables" >> "$S"; finish; exit 0; fi
