@@ -19,15 +19,14 @@ top=${OUT:-pending-next-out}; o=$top/r; mkdir -p "$o"; S=$top/summary.txt
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "card: $card; $(for x in m p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
 finish() { echo "total $((SECONDS - t0)) s" >> "$S"; cat "$S"; cp "$S" "$o/"; tar cJf "$top/r.tar.xz" -C "$top" r && rm -rf "$o"; }
-w=m  # the build whose suite and tables run
-SUITE_LIMIT=200 OUT=$o/suites timeout 210 bash scripts/ab-suite.sh $w > "$o/suites.txt" 2>&1
-{ tail -1 "$o/suites.txt"; grep '✕' "$o/suites.txt" | head -10; echo "suite of $w at $((SECONDS - t0)) s"; } >> "$S"
+SUITE_LIMIT=200 OUT=$o/suites timeout 210 bash scripts/ab-suite.sh m > "$o/suites.txt" 2>&1
+{ tail -1 "$o/suites.txt"; grep '✕' "$o/suites.txt" | head -10; echo "suite of m at $((SECONDS - t0)) s"; } >> "$S"
 if [[ $card != *H200* ]]; then echo "not an H200: no tables" >> "$S"; finish; exit 0; fi
-step() {  # name, wanted seconds, command... (in the suite's tree of $w: its dist and addon)
+step() {  # name, wanted seconds, command... (in the suite's tree of m: its dist and addon)
   local name=$1 want=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt 40 ]; then echo "$name: skipped ($l s left)" >> "$S"; return; fi
   [ "$want" -gt $((l - 15)) ] && want=$((l - 15)); local t=$SECONDS
-  (cd "$root/ab-suite/$w" && timeout "$want" "$@") > "$o/$name.txt" 2>&1
+  (cd "$root/ab-suite/m" && timeout "$want" "$@") > "$o/$name.txt" 2>&1
   echo "$name: rc=$? $((SECONDS - t)) s" >> "$S"
 }
 step model 120 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
