@@ -192,10 +192,10 @@ __device__ __forceinline__ bool row_stores_logits(int32_t top_k, float top_p, bo
 // pass when one of its few best Gumbel candidates lies in the nucleus: the argmax over the nucleus
 // is its first candidate in score order. With every tile stored, the decision kernel's check blocks
 // (filters.cu) draw those candidates over the stored values and weigh the values above each one
-// against p of the row's mass. The call decides on
-// the host whether its drawn values are the stored ones (no softcap, mask or listed token), one
-// sample, no logprobs (they need the nucleus's mass): filters.cu's runs_winner_check. The row
-// checks when it has top-p alone (no top-k or min-p to intersect).
+// against p of the row's mass. The call decides on the host whether its drawn values are the
+// stored ones (no softcap, mask or listed token), one sample, no logprobs (they need the nucleus's
+// mass): filters.cu's runs_winner_check. The row checks when it has top-p alone (no top-k or min-p
+// to intersect).
 __device__ __forceinline__ bool row_checks_winner(int32_t top_k, float top_p, float min_p, bool greedy) {
   return row_stores_logits(top_k, top_p, greedy) && top_k <= 0 && min_p <= 0.0f;
 }
