@@ -288,11 +288,7 @@ std::string sample_fused(const SampleParams& p, int num_threads) {
             }
             part.finite_count[b] += finite;
             part.inf_count[b] += inf;
-            if (r.collects_candidates) {
-              for (int64_t i = 0; i < count; ++i) {
-                if (is_drawable(logits[i])) part.best[b].push(Entry{logits[i], static_cast<int32_t>(base + v0 + i)});
-              }
-            }
+            if (r.collects_candidates) part.best[b].push_tile(logits, count, base + v0);
           }
           if (r.needs_winners) {
             scan_tile(p, b, r.filters, logits, base + v0, count, sample_begin, sample_end,

@@ -113,17 +113,19 @@ struct EntryBefore {
 inline bool is_drawable(float logit) { return logit > -INFINITY; }  // false for NaN and -Inf
 
 // The k best entries pushed so far (k = kCandidateCap, or a partial's capacity). Amortized O(1)
-// per push: entries go into a buffer of 2k, and a full buffer is cut back to its k best
-// (nth_element); after the first cut, entries that cannot make the k best are rejected by one
-// comparison.
+// per push: entries go into a buffer of 2k, and a full buffer is cut back to at least its k best
+// (shrink); after the first cut, entries that cannot make the k best are rejected by one
+// comparison (a tile's values by blocks: push_tile).
 class BestEntries {
  public:
   explicit BestEntries(int64_t cap = kCandidateCap) : cap_(cap) {}
   void push(const Entry& e) {
     if (cap_ == 0 || (has_cutoff_ && !entry_before(e, cutoff_))) return;
     items_.push_back(e);
-    if (static_cast<int64_t>(items_.size()) == 2 * cap_) cut();
+    if (static_cast<int64_t>(items_.size()) == 2 * cap_) shrink();
   }
+  // Pushes the drawable values of a tile, logits[i] being token first + i.
+  void push_tile(const float* logits, int64_t n, int64_t first);
   // Appends another list's entries (merging per-thread lists of one row).
   void absorb(const BestEntries& other);
   // The k best, sorted by entry_before. Leaves the object holding exactly them.
@@ -131,6 +133,8 @@ class BestEntries {
 
  private:
   void cut();
+  void shrink();
+  bool cut_at_sampled_threshold();
   int64_t cap_;
   std::vector<Entry> items_;
   Entry cutoff_{0.0f, 0};

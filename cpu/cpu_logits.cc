@@ -296,11 +296,71 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
   }
 }
 
+void BestEntries::push_tile(const float* logits, int64_t n, int64_t first) {
+  if (cap_ == 0) return;
+  int64_t i = 0;
+  for (; i < n && !has_cutoff_; ++i) {
+    if (is_drawable(logits[i])) push(Entry{logits[i], static_cast<int32_t>(first + i)});
+  }
+  // Past the first cut most values fall below the cutoff: a block of them is passed over after one
+  // test a value (NaN and -Inf fail it; a value equal to the cutoff's is left to push, which orders
+  // ties by index).
+  constexpr int64_t kBlock = 16;
+  for (; i < n; i += kBlock) {
+    const int64_t end = std::min(n, i + kBlock);
+    const float bound = cutoff_.logit;
+    bool any = false;
+    for (int64_t j = i; j < end; ++j) any |= logits[j] >= bound;
+    if (!any) continue;
+    for (int64_t j = i; j < end; ++j) {
+      if (logits[j] >= cutoff_.logit) push(Entry{logits[j], static_cast<int32_t>(first + j)});
+    }
+  }
+}
+
+// The exact cut: the k best, the k-th of them the cutoff.
 void BestEntries::cut() {
   std::nth_element(items_.begin(), items_.begin() + (cap_ - 1), items_.end(), EntryBefore{});
   items_.resize(static_cast<size_t>(cap_));
   cutoff_ = items_.back();  // the k-th best: every kept entry is before or equal to it
   has_cutoff_ = true;
+}
+
+// A full buffer cut back to the entries at or before a threshold that at least k of them reach:
+// every entry dropped, and every one pushed after and rejected, has k entries before it, so the k
+// best are all kept. Cheaper than nth_element (~4 of its ~23 µs at 2048 entries).
+void BestEntries::shrink() {
+  if (!cut_at_sampled_threshold()) cut();
+}
+
+// The threshold is a sample's: 64 evenly spaced entries, the one at the rank that leaves ~9k / 8
+// entries at or before it. Too few (or more than 3k / 2: little gained) and nothing is changed.
+bool BestEntries::cut_at_sampled_threshold() {
+  constexpr int64_t kSamples = 64;
+  const int64_t n = static_cast<int64_t>(items_.size());
+  if (n < 4 * kSamples) return false;
+  Entry sample[kSamples];
+  for (int64_t j = 0; j < kSamples; ++j) sample[j] = items_[static_cast<size_t>(j * (n / kSamples))];
+  const int64_t rank = std::min(kSamples - 1, cap_ * 9 / 8 * kSamples / n);
+  std::nth_element(sample, sample + rank, sample + kSamples, EntryBefore{});
+  const Entry t = sample[rank];
+  // e at or before t, without branches (the entries lie in no order)
+  auto reaches = [&t](const Entry& e) {
+    return static_cast<int64_t>((e.logit > t.logit) | ((e.logit == t.logit) & (e.index <= t.index)));
+  };
+  int64_t count = 0;
+  for (const Entry& e : items_) count += reaches(e);
+  if (count < cap_ || count > cap_ + cap_ / 2) return false;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Entry e = items_[static_cast<size_t>(i)];
+    items_[static_cast<size_t>(kept)] = e;
+    kept += reaches(e);
+  }
+  items_.resize(static_cast<size_t>(kept));
+  cutoff_ = t;
+  has_cutoff_ = true;
+  return true;
 }
 
 void BestEntries::absorb(const BestEntries& other) {

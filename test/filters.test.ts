@@ -434,6 +434,36 @@ describeDevices((devName, dev) => {
       }
     });
 
+    // The CPU's candidate lists (cpu_logits.cc, BestEntries) hold the row's best whatever order the
+    // pass meets them in: rising rows make every value a candidate (a cut per 1024 values), ties
+    // cut at equal logits (index order decides), saw-tooth rows rise again after each cut. A kept
+    // set of top-k 1024 that missed one of its tokens moves every drawn token's logprob by ~1e-3
+    // (one token's share of its mass). CUDA keeps its candidates otherwise (the filtered epilogue).
+    (devName === 'cpu' ? test : test.skip)('top-k 1024 keeps the row\'s 1024 best whatever their order (V 12000: rising, falling, tied, saw-tooth, Gaussian rows)', async () => {
+      const V = 12000;
+      const r = rng(52);
+      const rows = [
+        Float64Array.from({ length: V }, (_, v) => (4 * v) / V),
+        Float64Array.from({ length: V }, (_, v) => 4 - (4 * v) / V),
+        Float64Array.from({ length: V }, () => Math.floor(r() * 5) * 0.5),
+        Float64Array.from({ length: V }, (_, v) => ((v % 1500) / 1500) * 3),
+        Float64Array.from({ length: V }, () => Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r()) * 2),
+      ];
+      const p = plantLogits(dev(), 'f32', rows, { D: 8 });
+      try {
+        const o: SampleOptions = { topK: 1024, logprobs: true, topLogprobs: 8, numSamples: 64, seed: 53n };
+        await expectDecidedWithoutFallback(p, o);
+        const f = await draw('fused', p.H, p.W, o);
+        for (let b = 0; b < rows.length; b++) {
+          const k = keptDistribution(p.logits[b], { topK: 1024 });
+          const off = Array.from(f.tokens.slice(b * 64, b * 64 + 64), (t, i) => Math.abs(f.logprobs![b * 64 + i] - k.logprob[t]));
+          expect({ row: b, within: Math.max(...off) < 2e-5 }).toEqual({ row: b, within: true });
+        }
+      } finally {
+        p.dispose();
+      }
+    });
+
     test('masked tokens are never drawn over 1,048,576 samples, even the most likely ones', async () => {
       // 16 rows × 65536 samples, V = 111; the 10 masked tokens carry 99.99% of the unmasked mass.
       const V = 111;
