@@ -10,6 +10,8 @@
 // the thread count), decide the kept set from the candidates or fall back to the materializing
 // procedure for that row, then draw. A vocabulary shard (p.partial) instead writes what it found,
 // with global token ids and noise, as its partial state (include/partial.h).
+#include <string.h>
+
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -64,24 +66,53 @@ struct PassScratch {
 // without computing its Philox block.
 constexpr double kMinUniform = 0x1p-33;
 
+// A tile's largest value and largest finite value (-Inf where it has none; NaN never counts), four
+// lanes twice a step without branches: a mask's -Inf entries fall anywhere, and a branch a value
+// cost the masked scan ~5x (1.5 µs a tile of 256 on the development machine, 0.17 µs here). A
+// scaled logit (float times float, exact in double) orders a tile as its logit does, so the lead's
+// index is that of the first value equal to the largest.
+struct TileMaxima {
+  float top, finite_top;
+};
+TileMaxima tile_maxima(const float* logits, int64_t count) {
+  using Floats4 = float __attribute__((vector_size(16)));
+  const Floats4 minus_inf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, inf = -minus_inf;
+  Floats4 top[2] = {minus_inf, minus_inf}, finite[2] = {minus_inf, minus_inf};
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int h = 0; h < 2; ++h) {
+      Floats4 x;
+      memcpy(&x, logits + i + 4 * h, sizeof(x));
+      top[h] = x > top[h] ? x : top[h];
+      finite[h] = (x > finite[h]) & (x != inf) ? x : finite[h];
+    }
+  }
+  TileMaxima m{-INFINITY, -INFINITY};
+  auto take = [&m](float x) {
+    m.top = x > m.top ? x : m.top;
+    m.finite_top = x > m.finite_top && x != INFINITY ? x : m.finite_top;
+  };
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      take(top[h][k]);  // (each lane's maxima are values of the tile)
+      take(finite[h][k]);
+    }
+  }
+  for (; i < count; ++i) take(logits[i]);
+  return m;
+}
+
 // Running Gumbel winners of samples [sample_begin, sample_end) of one row over one tile.
 void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, const float* logits,
                int64_t vocab_begin, int64_t count, int64_t sample_begin, int64_t sample_end,
                Winner* winners, PassScratch& s) {
   // c_ref: the tile's largest finite scaled logit, the reference of its prune weights.
-  // lead: the entry offered first (the first +Inf entry, else the largest finite one).
-  double c_ref = -INFINITY, lead_c = -INFINITY;
-  int64_t lead = -1;
-  for (int64_t i = 0; i < count; ++i) {
-    if (!is_drawable(logits[i])) continue;
-    const double c = static_cast<double>(logits[i]) * filters.inv_temperature;
-    if (lead < 0 || c > lead_c) {
-      lead = i;
-      lead_c = c;
-    }
-    if (logits[i] != INFINITY) c_ref = std::max(c_ref, c);
-  }
-  if (lead < 0) return;
+  // lead: the entry offered first (the first +Inf entry, else the first of the largest finite).
+  const TileMaxima m = tile_maxima(logits, count);
+  if (m.top == -INFINITY) return;
+  int64_t lead = 0;
+  while (logits[lead] != m.top) ++lead;
+  const double c_ref = static_cast<double>(m.finite_top) * filters.inv_temperature;
   prune_weights(logits, count, filters.inv_temperature, c_ref, s.prune);
   const int64_t quads = (count + 3) / 4;
   for (int64_t q = 0; q < quads; ++q) {
