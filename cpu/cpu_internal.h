@@ -122,7 +122,7 @@ class BestEntries {
   void push(const Entry& e) {
     if (cap_ == 0 || (has_cutoff_ && !entry_before(e, cutoff_))) return;
     items_.push_back(e);
-    if (static_cast<int64_t>(items_.size()) == 2 * cap_) shrink();
+    if (static_cast<int64_t>(items_.size()) >= 2 * cap_) shrink();
   }
   // Pushes the drawable values of a tile, logits[i] being token first + i.
   void push_tile(const float* logits, int64_t n, int64_t first);

@@ -322,23 +322,34 @@ void LogitSource::apply_listed(int64_t b, int64_t vocab_begin, int64_t vocab_end
 
 void BestEntries::push_tile(const float* logits, int64_t n, int64_t first) {
   if (cap_ == 0) return;
-  int64_t i = 0;
-  for (; i < n && !has_cutoff_; ++i) {
-    if (is_drawable(logits[i])) push(Entry{logits[i], static_cast<int32_t>(first + i)});
-  }
-  // Past the first cut most values fall below the cutoff: a block of them is passed over after one
-  // test a value (NaN and -Inf fail it; a value equal to the cutoff's is left to push, which orders
-  // ties by index).
+  // A block's values are written after the list and kept by a count (no branch a value: about half
+  // of them are kept until the cutoff has risen); past the first cut a block with no value at or
+  // above the cutoff's logit is passed over after one test a value (NaN and -Inf fail it).
   constexpr int64_t kBlock = 16;
-  for (; i < n; i += kBlock) {
+  items_.reserve(static_cast<size_t>(2 * cap_ + kBlock));
+  for (int64_t i = 0; i < n; i += kBlock) {
     const int64_t end = std::min(n, i + kBlock);
-    const float bound = cutoff_.logit;
-    bool any = false;
-    for (int64_t j = i; j < end; ++j) any |= logits[j] >= bound;
-    if (!any) continue;
-    for (int64_t j = i; j < end; ++j) {
-      if (logits[j] >= cutoff_.logit) push(Entry{logits[j], static_cast<int32_t>(first + j)});
+    const bool cut_before = has_cutoff_;
+    const Entry bound = cutoff_;
+    if (cut_before) {
+      bool any = false;
+      for (int64_t j = i; j < end; ++j) any |= logits[j] >= bound.logit;
+      if (!any) continue;
     }
+    const size_t base = items_.size();
+    items_.resize(base + static_cast<size_t>(end - i));
+    Entry* out = items_.data() + base;
+    int64_t kept = 0;
+    for (int64_t j = i; j < end; ++j) {
+      const Entry e{logits[j], static_cast<int32_t>(first + j)};
+      out[kept] = e;
+      // entry_before(e, bound) without branches; before any cut, every drawable value
+      kept += cut_before ? static_cast<int64_t>((e.logit > bound.logit) |
+                                                ((e.logit == bound.logit) & (e.index < bound.index)))
+                         : static_cast<int64_t>(is_drawable(e.logit));
+    }
+    items_.resize(base + static_cast<size_t>(kept));
+    if (static_cast<int64_t>(items_.size()) >= 2 * cap_) shrink();
   }
 }
 
