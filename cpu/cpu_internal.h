@@ -130,11 +130,16 @@ class BestEntries {
   void absorb(const BestEntries& other);
   // The k best, sorted by entry_before. Leaves the object holding exactly them.
   const std::vector<Entry>& finish();
+  // At least the m best (all k where m >= k), sorted by entry_before at the front of entries(); how
+  // many. The k best stay in the list, so finish() may follow.
+  int64_t sort_front(int64_t m);
+  const Entry* entries() const { return items_.data(); }
 
  private:
   void cut();
   void shrink();
   bool cut_at_sampled_threshold();
+  Entry sampled_rank(int64_t want) const;
   int64_t cap_;
   std::vector<Entry> items_;
   Entry cutoff_{0.0f, 0};

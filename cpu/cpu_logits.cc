@@ -368,34 +368,68 @@ void BestEntries::shrink() {
   if (!cut_at_sampled_threshold()) cut();
 }
 
-// The threshold is a sample's: 64 evenly spaced entries, the one at the rank that leaves ~9k / 8
-// entries at or before it. Too few (or more than 3k / 2: little gained) and nothing is changed.
-bool BestEntries::cut_at_sampled_threshold() {
-  constexpr int64_t kSamples = 64;
+namespace {
+constexpr int64_t kRankSamples = 64;
+// e at or before t, without branches (a list's entries lie in no order)
+inline int64_t reaches(const Entry& e, const Entry& t) {
+  return static_cast<int64_t>((e.logit > t.logit) | ((e.logit == t.logit) & (e.index <= t.index)));
+}
+}  // namespace
+
+// An entry that about `want` of the list's n >= 4 * kRankSamples entries reach: of 64 evenly
+// spaced ones, the one at that rank.
+Entry BestEntries::sampled_rank(int64_t want) const {
   const int64_t n = static_cast<int64_t>(items_.size());
-  if (n < 4 * kSamples) return false;
-  Entry sample[kSamples];
-  for (int64_t j = 0; j < kSamples; ++j) sample[j] = items_[static_cast<size_t>(j * (n / kSamples))];
-  const int64_t rank = std::min(kSamples - 1, cap_ * 9 / 8 * kSamples / n);
-  std::nth_element(sample, sample + rank, sample + kSamples, EntryBefore{});
-  const Entry t = sample[rank];
-  // e at or before t, without branches (the entries lie in no order)
-  auto reaches = [&t](const Entry& e) {
-    return static_cast<int64_t>((e.logit > t.logit) | ((e.logit == t.logit) & (e.index <= t.index)));
-  };
+  Entry sample[kRankSamples];
+  for (int64_t j = 0; j < kRankSamples; ++j) sample[j] = items_[static_cast<size_t>(j * (n / kRankSamples))];
+  const int64_t rank = std::min(kRankSamples - 1, want * kRankSamples / n);
+  std::nth_element(sample, sample + rank, sample + kRankSamples, EntryBefore{});
+  return sample[rank];
+}
+
+// The threshold leaves ~9k / 8 entries at or before it. Too few (or more than 3k / 2: little
+// gained) and nothing is changed.
+bool BestEntries::cut_at_sampled_threshold() {
+  const int64_t n = static_cast<int64_t>(items_.size());
+  if (n < 4 * kRankSamples) return false;
+  const Entry t = sampled_rank(cap_ * 9 / 8);
   int64_t count = 0;
-  for (const Entry& e : items_) count += reaches(e);
+  for (const Entry& e : items_) count += reaches(e, t);
   if (count < cap_ || count > cap_ + cap_ / 2) return false;
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Entry e = items_[static_cast<size_t>(i)];
     items_[static_cast<size_t>(kept)] = e;
-    kept += reaches(e);
+    kept += reaches(e, t);
   }
   items_.resize(static_cast<size_t>(kept));
   cutoff_ = t;
   has_cutoff_ = true;
   return true;
+}
+
+// Those at or before a sampled threshold that about 2m reach, moved to the front and sorted (the
+// others after them); where fewer than m or more than k reach it, or the list is short, finish().
+int64_t BestEntries::sort_front(int64_t m) {
+  const int64_t n = static_cast<int64_t>(items_.size());
+  if (m >= std::min(n, cap_) || n < 4 * kRankSamples) return static_cast<int64_t>(finish().size());
+  const Entry t = sampled_rank(2 * m);
+  int64_t count = 0;
+  for (const Entry& e : items_) count += reaches(e, t);
+  if (count < m || count > cap_) return static_cast<int64_t>(finish().size());
+  std::vector<Entry> rest(static_cast<size_t>(n - count + 1));  // (+1: every entry is written there)
+  int64_t front = 0, back = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Entry e = items_[static_cast<size_t>(i)];
+    const int64_t in_front = reaches(e, t);
+    items_[static_cast<size_t>(front)] = e;  // (front <= i: nothing unread is overwritten)
+    rest[static_cast<size_t>(back)] = e;
+    front += in_front;
+    back += 1 - in_front;
+  }
+  std::copy(rest.begin(), rest.begin() + (n - count), items_.begin() + count);
+  std::sort(items_.begin(), items_.begin() + count, EntryBefore{});
+  return count;
 }
 
 void BestEntries::absorb(const BestEntries& other) {
