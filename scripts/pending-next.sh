@@ -1,45 +1,61 @@
 #!/usr/bin/env bash
-# Pending device run 2 of bench/TUNING.md in one device call, adapting to its card and time:
-# 1. main's GPU suite (m): on an H200, the suite main still owes there;
-# 2. on an H200, time left: RESULTS.md's tables on that build (model-like with PyTorch, Gaussian,
-#    small heads), then the small-D chunks' A/B (m against p = d644a7d~1).
-# On a card that is not an H200 it runs the suite only.
+# Pending device runs 2 and 11 of bench/TUNING.md in one device call, adapting to its card and time:
+# on an H200, main's GPU suite (m; owed there) and RESULTS.md's option tables (model-like with
+# PyTorch, Gaussian); on any card, m against c (main with kCheckWinnersMaxBatch 128: no winner check
+# at B = 256; branch exp-check-max-128) by the means at Gaussian llama3-8b B = 128 / 256, and ncu of
+# both builds' kernels there; then, on an H200 with time left, the small heads' table and the
+# small-D chunks' A/B (m against p = d644a7d~1).
 # Here, before the call:
 #   npm install && npx tsc -p tsconfig.json
-#   bash scripts/ab-build.sh m=main p=d644a7d~1
+#   bash scripts/ab-build.sh m=main p=d644a7d~1 c=exp-check-max-128
 #   bash ../shared/gpu/pack && rm -rf .gpu/build
 # then with the device tool (carry [".gpu", "dist", "ab"], timeout DEADLINE + 30; ask for nvidia-h200):
 #   DEADLINE=540 bash .gpu/on-gpu bash scripts/pending-next.sh
 # Output under $OUT: summary.txt (written as it goes: it survives a timeout) and r.tar.xz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$PWD; D=${DEADLINE:-540}; t0=$SECONDS
-left() { echo $((D - (SECONDS - t0))); }
-top=${OUT:-pending-next-out}; o=$top/r; mkdir -p "$o"; S=$top/summary.txt
+root=$PWD; t0=$SECONDS; D=${DEADLINE:-540}; top=${OUT:-pending-next-out}; o=$top/r; mkdir -p "$o"; S=$top/summary.txt
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "card: $card; $(for x in m p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
+echo "card: $card; $(for x in m c p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
 finish() { echo "total $((SECONDS - t0)) s" >> "$S"; cat "$S"; cp "$S" "$o/"; tar cJf "$top/r.tar.xz" -C "$top" r && rm -rf "$o"; }
-SUITE_LIMIT=200 OUT=$o/suites timeout 210 bash scripts/ab-suite.sh m > "$o/suites.txt" 2>&1
-{ tail -1 "$o/suites.txt"; grep '✕' "$o/suites.txt" | head -10; echo "suite of m at $((SECONDS - t0)) s"; } >> "$S"
-if [[ $card != *H200* ]]; then echo "not an H200: no tables" >> "$S"; finish; exit 0; fi
-step() {  # name, wanted seconds, command... (in the suite's tree of m: its dist and addon)
+left() { echo $((D - (SECONDS - t0))); }
+suite() { local l; l=$(left); [ "$l" -lt 120 ] && { echo "suite of $1 skipped ($l s left)" >> "$S"; return; }
+  SUITE_LIMIT=200 OUT=$o/suite-$1 timeout 210 bash scripts/ab-suite.sh $1 > "$o/suite-$1.txt" 2>&1
+  { tail -1 "$o/suite-$1.txt"; grep '✕' "$o/suite-$1.txt" | head -10; echo "suite of $1 at $((SECONDS - t0)) s"; } >> "$S"; }
+abc() { local l; l=$(left); [ "$l" -lt 60 ] && { echo "ab mc skipped" >> "$S"; return; }
+  AB_ONLY=mc REPS=3 BENCH_LIMIT=40 OUT=$o/abc timeout $((l > 130 ? 120 : l - 10)) bash scripts/ab-addons.sh --preset llama3-8b --batch 128,256 \
+    --iters 16 --warmup 3 --stat mean --options plain,topp0.9,llama3,topk50 --samplers fused --no-baselines > "$o/ab-mc.txt" 2>&1
+  echo "ab mc Gaussian B=128,256 (means) rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/abc" --paired --base m >> "$S" 2>&1; }
+prof() { local l; l=$(left); [ "$l" -lt 50 ] && { echo "ncu skipped" >> "$S"; return; }
+  for x in m c; do xz -dc ab/$x.node.xz > build/Release/flashsample.node
+    LOGITS=gaussian OPTIONS="topp0.9 llama3" BATCHES="256" OUT=$o/ncu-$x timeout 60 bash scripts/profile-filtered.sh > "$o/ncu-$x.txt" 2>&1
+    { echo "== ncu $x"; grep -E "decide_one_pass|wgmma_split|check_winners" -A3 "$o/ncu-$x.txt" | grep -E "decide|wgmma|check|duration" | head -24; } >> "$S"; done; }
+step() {  # name, wanted seconds, command... (in the suite's tree of m)
   local name=$1 want=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt 40 ]; then echo "$name: skipped ($l s left)" >> "$S"; return; fi
   [ "$want" -gt $((l - 15)) ] && want=$((l - 15)); local t=$SECONDS
   (cd "$root/ab-suite/m" && timeout "$want" "$@") > "$o/$name.txt" 2>&1
-  echo "$name: rc=$? $((SECONDS - t)) s" >> "$S"
-}
-step model 120 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
-  --warmup 3 --logits model --options plain,logprobs,llama3,qwen3,gemma3,topk50,minp0.05 --samplers fused
-step gaussian 90 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
-  --warmup 3 --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines
-step small-heads 90 node dist/bench/cli.js --preset llama3.2-1b,qwen3-0.6b,qwen3-4b,gemma3-1b,gpt2,llama3-8b \
-  --batch 1,16,32,64,96,128,256 --iters 30 --warmup 5 --samplers fused
-l=$(left)
-if [ "$l" -gt 60 ] && [ -f ab/p.node.xz ]; then
-  AB_ONLY=mp REPS=2 BENCH_LIMIT=60 OUT=$o/ab-small-d timeout $((l - 15)) bash scripts/ab-addons.sh \
-    --preset qwen3-0.6b,gpt2,gemma3-1b,llama3.2-1b --batch 96,112,128,160,256 --iters 20 --warmup 3 \
-    --samplers fused --no-baselines > "$o/ab-small-d.txt" 2>&1
-  echo "ab-small-d: rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/ab-small-d" --paired --base m >> "$S" 2>&1
+  echo "$name: rc=$? $((SECONDS - t)) s" >> "$S"; }
+mkdir -p build/Release
+if [[ $card == *H200* ]]; then
+  suite m
+  if [ -d ab-suite/m ]; then
+    step model 120 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
+      --warmup 3 --logits model --options plain,logprobs,llama3,qwen3,gemma3,topk50,minp0.05 --samplers fused
+    step gaussian 90 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
+      --warmup 3 --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines
+  fi
+fi
+abc; prof
+if [[ $card == *H200* && -d ab-suite/m ]]; then
+  step small-heads 90 node dist/bench/cli.js --preset llama3.2-1b,qwen3-0.6b,qwen3-4b,gemma3-1b,gpt2,llama3-8b \
+    --batch 1,16,32,64,96,128,256 --iters 30 --warmup 5 --samplers fused
+  l=$(left)
+  if [ "$l" -gt 60 ]; then
+    AB_ONLY=mp REPS=2 BENCH_LIMIT=60 OUT=$o/ab-small-d timeout $((l - 15)) bash scripts/ab-addons.sh \
+      --preset qwen3-0.6b,gpt2,gemma3-1b,llama3.2-1b --batch 96,112,128,160,256 --iters 20 --warmup 3 \
+      --samplers fused --no-baselines > "$o/ab-small-d.txt" 2>&1
+    echo "ab-small-d: rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/ab-small-d" --paired --base m >> "$S" 2>&1
+  fi
 fi
 finish
