@@ -115,11 +115,10 @@ void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, co
   const double c_ref = static_cast<double>(m.finite_top) * filters.inv_temperature;
   prune_weights(logits, count, filters.inv_temperature, c_ref, s.prune);
   const int64_t quads = (count + 3) / 4;
+  for (int64_t i = count; i < 4 * quads; ++i) s.prune[i] = 0.0;  // the last block's padding: never offered
   for (int64_t q = 0; q < quads; ++q) {
     double largest = 0.0;
-    for (int64_t i = 4 * q; i < std::min(4 * q + 4, count); ++i) {
-      largest = std::max(largest, s.prune[i]);
-    }
+    for (int64_t i = 4 * q; i < 4 * q + 4; ++i) largest = std::max(largest, s.prune[i]);
     s.quad_prune[q] = largest;
   }
   const uint64_t seed = p.seed[row], offset = p.offset[row];
@@ -142,9 +141,13 @@ void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, co
                            : noise_block(seed, offset, stream, static_cast<uint32_t>(j),
                                          first_quad + static_cast<uint32_t>(q));
       for (int64_t lane = 0; lane < 4; ++lane) {
+        // offer's own bound tested first, with the entry's other tests, without a branch on each:
+        // a mask's -Inf entries (weight 0) fall anywhere, and most entries fail the bound (a NaN
+        // bound, weight +Inf times factor 0, passes it as it does in offer)
         const int64_t i = 4 * q + lane;
-        if (i >= count || s.prune[i] == 0.0 || i == lead) continue;
-        offer(logits[i], static_cast<uint32_t>(vocab_begin + i), block.x[lane], s.prune[i],
+        const double weight = s.prune[i];
+        if ((weight == 0.0) | (i == lead) | (uniform_lower_bound(block.x[lane]) > weight * factor)) continue;
+        offer(logits[i], static_cast<uint32_t>(vocab_begin + i), block.x[lane], weight,
               filters.inv_temperature, c_ref, best, factor);
       }
     }
