@@ -115,7 +115,7 @@ void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, co
   const double c_ref = static_cast<double>(m.finite_top) * filters.inv_temperature;
   prune_weights(logits, count, filters.inv_temperature, c_ref, s.prune);
   const int64_t quads = (count + 3) / 4;
-  for (int64_t i = count; i < 4 * quads; ++i) s.prune[i] = 0.0;  // the last block's padding: never offered
+  for (int64_t i = count; i < 4 * quads; ++i) s.prune[i] = 0.0;  // the last block's padding
   for (int64_t q = 0; q < quads; ++q) {
     double largest = 0.0;
     for (int64_t i = 4 * q; i < 4 * q + 4; ++i) largest = std::max(largest, s.prune[i]);
@@ -146,7 +146,8 @@ void scan_tile(const SampleParams& p, int64_t row, const RowFilters& filters, co
         // bound, weight +Inf times factor 0, passes it as it does in offer)
         const int64_t i = 4 * q + lane;
         const double weight = s.prune[i];
-        if ((weight == 0.0) | (i == lead) | (uniform_lower_bound(block.x[lane]) > weight * factor)) continue;
+        const bool bounded = uniform_lower_bound(block.x[lane]) > weight * factor;
+        if ((weight == 0.0) | (i == lead) | bounded) continue;
         offer(logits[i], static_cast<uint32_t>(vocab_begin + i), block.x[lane], weight,
               filters.inv_temperature, c_ref, best, factor);
       }

@@ -205,7 +205,7 @@ ProductsFn select_products() {
 
 const ProductsFn products_of = select_products();
 
-// Bit j of a word, by lane: `word & kLaneBit[j]` vectorizes (SSE2 has no per-lane shift).
+// Bit j of a word, by lane: `word & kLaneBits.bit[j]` vectorizes (SSE2 has no per-lane shift).
 struct LaneBits {
   uint32_t bit[32];
 };
@@ -381,7 +381,9 @@ inline int64_t reaches(const Entry& e, const Entry& t) {
 Entry BestEntries::sampled_rank(int64_t want) const {
   const int64_t n = static_cast<int64_t>(items_.size());
   Entry sample[kRankSamples];
-  for (int64_t j = 0; j < kRankSamples; ++j) sample[j] = items_[static_cast<size_t>(j * (n / kRankSamples))];
+  for (int64_t j = 0; j < kRankSamples; ++j) {
+    sample[j] = items_[static_cast<size_t>(j * (n / kRankSamples))];
+  }
   const int64_t rank = std::min(kRankSamples - 1, want * kRankSamples / n);
   std::nth_element(sample, sample + rank, sample + kRankSamples, EntryBefore{});
   return sample[rank];
