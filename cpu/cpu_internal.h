@@ -110,6 +110,10 @@ inline bool entry_before(const Entry& a, const Entry& b) {
 struct EntryBefore {
   bool operator()(const Entry& a, const Entry& b) const { return entry_before(a, b); }
 };
+// entry_before as 0 or 1 without branches, for loops over entries that lie in no order.
+inline int64_t entry_before_bit(const Entry& a, const Entry& b) {
+  return static_cast<int64_t>((a.logit > b.logit) | ((a.logit == b.logit) & (a.index < b.index)));
+}
 inline bool is_drawable(float logit) { return logit > -INFINITY; }  // false for NaN and -Inf
 
 // The k best entries pushed so far (k = kCandidateCap, or a partial's capacity). Amortized O(1)

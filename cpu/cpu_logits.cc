@@ -343,10 +343,8 @@ void BestEntries::push_tile(const float* logits, int64_t n, int64_t first) {
     for (int64_t j = i; j < end; ++j) {
       const Entry e{logits[j], static_cast<int32_t>(first + j)};
       out[kept] = e;
-      // entry_before(e, bound) without branches; before any cut, every drawable value
-      kept += cut_before ? static_cast<int64_t>((e.logit > bound.logit) |
-                                                ((e.logit == bound.logit) & (e.index < bound.index)))
-                         : static_cast<int64_t>(is_drawable(e.logit));
+      // before any cut, every drawable value
+      kept += cut_before ? entry_before_bit(e, bound) : static_cast<int64_t>(is_drawable(e.logit));
     }
     items_.resize(base + static_cast<size_t>(kept));
     if (static_cast<int64_t>(items_.size()) >= 2 * cap_) shrink();
@@ -370,10 +368,8 @@ void BestEntries::shrink() {
 
 namespace {
 constexpr int64_t kRankSamples = 64;
-// e at or before t, without branches (a list's entries lie in no order)
-inline int64_t reaches(const Entry& e, const Entry& t) {
-  return static_cast<int64_t>((e.logit > t.logit) | ((e.logit == t.logit) & (e.index <= t.index)));
-}
+// e at or before t, without branches (a list's entries are drawable: never NaN)
+inline int64_t reaches(const Entry& e, const Entry& t) { return 1 - entry_before_bit(t, e); }
 }  // namespace
 
 // An entry that about `want` of the list's n >= 4 * kRankSamples entries reach: of 64 evenly
