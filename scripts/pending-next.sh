@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Pending device runs 2 and 11 of bench/TUNING.md in one device call, adapting to its card and time:
+# Pending device runs 2 and 12 of bench/TUNING.md in one device call, adapting to its card and time:
 # on an H200, main's GPU suite (m; owed there) and RESULTS.md's option tables (model-like with
-# PyTorch, Gaussian); on any card, m against c (main with kCheckWinnersMaxBatch 128: no winner check
-# at B = 256; branch exp-check-max-128) by the means at Gaussian llama3-8b B = 128 / 256, and ncu of
-# both builds' kernels there; then, on an H200 with time left, the small heads' table and the
-# small-D chunks' A/B (m against p = d644a7d~1).
+# PyTorch, Gaussian); on any card, m against e (exp-ballot-appends: a tile's appends placed by
+# ballots, each lane storing its own) and f (e with two filtered columns a trip at N = 128) by the
+# means at Gaussian and model-like llama3-8b B = 128 / 256 and qwen3-0.6b, ncu of the three split
+# kernels at top-p 0.9 B = 256, and the suites of e and f side by side (a winner lands with its
+# suite); then, on an H200 with time left, the small heads' table and the small-D chunks' A/B (m
+# against p = d644a7d~1).
 # Here, before the call:
 #   npm install && npx tsc -p tsconfig.json
-#   bash scripts/ab-build.sh m=main p=d644a7d~1 c=exp-check-max-128
+#   bash scripts/ab-build.sh m=main e=exp-ballot-appends f=exp-ballot-appends-two-cols p=d644a7d~1
 #   bash ../shared/gpu/pack && rm -rf .gpu/build
 # then with the device tool (carry [".gpu", "dist", "ab"], timeout DEADLINE + 30; ask for nvidia-h200):
 #   DEADLINE=540 bash .gpu/on-gpu bash scripts/pending-next.sh
@@ -16,20 +18,25 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD; t0=$SECONDS; D=${DEADLINE:-540}; top=${OUT:-pending-next-out}; o=$top/r; mkdir -p "$o"; S=$top/summary.txt
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "card: $card; $(for x in m c p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
+echo "card: $card; $(for x in m e f p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
 finish() { echo "total $((SECONDS - t0)) s" >> "$S"; cat "$S"; cp "$S" "$o/"; tar cJf "$top/r.tar.xz" -C "$top" r && rm -rf "$o"; }
 left() { echo $((D - (SECONDS - t0))); }
 suite() { local l; l=$(left); [ "$l" -lt 120 ] && { echo "suite of $1 skipped ($l s left)" >> "$S"; return; }
   SUITE_LIMIT=200 OUT=$o/suite-$1 timeout 210 bash scripts/ab-suite.sh $1 > "$o/suite-$1.txt" 2>&1
   { tail -1 "$o/suite-$1.txt"; grep '✕' "$o/suite-$1.txt" | head -10; echo "suite of $1 at $((SECONDS - t0)) s"; } >> "$S"; }
-abc() { local l; l=$(left); [ "$l" -lt 60 ] && { echo "ab mc skipped" >> "$S"; return; }
-  AB_ONLY=mc REPS=3 BENCH_LIMIT=40 OUT=$o/abc timeout $((l > 130 ? 120 : l - 10)) bash scripts/ab-addons.sh --preset llama3-8b --batch 128,256 \
-    --iters 16 --warmup 3 --stat mean --options plain,topp0.9,llama3,topk50 --samplers fused --no-baselines > "$o/ab-mc.txt" 2>&1
-  echo "ab mc Gaussian B=128,256 (means) rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/abc" --paired --base m >> "$S" 2>&1; }
-prof() { local l; l=$(left); [ "$l" -lt 50 ] && { echo "ncu skipped" >> "$S"; return; }
-  for x in m c; do xz -dc ab/$x.node.xz > build/Release/flashsample.node
-    LOGITS=gaussian OPTIONS="topp0.9 llama3" BATCHES="256" OUT=$o/ncu-$x timeout 60 bash scripts/profile-filtered.sh > "$o/ncu-$x.txt" 2>&1
-    { echo "== ncu $x"; grep -E "decide_one_pass|wgmma_split|check_winners" -A3 "$o/ncu-$x.txt" | grep -E "decide|wgmma|check|duration" | head -24; } >> "$S"; done; }
+abc() {  # name, seconds at most, bench arguments...
+  local name=$1 lim=$2; shift 2; local l; l=$(left); [ "$l" -lt 60 ] && { echo "ab $name skipped" >> "$S"; return; }
+  [ "$lim" -gt $((l - 10)) ] && lim=$((l - 10))
+  AB_ONLY=mef REPS=3 BENCH_LIMIT=40 OUT=$o/$name timeout $lim bash scripts/ab-addons.sh "$@" > "$o/$name.txt" 2>&1
+  echo "ab $name rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/$name" --paired --base m >> "$S" 2>&1; }
+prof() { local l; l=$(left); [ "$l" -lt 60 ] && { echo "ncu skipped" >> "$S"; return; }
+  for x in m e f; do xz -dc ab/$x.node.xz > build/Release/flashsample.node
+    LOGITS=gaussian OPTIONS="topp0.9" BATCHES="256" OUT=$o/ncu-$x timeout 40 bash scripts/profile-filtered.sh > "$o/ncu-$x.txt" 2>&1
+    { echo "== ncu $x"; grep -E "^  void|gpu__time_duration" "$o/ncu-$x/topp0.9-b256.txt" | paste - - | grep -E "split|decide" | sed -E 's/\(.*Invocations/ calls/; s/ +/ /g'; } >> "$S"; done; }
+suites() { local l; l=$(left); [ "$l" -lt 150 ] && { echo "suites of e f skipped ($l s left)" >> "$S"; return; }
+  [ "$l" -gt 260 ] && l=260
+  for x in e f; do SUITE_LIMIT=$((l - 20)) OUT=$o/suite-$x timeout $((l - 10)) bash scripts/ab-suite.sh $x > "$o/suite-$x.txt" 2>&1 & done; wait
+  { for x in e f; do tail -1 "$o/suite-$x.txt"; grep '✕' -r "$o/suite-$x" | head -10; done; echo "suites of e f at $((SECONDS - t0)) s"; } >> "$S"; }
 step() {  # name, wanted seconds, command... (in the suite's tree of m)
   local name=$1 want=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt 40 ]; then echo "$name: skipped ($l s left)" >> "$S"; return; fi
@@ -46,7 +53,13 @@ if [[ $card == *H200* ]]; then
       --warmup 3 --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines
   fi
 fi
-abc; prof
+abc gauss 90 --preset llama3-8b --batch 64,128,256 --iters 16 --warmup 3 --stat mean \
+  --options plain,topp0.9,llama3,topk50,topk1024,logprobs --samplers fused --no-baselines
+abc model 70 --preset llama3-8b --logits model --batch 128,256 --iters 16 --warmup 3 --stat mean \
+  --options plain,topp0.9,llama3,gemma3 --samplers fused --no-baselines
+abc small 50 --preset qwen3-0.6b --batch 64,256 --iters 20 --warmup 3 --stat mean \
+  --options plain,topp0.9,llama3,topk50 --samplers fused --no-baselines
+suites; prof
 if [[ $card == *H200* && -d ab-suite/m ]]; then
   step small-heads 90 node dist/bench/cli.js --preset llama3.2-1b,qwen3-0.6b,qwen3-4b,gemma3-1b,gpt2,llama3-8b \
     --batch 1,16,32,64,96,128,256 --iters 30 --warmup 5 --samplers fused
