@@ -21,22 +21,21 @@ card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "card: $card; $(for x in m e f p; do echo -n "$x: $(cat ab/$x.ref 2>/dev/null); "; done)" > "$S"
 finish() { echo "total $((SECONDS - t0)) s" >> "$S"; cat "$S"; cp "$S" "$o/"; tar cJf "$top/r.tar.xz" -C "$top" r && rm -rf "$o"; }
 left() { echo $((D - (SECONDS - t0))); }
-suite() { local l; l=$(left); [ "$l" -lt 120 ] && { echo "suite of $1 skipped ($l s left)" >> "$S"; return; }
-  SUITE_LIMIT=200 OUT=$o/suite-$1 timeout 210 bash scripts/ab-suite.sh $1 > "$o/suite-$1.txt" 2>&1
-  { tail -1 "$o/suite-$1.txt"; grep '✕' "$o/suite-$1.txt" | head -10; echo "suite of $1 at $((SECONDS - t0)) s"; } >> "$S"; }
-abc() {  # name, seconds at most, bench arguments...
-  local name=$1 lim=$2; shift 2; local l; l=$(left); [ "$l" -lt 60 ] && { echo "ab $name skipped" >> "$S"; return; }
+abc() {  # name, builds (AB_ONLY), reps, seconds at most, bench arguments...
+  local name=$1 builds=$2 reps=$3 lim=$4; shift 4; local l; l=$(left)
+  [ "$l" -lt 60 ] && { echo "ab $name skipped ($l s left)" >> "$S"; return; }
   [ "$lim" -gt $((l - 10)) ] && lim=$((l - 10))
-  AB_ONLY=mef REPS=3 BENCH_LIMIT=40 OUT=$o/$name timeout $lim bash scripts/ab-addons.sh "$@" > "$o/$name.txt" 2>&1
+  AB_ONLY=$builds REPS=$reps BENCH_LIMIT=60 OUT=$o/$name timeout $lim bash scripts/ab-addons.sh "$@" > "$o/$name.txt" 2>&1
   echo "ab $name rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/$name" --paired --base m >> "$S" 2>&1; }
 prof() { local l; l=$(left); [ "$l" -lt 60 ] && { echo "ncu skipped" >> "$S"; return; }
   for x in m e f; do xz -dc ab/$x.node.xz > build/Release/flashsample.node
     LOGITS=gaussian OPTIONS="topp0.9" BATCHES="256" OUT=$o/ncu-$x timeout 40 bash scripts/profile-filtered.sh > "$o/ncu-$x.txt" 2>&1
-    { echo "== ncu $x"; grep -E "^  void|gpu__time_duration" "$o/ncu-$x/topp0.9-b256.txt" | paste - - | grep -E "split|decide" | sed -E 's/\(.*Invocations/ calls/; s/ +/ /g'; } >> "$S"; done; }
-suites() { local l; l=$(left); [ "$l" -lt 150 ] && { echo "suites of e f skipped ($l s left)" >> "$S"; return; }
+    { echo "== ncu $x"; grep -E "^  void|gpu__time_duration" "$o/ncu-$x/topp0.9-b256.txt" | paste - - | grep -E "split|decide" | sed -E 's/\(.*Invocations/ calls/; s/gpu__time_duration.sum *us//; s/ +/ /g'; } >> "$S"; done; }
+suites() {  # letters...: their suites side by side, each in its own tree
+  local l; l=$(left); [ "$l" -lt 150 ] && { echo "suites of $* skipped ($l s left)" >> "$S"; return; }
   [ "$l" -gt 260 ] && l=260
-  for x in e f; do SUITE_LIMIT=$((l - 20)) OUT=$o/suite-$x timeout $((l - 10)) bash scripts/ab-suite.sh $x > "$o/suite-$x.txt" 2>&1 & done; wait
-  { for x in e f; do tail -1 "$o/suite-$x.txt"; grep '✕' -r "$o/suite-$x" | head -10; done; echo "suites of e f at $((SECONDS - t0)) s"; } >> "$S"; }
+  for x in "$@"; do SUITE_LIMIT=$((l - 20)) OUT=$o/suite-$x timeout $((l - 10)) bash scripts/ab-suite.sh $x > "$o/suite-$x.txt" 2>&1 & done; wait
+  { for x in "$@"; do tail -1 "$o/suite-$x.txt"; grep '✕' -r "$o/suite-$x" | head -10; done; echo "suites of $* at $((SECONDS - t0)) s"; } >> "$S"; }
 step() {  # name, wanted seconds, command... (in the suite's tree of m)
   local name=$1 want=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt 40 ]; then echo "$name: skipped ($l s left)" >> "$S"; return; fi
@@ -45,7 +44,7 @@ step() {  # name, wanted seconds, command... (in the suite's tree of m)
   echo "$name: rc=$? $((SECONDS - t)) s" >> "$S"; }
 mkdir -p build/Release
 if [[ $card == *H200* ]]; then
-  suite m
+  suites m
   if [ -d ab-suite/m ]; then
     step model 120 node dist/bench/cli.js --preset llama3-8b,qwen3-8b,llama3-70b --batch 1,16,64,128,256 --iters 15 \
       --warmup 3 --logits model --options plain,logprobs,llama3,qwen3,gemma3,topk50,minp0.05 --samplers fused
@@ -53,22 +52,17 @@ if [[ $card == *H200* ]]; then
       --warmup 3 --options plain,logprobs,topk50,topp0.9,minp0.05,llama3,qwen3 --samplers fused --no-baselines
   fi
 fi
-abc gauss 90 --preset llama3-8b --batch 64,128,256 --iters 16 --warmup 3 --stat mean \
+abc gauss mef 3 90 --preset llama3-8b --batch 64,128,256 --iters 16 --warmup 3 --stat mean \
   --options plain,topp0.9,llama3,topk50,topk1024,logprobs --samplers fused --no-baselines
-abc model 70 --preset llama3-8b --logits model --batch 128,256 --iters 16 --warmup 3 --stat mean \
+abc model mef 3 70 --preset llama3-8b --logits model --batch 128,256 --iters 16 --warmup 3 --stat mean \
   --options plain,topp0.9,llama3,gemma3 --samplers fused --no-baselines
-abc small 50 --preset qwen3-0.6b --batch 64,256 --iters 20 --warmup 3 --stat mean \
+abc small mef 3 50 --preset qwen3-0.6b --batch 64,256 --iters 20 --warmup 3 --stat mean \
   --options plain,topp0.9,llama3,topk50 --samplers fused --no-baselines
-suites; prof
+suites e f; prof
 if [[ $card == *H200* && -d ab-suite/m ]]; then
   step small-heads 90 node dist/bench/cli.js --preset llama3.2-1b,qwen3-0.6b,qwen3-4b,gemma3-1b,gpt2,llama3-8b \
     --batch 1,16,32,64,96,128,256 --iters 30 --warmup 5 --samplers fused
-  l=$(left)
-  if [ "$l" -gt 60 ]; then
-    AB_ONLY=mp REPS=2 BENCH_LIMIT=60 OUT=$o/ab-small-d timeout $((l - 15)) bash scripts/ab-addons.sh \
-      --preset qwen3-0.6b,gpt2,gemma3-1b,llama3.2-1b --batch 96,112,128,160,256 --iters 20 --warmup 3 \
-      --samplers fused --no-baselines > "$o/ab-small-d.txt" 2>&1
-    echo "ab-small-d: rc=$? at $((SECONDS - t0)) s" >> "$S"; python3 scripts/ab-pick.py "$o/ab-small-d" --paired --base m >> "$S" 2>&1
-  fi
+  abc small-d mp 2 600 --preset qwen3-0.6b,gpt2,gemma3-1b,llama3.2-1b --batch 96,112,128,160,256 --iters 20 \
+    --warmup 3 --samplers fused --no-baselines
 fi
 finish
